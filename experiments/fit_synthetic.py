@@ -1,0 +1,101 @@
+"""Refit the synthetic-trace parameters from the real trace files and print them as Python source.
+
+Usage: ``python -m experiments.fit_synthetic [--shared DIR] [--jobs N] [--seed S]``
+
+``DIR`` defaults to ``$ETS_SHARED`` or ``<repo>/../shared``. The printed constants have the exact
+form of PHILLY_LIKE / PAI_LIKE in ``traces/synthetic.py``, so refreshing them is a paste; the script
+then says whether the embedded constants equal the refit, and compares a generated sample of N jobs
+with the real statistics (and times the generation).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from traces import synthetic as syn
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def default_shared() -> Path:
+    return Path(os.environ.get("ETS_SHARED") or REPO.parent / "shared")
+
+
+def compare(params: syn.SyntheticParams, num_jobs: int, seed: int) -> list[tuple[str, str, str]]:
+    """(statistic, real/fitted, generated) rows for a generated sample of num_jobs jobs."""
+    start = time.perf_counter()
+    jobs = syn.generate(params.kind, num_jobs, seed).jobs
+    elapsed = time.perf_counter() - start
+    ref = params.reference
+    submit = jobs["submit_s"].to_numpy()
+    gaps = np.diff(submit)
+    hod = np.floor(np.mod(submit / 3600.0, 24.0)).astype(int)
+    counts = np.bincount(hod, minlength=24)
+    corr = float(np.corrcoef(counts, params.hourly_shape)[0, 1])
+    dur = jobs["duration_s"].to_numpy()
+    gpus = jobs["num_gpus"].to_numpy()
+    rows = [
+        ("rate (jobs/h)", f"{params.rate_per_hour:.2f}", f"{(len(submit) - 1) / (submit[-1] / 3600):.2f}"),
+        ("hour-of-day corr. with shape", "1", f"{corr:.3f}"),
+        ("inter-arrival CV", f"{ref['interarrival_cv']}", f"{gaps.std() / gaps.mean():.2f}"),
+    ]
+    shares = params.count_shares()
+    for g in sorted(shares, key=lambda g: -shares[g])[:5]:
+        rows.append((f"share {g} GPU", f"{100 * shares[g]:.2f}%", f"{100 * np.mean(gpus == g):.2f}%"))
+    if params.gpu_types:
+        for t, v in params.type_shares().items():
+            rows.append((f"share {t}", f"{100 * v:.2f}%", f"{100 * np.mean(jobs['gpu_type'] == t):.2f}%"))
+    for q in (50, 90, 99):
+        real = ref[f"duration_p{q}_s"]
+        rows.append((f"duration p{q} (s)", f"{real:,.0f}", f"{np.percentile(dur, q):,.0f}"))
+    rows.append(("duration min (s)", "", f"{dur.min():,.1f}"))
+    gpu_hours = (gpus * dur).mean() / 3600
+    rows.append(("GPU-hours per job", f"{ref['mean_gpu_hours_per_job']}", f"{gpu_hours:.2f}"))
+    rows.append((f"generate({num_jobs:,}) time (s)", "", f"{elapsed:.3f}"))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shared", type=Path, default=default_shared(),
+                    help="the shared/ folder (default: %(default)s)")
+    ap.add_argument("--jobs", type=int, default=100_000, help="jobs in the comparison sample")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+
+    fits = []
+    for name, fit, rel, embedded in (
+        ("PHILLY_LIKE", syn.fit_philly, syn.PHILLY_FILE, syn.PHILLY_LIKE),
+        ("PAI_LIKE", syn.fit_pai_sample, syn.PAI_SAMPLE_FILE, syn.PAI_LIKE),
+    ):
+        path = args.shared / rel
+        if not path.exists():
+            print(f"error: {path} not found (set --shared or ETS_SHARED)", file=sys.stderr)
+            return 2
+        params = fit(path)
+        fits.append((name, params, embedded))
+        print(syn.format_params(name, params))
+        print()
+
+    for name, params, embedded in fits:
+        same = params == embedded
+        verdict = "equal the refit" if same else "DIFFER from the refit: paste the above"
+        print(f"# {name}: embedded constants {verdict}")
+    for name, params, _ in fits:
+        print(f"\n{params.kind}: real file vs generated sample ({args.jobs:,} jobs, seed {args.seed})")
+        rows = compare(params, args.jobs, args.seed)
+        w = max(len(r[0]) for r in rows)
+        print(f"  {'statistic':<{w}}  {'real/fitted':>12}  {'generated':>12}")
+        for stat, real, gen in rows:
+            print(f"  {stat:<{w}}  {real:>12}  {gen:>12}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,48 @@
+"""Policy names and the ``NAME[:key=value,...]`` syntax of ``--policy``.
+
+Why: one table that the CLI, sweeps and tests share, so a policy added here is usable
+everywhere and documented in ``simrun --help``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from policies.base import Policy, PolicySpecError
+from policies.edf import EdfPolicy
+from policies.fifo import FifoPolicy
+from policies.sjf import SjfPolicy
+
+# name -> (factory taking the parsed options, one-line help)
+POLICIES: dict[str, tuple[Callable[..., Policy], str]] = {
+    "fifo": (FifoPolicy, "strict arrival order; head job on the type with most free GPUs"),
+    "sjf": (SjfPolicy, "least predicted run time over all (waiting job, free GPU type) pairs"),
+    "edf": (EdfPolicy, "deadline jobs by deadline, then shortest; type with the most slack"),
+}
+
+
+def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
+    """Split ``name:key=value,key=value`` into the name and a dict of raw option strings."""
+    name, _, rest = spec.strip().partition(":")
+    options: dict[str, str] = {}
+    for item in filter(None, (s.strip() for s in rest.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise PolicySpecError(f"policy option {item!r} in {spec!r} is not key=value")
+        options[key.strip()] = value.strip()
+    return name, options
+
+
+def make_policy(spec: str) -> Policy:
+    name, options = parse_spec(spec)
+    if name not in POLICIES:
+        raise PolicySpecError(f"unknown policy {name!r}; available: {', '.join(POLICIES)}")
+    factory, _ = POLICIES[name]
+    try:
+        return factory(**options)
+    except TypeError:
+        raise PolicySpecError(f"policy {name!r} does not take option(s) {sorted(options)}") from None
+
+
+def policy_help() -> str:
+    return "; ".join(f"{name}: {text}" for name, (_, text) in POLICIES.items())

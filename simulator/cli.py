@@ -1,0 +1,127 @@
+"""``simrun``: run one simulation and print its summary.
+
+Why a thin layer: all logic lives in :mod:`simulator.run`; this module turns options into a
+RunConfig, user errors into one-line messages (never tracebacks), and the summary into a table.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from policies.base import PolicySpecError
+from policies.registry import policy_help
+from simulator.cluster import PRESETS, ClusterError
+from simulator.gpus import UnknownGpuTypeError
+from simulator.run import DEFAULT_CLUSTER, DEFAULT_WORKLOAD, RunConfig, WorkloadSpecError, execute
+from simulator.timing import PREDICTOR_HELP, PredictorSpecError
+from traces.schema import TraceError
+
+USER_ERRORS: tuple[type[Exception], ...] = (TraceError, ClusterError, PolicySpecError, PredictorSpecError,
+                                            WorkloadSpecError, UnknownGpuTypeError, FileNotFoundError)
+try:
+    from traces.registry import TraceSpecError
+
+    USER_ERRORS += (TraceSpecError,)
+except ImportError:  # pragma: no cover - registry is part of the package
+    pass
+
+
+def format_summary(summary: dict) -> str:
+    """A two-column table of the headline metrics (seconds shown also in hours where long)."""
+    def dur(x: float) -> str:
+        return f"{x:,.1f} s" + (f"  ({x / 3600:,.2f} h)" if x >= 3600 else "")
+
+    rows = [
+        ("jobs completed", f"{summary['jobs']:,}"),
+        ("jobs rejected", f"{summary['rejected']:,}"),
+        ("JCT mean", dur(summary["jct_mean"])),
+        ("JCT p50 / p95 / p99", " / ".join(f"{summary[k]:,.0f}" for k in ("jct_p50", "jct_p95", "jct_p99")) + " s"),
+        ("queueing delay mean", dur(summary["queue_mean"])),
+        ("makespan", dur(summary["makespan"])),
+        ("late jobs", f"{summary['late_jobs']:,} of {summary['jobs_with_deadline']:,} with a deadline"),
+        ("tardiness total / mean", f"{summary['tardiness_total']:,.0f} s / {summary['tardiness_mean']:,.1f} s"),
+        ("utilisation", f"{summary['utilization']:.1%}  ("
+         + ", ".join(f"{t} {u:.0%}" for t, u in summary["utilization_by_type"].items()) + ")"),
+        ("policy time", f"{summary['policy_seconds']:.3f} s in {summary['policy_calls']:,} calls"),
+        ("wall time", f"{summary['wall_seconds']:.2f} s ({summary['events_per_second']:,.0f} events/s)"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
+
+
+def default_out_dir(policy: str, predictor: str) -> Path:
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{policy}_{predictor}")
+    return Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}_{slug}"
+
+
+@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"],
+                                                           "max_content_width": 100})
+@click.option("--policy", metavar="NAME[:k=v,...]", help=f"Scheduling policy. {policy_help()}.")
+@click.option("--predictor", metavar="SPEC",
+              help=f"Run-time predictor the policy plans with: {PREDICTOR_HELP}. The engine always "
+                   "advances with true run times.")
+@click.option("--trace", "trace", metavar="KIND:PATH",
+              help="Replay a real trace. KIND: philly (rfold per-job CSV), philly-json (raw cluster_job_log "
+                   "JSON), pai (official pai_job_table + pai_task_table, a directory or the job table), "
+                   "pai-sample (cedtrain task sample), itp (Microsoft ITP clusterNN.csv), hydra "
+                   "(Hydra deadline cases).")
+@click.option("--workload", metavar="KIND:N",
+              help=f"Synthetic workload fitted to the real traces: philly-like:N or pai-like:N "
+                   f"[default when no --trace: {DEFAULT_WORKLOAD}].")
+@click.option("--limit", type=int, metavar="N", help="Keep the first N jobs in submit order.")
+@click.option("--cluster", default=DEFAULT_CLUSTER, show_default=True, metavar="PRESET[:SCALE]|FILE",
+              help=f"Presets: {', '.join(PRESETS)} (PRESET:0.1 scales node counts); pai-spec:PATH or "
+                   "philly-machines:PATH read the real inventories; or a YAML/JSON file with "
+                   "nodes: [{gpu_type, num_gpus, count}].")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seeds the synthetic workload, deadlines and injected prediction error.")
+@click.option("--deadline-fraction", type=click.FloatRange(0, 1), default=0.2, show_default=True,
+              help="For traces without deadlines: share of jobs given deadline = submit + duration x U(1.2, 3.0).")
+@click.option("--reference-gpu", metavar="TYPE",
+              help="GPU type on which traces without a GPU type were observed [default: the cluster's "
+                   "most numerous type].")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+              help="Output directory for jobs.parquet, summary.json, manifest.json [default: runs/<time>_<policy>_<predictor>].")
+@click.option("--quiet", is_flag=True, help="Print only the output directory.")
+@click.pass_context
+def main(ctx: click.Context, policy, predictor, trace, workload, limit, cluster, seed, deadline_fraction,
+         reference_gpu, out, quiet) -> None:
+    """Simulate a heterogeneous GPU cluster replaying a job trace under a scheduling policy.
+
+    Policies plan with PREDICTED run times; jobs finish after their TRUE run times. With only
+    --policy and --predictor it runs the embedded default: a synthetic PAI-like workload on a
+    36-GPU T4/P100/V100 cluster.
+
+    summary.json keys (seconds): jobs, rejected, jct_mean, jct_p50, jct_p95, jct_p99, queue_mean,
+    queue_p50, queue_p95, makespan, tardiness_total, tardiness_mean (over all jobs), late_jobs,
+    late_tardiness_mean, jobs_with_deadline, utilization, utilization_by_type, policy_seconds,
+    policy_calls, wall_seconds, events, events_per_second.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    if not policy or not predictor:
+        raise click.UsageError("--policy and --predictor are required (see --help)")
+    config = RunConfig(policy=policy, predictor=predictor, trace=trace, workload=workload, limit=limit,
+                       cluster=cluster, seed=seed, deadline_fraction=deadline_fraction,
+                       reference_gpu=reference_gpu)
+    try:
+        output = execute(config, progress=not quiet and sys.stderr.isatty())
+    except USER_ERRORS as exc:
+        raise click.ClickException(str(exc)) from None
+    out_dir = output.write(out or default_out_dir(policy, predictor))
+    if quiet:
+        click.echo(out_dir)
+        return
+    m = output.manifest
+    click.echo(f"policy {policy} | predictor {predictor} | trace {m['trace']['source']} "
+               f"({m['trace']['jobs']:,} jobs) | cluster {m['cluster']['name']} ({m['cluster']['gpus']} GPUs)")
+    click.echo(format_summary(output.summary))
+    if output.summary["rejected"]:
+        first = m["rejected_jobs"][0]
+        click.echo(f"  rejected e.g. job {first['job_id']} (line {first['line']}): {first['reason']}")
+    click.echo(f"results in {out_dir}/")

@@ -1,0 +1,74 @@
+"""Summary metrics of a run: the stable ``summary.json`` that scripts rely on.
+
+Why one function: every command (simrun, sweeps, the paper reproduction) must compute JCT,
+tardiness and utilisation the same way. All times are in seconds.
+
+Keys (stable; new keys may be added, none renamed):
+  jobs               admitted jobs (all of them complete)
+  rejected           jobs no placement could ever hold (reported, never started)
+  jct_mean/p50/p95/p99   job completion time = end - submit
+  queue_mean, queue_p50, queue_p95   queueing delay = start - submit
+  makespan           last end - first submit
+  tardiness_total    sum over all jobs of max(0, end - deadline) (0 for jobs without deadline)
+  tardiness_mean     tardiness_total / jobs (over ALL admitted jobs)
+  late_jobs          jobs that ended past their deadline
+  late_tardiness_mean  mean tardiness of the late jobs only (0 when none)
+  jobs_with_deadline
+  utilization        busy GPU-seconds / (cluster GPUs x makespan)
+  utilization_by_type  the same per GPU type
+  policy_seconds, policy_calls   wall time spent inside the policy, and how often it was called
+  wall_seconds, events, events_per_second   the whole simulation
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from simulator.cluster import Cluster
+
+
+def summarize(records: pd.DataFrame, cluster: Cluster, *, policy_seconds: float, policy_calls: int,
+              wall_seconds: float, events: int) -> dict:
+    done = records[records["status"] == "completed"]
+    n = len(done)
+    jct = done["jct"].to_numpy()
+    queue = done["queueing_delay"].to_numpy()
+    tard = done["tardiness"].to_numpy()
+    late = done["end"].to_numpy() > done["deadline"].to_numpy()  # NaN deadline -> False
+
+    def pct(x: np.ndarray, q: float) -> float:
+        return float(np.percentile(x, q)) if len(x) else 0.0
+
+    makespan = float(done["end"].max() - done["submit"].min()) if n else 0.0
+    busy = done["num_gpus"].to_numpy() * done["true_runtime"].to_numpy()
+    by_type = {}
+    for gpu in cluster.gpu_types:
+        mask = (done["gpu_type"] == gpu).to_numpy()
+        cap = cluster.gpus_of_type(gpu) * makespan
+        by_type[gpu] = float(busy[mask].sum() / cap) if cap > 0 else 0.0
+    cap = cluster.total_gpus * makespan
+    return {
+        "jobs": n,
+        "rejected": int((records["status"] == "rejected").sum()),
+        "jct_mean": float(jct.mean()) if n else 0.0,
+        "jct_p50": pct(jct, 50),
+        "jct_p95": pct(jct, 95),
+        "jct_p99": pct(jct, 99),
+        "queue_mean": float(queue.mean()) if n else 0.0,
+        "queue_p50": pct(queue, 50),
+        "queue_p95": pct(queue, 95),
+        "makespan": makespan,
+        "tardiness_total": float(tard.sum()),
+        "tardiness_mean": float(tard.mean()) if n else 0.0,
+        "late_jobs": int(late.sum()),
+        "late_tardiness_mean": float(tard[late].mean()) if late.any() else 0.0,
+        "jobs_with_deadline": int(done["deadline"].notna().sum()),
+        "utilization": float(busy.sum() / cap) if cap > 0 else 0.0,
+        "utilization_by_type": by_type,
+        "policy_seconds": float(policy_seconds),
+        "policy_calls": int(policy_calls),
+        "wall_seconds": float(wall_seconds),
+        "events": int(events),
+        "events_per_second": float(events / wall_seconds) if wall_seconds > 0 else 0.0,
+    }

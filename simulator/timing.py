@@ -1,0 +1,174 @@
+"""The two timing channels: true run times (the engine's clock) and predicted ones (the policy's).
+
+Why: the whole study is how prediction error turns into JCT and tardiness, so the engine must
+complete jobs with true times while policies plan with a predictor's times, and both must be
+matrices over (job, GPU type) computed once per run.
+
+Ground truth: a trace's measured per-type run times (``runtime_s:<GPU>`` columns, Hydra cases)
+where present; otherwise the observed duration scaled by the measured relative iteration time of
+the target type over the observed type (:mod:`simulator.gpus`). Jobs without an observed type are
+taken to have been observed on the *reference type* (by default the cluster's most numerous type).
+
+Predictors produce a matrix of the same shape. ``truth`` returns the ground truth; ``noisy:<MRE>``
+multiplies it by ``exp(sigma * z)``, z ~ N(0, 1) drawn from a hash of (seed, job id, GPU type) —
+so a job's error on a type never depends on which other jobs are in the run — with sigma solved
+from E|exp(sigma z) - 1| = exp(sigma^2 / 2) (2 Phi(sigma) - 1) = MRE, so the expected mean relative
+error is exactly MRE, predictions stay positive and the error is symmetric in log space.
+Model-based predictors (ETS, Habitat-style, DNNPerf-style) plug in through
+:class:`IterationTimeTable`: predicted run time = iterations x predicted seconds per iteration.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import brentq
+from scipy.special import ndtr, ndtri
+
+from simulator.gpus import relative_time
+from simulator.seeding import hashed_uniform
+from traces.schema import RUNTIME_PREFIX
+
+
+class PredictorSpecError(ValueError):
+    """An unknown or malformed --predictor value."""
+
+
+def true_runtimes(jobs: pd.DataFrame, gpu_types: list[str], reference_type: str) -> np.ndarray:
+    """Seconds each job takes on each GPU type alone (matrix n_jobs x n_types)."""
+    observed = jobs["gpu_type"].astype(str).replace("", reference_type).to_numpy()
+    duration = jobs["duration_s"].to_numpy(dtype="float64")
+    obs_speed = np.array([relative_time(t) for t in observed]) if len(observed) else np.zeros(0)
+    out = np.empty((len(jobs), len(gpu_types)))
+    for k, gpu in enumerate(gpu_types):
+        measured = RUNTIME_PREFIX + gpu
+        if measured in jobs.columns:
+            out[:, k] = jobs[measured].to_numpy(dtype="float64")
+        else:
+            out[:, k] = duration * relative_time(gpu) / obs_speed
+    return out
+
+
+class Predictor(ABC):
+    """Produces the run-time matrix a policy plans with."""
+
+    name: str
+
+    @abstractmethod
+    def runtimes(self, jobs: pd.DataFrame, gpu_types: list[str], truth: np.ndarray) -> np.ndarray:
+        """Predicted seconds for each (job, GPU type); ``truth`` is passed for oracle-style predictors."""
+
+    def describe(self) -> dict:
+        return {"name": self.name}
+
+
+class TruthPredictor(Predictor):
+    name = "truth"
+
+    def runtimes(self, jobs, gpu_types, truth):
+        return truth.copy()
+
+
+def sigma_for_mre(mre: float) -> float:
+    """Log-normal sigma whose expected |exp(sigma z) - 1| equals ``mre``."""
+    if mre == 0:
+        return 0.0
+    return brentq(lambda s: np.exp(s * s / 2) * (2 * ndtr(s) - 1) - mre, 1e-12, 20.0, xtol=1e-14)
+
+
+class NoisyPredictor(Predictor):
+    """Truth x exp(sigma z), seeded per (job, GPU type); expected mean relative error = ``mre``."""
+
+    def __init__(self, mre: float, seed: int = 0):
+        if not (mre >= 0 and np.isfinite(mre)):
+            raise PredictorSpecError(f"noisy: the mean relative error must be a number >= 0, got {mre}")
+        self.mre, self.seed = float(mre), int(seed)
+        self.sigma = sigma_for_mre(self.mre)
+        self.name = f"noisy:{mre:g}"
+
+    def runtimes(self, jobs, gpu_types, truth):
+        ids = jobs["job_id"].astype(str).to_numpy()
+        out = np.empty_like(truth)
+        for k, gpu in enumerate(gpu_types):
+            z = ndtri(hashed_uniform([f"{self.seed}|{gpu}|{i}" for i in ids]))
+            out[:, k] = truth[:, k] * np.exp(self.sigma * z)
+        return out
+
+    def describe(self) -> dict:
+        return {"name": self.name, "mre": self.mre, "sigma": self.sigma, "seed": self.seed,
+                "distribution": "truth * exp(sigma * z), z ~ N(0,1) hashed from (seed, gpu_type, job_id)"}
+
+
+class IterationTimeTable:
+    """Seconds per training iteration for (config_id, device): what every model-based predictor emits."""
+
+    COLUMNS = ("config_id", "device", "seconds")
+
+    def __init__(self, table: pd.DataFrame, source: str = "<table>"):
+        missing = [c for c in self.COLUMNS if c not in table.columns]
+        if missing:
+            raise ValueError(f"{source}: iteration-time table lacks column(s) {missing}")
+        bad = ~(table["seconds"].astype(float) > 0)
+        if bad.any():
+            row = table[bad].iloc[0]
+            raise ValueError(f"{source}: non-positive seconds for config {row.config_id!r} on {row.device!r}")
+        self.source = source
+        self._index = {(str(c), str(d)): float(s) for c, d, s in
+                       table[list(self.COLUMNS)].itertuples(index=False)}
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def seconds(self, config_id: str, device: str) -> float:
+        try:
+            return self._index[(str(config_id), str(device))]
+        except KeyError:
+            raise KeyError(f"{self.source}: no iteration time for config {config_id!r} on device {device!r}") from None
+
+    def matrix(self, config_ids, devices: list[str]) -> np.ndarray:
+        return np.array([[self.seconds(c, d) for d in devices] for c in config_ids], dtype="float64")
+
+    def to_frame(self) -> pd.DataFrame:
+        return pd.DataFrame([(c, d, s) for (c, d), s in self._index.items()], columns=list(self.COLUMNS))
+
+    def save(self, path: str | Path) -> None:
+        self.to_frame().to_parquet(path, index=False)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "IterationTimeTable":
+        return cls(pd.read_parquet(path), str(path))
+
+
+class TablePredictor(Predictor):
+    """Run time = iterations x table seconds, for workloads bound to model configs."""
+
+    def __init__(self, name: str, table: IterationTimeTable):
+        self.name, self.table = name, table
+
+    def runtimes(self, jobs, gpu_types, truth):
+        for col in ("config_id", "iterations"):
+            if col not in jobs.columns:
+                raise PredictorSpecError(f"predictor {self.name!r} needs a workload bound to model configs "
+                                         f"(column {col!r} is missing)")
+        per_iter = self.table.matrix(jobs["config_id"], gpu_types)
+        return per_iter * jobs["iterations"].to_numpy(dtype="float64")[:, None]
+
+
+PREDICTOR_HELP = "truth | noisy:<MRE> (e.g. noisy:0.1)"
+
+
+def make_predictor(spec: str, seed: int = 0) -> Predictor:
+    name, _, arg = spec.partition(":")
+    if name == "truth" and not arg:
+        return TruthPredictor()
+    if name == "noisy":
+        try:
+            return NoisyPredictor(float(arg), seed)
+        except ValueError as exc:
+            if isinstance(exc, PredictorSpecError):
+                raise
+            raise PredictorSpecError(f"noisy:<MRE> needs a number, got {arg!r}") from None
+    raise PredictorSpecError(f"unknown predictor {spec!r}; available: {PREDICTOR_HELP}")

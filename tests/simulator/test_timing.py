@@ -1,0 +1,97 @@
+"""Timing channels: ground truth, injected error with a known mean relative error, iteration tables."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from simulator.gpus import SPEEDS, canonical_gpu_type, derive_relative_iteration_time, UnknownGpuTypeError
+from simulator.timing import (IterationTimeTable, NoisyPredictor, PredictorSpecError, TablePredictor,
+                              make_predictor, sigma_for_mre, true_runtimes)
+from traces.schema import from_records
+
+
+def test_sigma_solves_the_expected_mre_formula_by_monte_carlo():
+    z = np.random.default_rng(0).standard_normal(2_000_000)
+    for mre in (0.05, 0.1, 0.3, 1.0):
+        s = sigma_for_mre(mre)
+        assert np.mean(np.abs(np.exp(s * z) - 1)) == pytest.approx(mre, rel=0.01)
+
+
+def test_noisy_predictor_hits_the_requested_mre_and_is_seeded_per_job():
+    n = 40_000
+    trace = from_records([dict(job_id=f"j{i}", submit_s=0, num_gpus=1, duration_s=100.0 + i % 7)
+                          for i in range(n)])
+    types = ["V100", "T4"]
+    truth = true_runtimes(trace.jobs, types, "V100")
+    pred = NoisyPredictor(0.2, seed=1).runtimes(trace.jobs, types, truth)
+    assert np.mean(np.abs(pred / truth - 1)) == pytest.approx(0.2, rel=0.03)
+    assert (pred > 0).all()
+    # log-error symmetric around 0
+    assert abs(np.median(np.log(pred / truth))) < 0.01
+    # a job's error does not depend on the other jobs in the run
+    sub = trace.head(10)
+    pred_sub = NoisyPredictor(0.2, seed=1).runtimes(sub.jobs, types, truth[:10])
+    assert np.array_equal(pred_sub, pred[:10])
+    # other seed -> other errors; same seed -> same
+    assert not np.array_equal(NoisyPredictor(0.2, seed=2).runtimes(sub.jobs, types, truth[:10]), pred_sub)
+    # errors differ between GPU types of the same job
+    assert not np.allclose(pred[:, 0] / truth[:, 0], pred[:, 1] / truth[:, 1])
+
+
+def test_zero_error_is_truth_and_specs_parse():
+    truth = np.array([[1.0, 2.0]])
+    jobs = from_records([dict(submit_s=0, num_gpus=1, duration_s=1)]).jobs
+    assert np.array_equal(make_predictor("noisy:0").runtimes(jobs, ["V100", "T4"], truth), truth)
+    assert make_predictor("truth").name == "truth"
+    for bad in ("ets", "noisy:abc", "noisy:-0.1", "truth:1"):
+        with pytest.raises(PredictorSpecError):
+            make_predictor(bad)
+
+
+def test_true_runtimes_prefer_measured_columns_then_scale():
+    trace = from_records([
+        {"submit_s": 0, "num_gpus": 1, "duration_s": 10, "gpu_type": "A100",
+         "runtime_s:A100": 10, "runtime_s:V100": 17},
+    ])
+    m = true_runtimes(trace.jobs, ["A100", "V100", "T4"], "V100")
+    assert m[0, 0] == 10 and m[0, 1] == 17
+    assert m[0, 2] == pytest.approx(10 * SPEEDS["T4"].relative_time / SPEEDS["A100"].relative_time)
+
+
+def test_gpu_aliases_and_unknown_names():
+    assert canonical_gpu_type("GTX2080Ti") == "RTX2080Ti"
+    assert canonical_gpu_type("v100") == "V100"
+    assert canonical_gpu_type("V100M32") == "V100M32"
+    with pytest.raises(UnknownGpuTypeError, match="unknown GPU type 'H900'"):
+        canonical_gpu_type("H900")
+
+
+def test_pinned_speeds_match_the_calibration_data(shared_dir):
+    calib = shared_dir / "calibration"
+    if not (calib / "gavel_physical_cluster_throughputs.json").exists():
+        pytest.skip(f"calibration data not found under {calib}: set ETS_SHARED")
+    derived = derive_relative_iteration_time(calib)
+    for gpu, value in derived.items():
+        assert SPEEDS[gpu].relative_time == pytest.approx(value, abs=0.0006), gpu
+    # the inversion in Gavel's table survives the averaging: P100 is slower than V100 on average
+    assert derived["P100"] > 1.0 and derived["A100"] < 1.0 < derived["T4"]
+
+
+def test_iteration_time_table_round_trip_and_errors(tmp_path):
+    table = IterationTimeTable(pd.DataFrame({"config_id": ["m1", "m1", "m2"], "device": ["V100", "T4", "V100"],
+                                             "seconds": [0.1, 0.2, 0.05]}))
+    path = tmp_path / "t.parquet"
+    table.save(path)
+    again = IterationTimeTable.load(path)
+    assert again.seconds("m1", "T4") == 0.2 and len(again) == 3
+    with pytest.raises(KeyError, match="config 'm2' on device 'T4'"):
+        again.seconds("m2", "T4")
+    jobs = pd.DataFrame({"job_id": ["a"], "config_id": ["m1"], "iterations": [1000]})
+    pred = TablePredictor("ets", again).runtimes(jobs, ["V100", "T4"], np.zeros((1, 2)))
+    assert np.allclose(pred, [[100.0, 200.0]])
+    with pytest.raises(PredictorSpecError, match="bound to model configs"):
+        TablePredictor("ets", again).runtimes(jobs.drop(columns="config_id"), ["V100"], np.zeros((1, 1)))
+    with pytest.raises(ValueError, match="non-positive"):
+        IterationTimeTable(pd.DataFrame({"config_id": ["x"], "device": ["V100"], "seconds": [0.0]}))

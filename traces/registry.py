@@ -1,0 +1,65 @@
+"""Trace kinds by name, so commands can take ``--trace KIND:PATH`` and ``--cluster KIND:PATH``.
+
+Why: one place maps a user-facing kind to its loader; spec errors (no colon, unknown kind) get
+their own error type, listing the known kinds, separate from errors in a file's content.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+
+from traces import hydra_cases, itp, pai, philly
+from traces.schema import JobTrace, TraceError
+
+KINDS: dict[str, Callable[..., JobTrace]] = {
+    "philly": philly.load,
+    "philly-json": philly.load_json,
+    "pai": pai.load,
+    "pai-sample": pai.load_sample,
+    "itp": itp.load,
+    "hydra": hydra_cases.load,
+}
+MACHINE_KINDS: dict[str, Callable[[str | Path], pd.DataFrame]] = {
+    "philly": philly.load_machine_list,
+    "pai": pai.load_machine_spec,
+}
+
+
+class TraceSpecError(ValueError):
+    """A malformed ``KIND:PATH`` spec or an unknown kind."""
+
+
+class TraceFileNotFoundError(TraceError, TraceSpecError):
+    """The spec names a path that does not exist (both a spec and a trace error)."""
+
+
+def parse_spec(spec: str) -> tuple[str, str]:
+    """Split ``KIND:PATH`` (the kind is everything before the first colon)."""
+    kind, sep, path = str(spec).partition(":")
+    kind, path = kind.strip(), path.strip()
+    if not sep or not kind or not path:
+        raise TraceSpecError(f"trace spec {spec!r} is not KIND:PATH; kinds: {', '.join(KINDS)}")
+    return kind, path
+
+
+def _check(kind: str, path: str, table: dict[str, Any], what: str) -> None:
+    if kind not in table:
+        raise TraceSpecError(f"unknown {what} kind {kind!r}; known: {', '.join(table)}")
+    if not Path(path).exists():
+        raise TraceFileNotFoundError(path, f"file not found (for {what} kind {kind!r})")
+
+
+def load_trace(spec: str, **options: Any) -> JobTrace:
+    """Load ``KIND:PATH`` with that kind's loader (``options`` go to the loader)."""
+    kind, path = parse_spec(spec)
+    _check(kind, path, KINDS, "trace")
+    return KINDS[kind](path, **options)
+
+
+def load_machine_table(kind: str, path: str | Path) -> pd.DataFrame:
+    """A cluster's node table ``node, gpu_type, num_gpus`` from a "philly" or "pai" machine list."""
+    _check(kind, str(path), MACHINE_KINDS, "machine-list")
+    return MACHINE_KINDS[kind](path)

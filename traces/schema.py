@@ -1,0 +1,298 @@
+"""The job-trace table (DESIGN §3) and the checks every loader runs on it.
+
+Why one module: every loader (Philly, PAI, ITP, Hydra cases, synthetic) must produce exactly the
+same columns and units, and every bad input must fail with a message naming file, line and field.
+
+Columns (one row per job; times in seconds):
+
+=============  =======  ================================================================
+column         dtype    meaning
+=============  =======  ================================================================
+job_id         str      unique within the trace
+submit_s       float    submission time (the trace's own clock; need not start at 0)
+num_gpus       int      GPUs the job needs, all of one type (gang)
+duration_s     float    observed run time (on ``gpu_type``, or on the reference type)
+gpu_type       str      canonical GPU type it was observed on; "" when the trace has none
+deadline_s     float    absolute deadline on the submit clock; NaN = no deadline
+user           str      "" when the trace has none
+workload       str      model/workload tag; "" when the trace has none
+line           int      1-based line (or record number for JSON) in the source file
+=============  =======  ================================================================
+
+Optional ``runtime_s:<GPU>`` float columns hold measured per-type run times (Hydra cases); when
+present they are the ground truth for that type.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from simulator.gpus import UnknownGpuTypeError, canonical_gpu_type
+
+JOB_COLUMNS: dict[str, str] = {
+    "job_id": "string",
+    "submit_s": "float64",
+    "num_gpus": "int64",
+    "duration_s": "float64",
+    "gpu_type": "string",
+    "deadline_s": "float64",
+    "user": "string",
+    "workload": "string",
+    "line": "int64",
+}
+RUNTIME_PREFIX = "runtime_s:"
+
+
+class TraceError(ValueError):
+    """Bad trace input. The message always names the file, and the line and field when known."""
+
+    def __init__(self, path: str | Path, message: str, line: int | None = None, field: str | None = None):
+        self.path, self.line, self.field = str(path), line, field
+        where = self.path + (f":{line}" if line is not None else "")
+        what = f" field {field!r}:" if field else ""
+        super().__init__(f"{where}:{what} {message}")
+
+
+@dataclass
+class JobTrace:
+    """A validated job table plus where it came from and what a documented filter left out."""
+
+    jobs: pd.DataFrame
+    source: str
+    kind: str
+    excluded: dict[str, int] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    def runtime_types(self) -> list[str]:
+        """GPU types for which the trace carries measured per-type run times."""
+        return [c[len(RUNTIME_PREFIX):] for c in self.jobs.columns if c.startswith(RUNTIME_PREFIX)]
+
+    def head(self, n: int) -> "JobTrace":
+        """The first n jobs in submit order (the table is kept sorted by submit time)."""
+        return JobTrace(self.jobs.iloc[:n].reset_index(drop=True), self.source, self.kind, dict(self.excluded))
+
+
+def require_columns(df: pd.DataFrame, needed: list[str], path: str | Path) -> None:
+    missing = [c for c in needed if c not in df.columns]
+    if missing:
+        raise TraceError(path, f"missing column(s) {missing}; found {list(df.columns)}", line=1)
+
+
+def numeric(values: pd.Series, path: str | Path, lines: pd.Series | np.ndarray, name: str,
+            *, allow_nan: bool = False, allow_inf: bool = False, min_value: float | None = None) -> np.ndarray:
+    """Parse a column as float; the first bad row raises TraceError naming its line and field."""
+    raw = values
+    parsed = pd.to_numeric(raw, errors="coerce").to_numpy(dtype="float64")
+    lines = np.asarray(lines)
+    blank = np.zeros(len(parsed), dtype=bool)  # only rows that did not parse need the string check
+    nan_at = np.flatnonzero(np.isnan(parsed))
+    if len(nan_at):
+        sub = raw.iloc[nan_at]
+        blank[nan_at] = sub.isna().to_numpy() | (sub.astype("string").str.strip() == "").fillna(True).to_numpy()
+    unparsable = np.isnan(parsed) & ~blank
+    if unparsable.any():
+        i = int(np.argmax(unparsable))
+        raise TraceError(path, f"not a number: {raw.iloc[i]!r}", line=int(lines[i]), field=name)
+    if not allow_nan and np.isnan(parsed).any():
+        i = int(np.argmax(np.isnan(parsed)))
+        raise TraceError(path, "value is missing (NaN/empty)", line=int(lines[i]), field=name)
+    if not allow_inf and np.isinf(parsed).any():
+        i = int(np.argmax(np.isinf(parsed)))
+        raise TraceError(path, f"value is infinite: {raw.iloc[i]!r}", line=int(lines[i]), field=name)
+    if min_value is not None:
+        bad = parsed < min_value
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise TraceError(path, f"value {parsed[i]:g} is below the minimum {min_value:g}",
+                             line=int(lines[i]), field=name)
+    return parsed
+
+
+def gpu_counts(values: np.ndarray, path: str | Path, lines: np.ndarray, name: str) -> np.ndarray:
+    """Whole GPU counts >= 1."""
+    bad = (values < 1) | (values != np.floor(values))
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise TraceError(path, f"GPU count must be a whole number >= 1, got {values[i]:g}",
+                         line=int(lines[i]), field=name)
+    return values.astype("int64")
+
+
+def canonical_types(values: pd.Series, path: str | Path, lines: np.ndarray, name: str) -> pd.Series:
+    """Map GPU-type spellings to canonical names ("" stays ""); unknown names raise TraceError."""
+    values = values.fillna("").astype(str).str.strip()
+    mapping: dict[str, str] = {"": ""}
+    for value in values.unique():
+        if value in mapping:
+            continue
+        try:
+            mapping[value] = canonical_gpu_type(value)
+        except UnknownGpuTypeError as exc:
+            i = int(np.argmax((values == value).to_numpy()))
+            raise TraceError(path, str(exc), line=int(lines[i]), field=name) from None
+    return values.map(mapping)
+
+
+def finalize(df: pd.DataFrame, path: str | Path, kind: str, excluded: dict[str, int] | None = None) -> JobTrace:
+    """Check the assembled table (columns, ids, values), sort by submit time, and wrap it.
+
+    Loaders call this last; it is also the check applied to tables built in code.
+    """
+    path = str(path)
+    require_columns(df, list(JOB_COLUMNS), path)
+    if len(df) == 0:
+        raise TraceError(path, "the trace holds no jobs")
+    df = df.copy()
+    lines = df["line"].to_numpy()
+    df["submit_s"] = numeric(df["submit_s"], path, lines, "submit_s", min_value=0.0)
+    df["duration_s"] = numeric(df["duration_s"], path, lines, "duration_s", min_value=0.0)
+    df["deadline_s"] = numeric(df["deadline_s"], path, lines, "deadline_s", allow_nan=True, allow_inf=True)
+    df.loc[np.isinf(df["deadline_s"].to_numpy()), "deadline_s"] = np.nan
+    early = df["deadline_s"].to_numpy() < df["submit_s"].to_numpy()
+    if early.any():
+        i = int(np.argmax(early))
+        raise TraceError(path, "deadline lies before the submit time", line=int(lines[i]), field="deadline_s")
+    df["num_gpus"] = gpu_counts(numeric(df["num_gpus"], path, lines, "num_gpus"), path, lines, "num_gpus")
+    df["gpu_type"] = canonical_types(df["gpu_type"], path, lines, "gpu_type")
+    for col in [c for c in df.columns if c.startswith(RUNTIME_PREFIX)]:
+        df[col] = numeric(df[col], path, lines, col, min_value=0.0)
+    df["job_id"] = df["job_id"].astype(str)
+    dup = df["job_id"].duplicated()
+    if dup.any():
+        i = int(np.argmax(dup.to_numpy()))
+        first = int(lines[int(np.argmax((df["job_id"] == df["job_id"].iloc[i]).to_numpy()))])
+        raise TraceError(path, f"duplicate job id {df['job_id'].iloc[i]!r} (first seen on line {first})",
+                         line=int(lines[i]), field="job_id")
+    for col in ("user", "workload"):
+        df[col] = df[col].fillna("").astype(str)
+    extra = [c for c in df.columns if c.startswith(RUNTIME_PREFIX)]
+    df = df[list(JOB_COLUMNS) + extra].astype({k: v for k, v in JOB_COLUMNS.items()})
+    df = df.sort_values(["submit_s", "line"], kind="stable").reset_index(drop=True)
+    return JobTrace(df, path, kind, dict(excluded or {}))
+
+
+def from_records(records: list[dict], source: str = "<table>", kind: str = "table") -> JobTrace:
+    """Build a checked trace from dicts (tests, generators); missing optional fields get defaults."""
+    rows = []
+    for i, rec in enumerate(records, start=1):
+        row = {"gpu_type": "", "deadline_s": np.nan, "user": "", "workload": "", "line": i}
+        row.update(rec)
+        row.setdefault("job_id", str(i - 1))
+        rows.append(row)
+    return finalize(pd.DataFrame(rows), source, kind)
+
+
+def read_csv_rows(path: str | Path, *, names: list[str] | None = None,
+                  required: list[str] | tuple[str, ...] = (),
+                  usecols: list[str] | None = None) -> tuple[pd.DataFrame, list[str]]:
+    """Read a comma-separated file as strings, one row per non-blank line, plus its ``line`` number.
+
+    Why here: every CSV loader needs the same guarantees before it converts values — the file
+    exists and decodes, every line has the same number of fields (pandas would silently pad a
+    short line with NaN), and each row keeps its 1-based line number for error messages.
+    With ``names=None`` line 1 is the header and its fields name the columns (stripped of spaces
+    and of a leading ``#``); the ``required`` ones must be there. Otherwise the file is headerless
+    and ``names`` are the columns. ``usecols`` limits the columns parsed (all lines are still
+    checked). Values are strings ("" when empty; leading spaces after a comma dropped). A file
+    without data rows is an error. Returns (rows, all column names).
+    """
+    p = Path(path)
+    if not p.exists():
+        raise TraceError(path, "file not found")
+    if p.is_dir():
+        raise TraceError(path, "is a directory, expected a file")
+    data = p.read_bytes()
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    # Line and field layout, vectorised over the raw bytes (no per-line Python work).
+    buf = np.frombuffer(data, dtype=np.uint8)
+    ends = np.flatnonzero(buf == 10)
+    if len(data) and data[-1:] != b"\n":
+        ends = np.append(ends, len(data))
+    starts = np.concatenate(([0], ends[:-1] + 1)).astype("int64") if len(ends) else np.zeros(0, "int64")
+    lengths = ends - starts
+    lengths -= (lengths > 0) & (buf[np.maximum(ends - 1, 0)] == 13) if len(ends) else 0
+    nonblank = lengths > 0
+    has_header = names is None
+
+    def line_text(i: int) -> str:
+        try:
+            return data[starts[i]:starts[i] + lengths[i]].decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise TraceError(path, f"not UTF-8 text ({exc.reason})", line=i + 1) from None
+
+    if has_header:
+        if not len(ends) or not nonblank[0]:
+            raise TraceError(path, "no header line (the file is empty or starts with a blank line)", line=1)
+        names = [c.strip() for c in next(csv.reader([line_text(0)]))]
+        if names and names[0].startswith("#"):
+            names[0] = names[0][1:].strip()
+        missing = [c for c in required if c not in names]
+        if missing:
+            raise TraceError(path, f"missing column(s) {missing} in the header; found {names}",
+                             line=1, field=missing[0])
+        if len(set(names)) != len(names):
+            dup = next(c for c in names if names.count(c) > 1)
+            raise TraceError(path, f"duplicate column name {dup!r} in the header", line=1, field=dup)
+        nonblank[0] = False
+    assert names is not None
+    idx = np.flatnonzero(nonblank)
+    lines = idx + 1
+    if b'"' in data:  # quoted fields may hide commas: count fields with the csv module (slow, rare)
+        counts = np.array([len(next(csv.reader([line_text(i)]))) for i in idx], dtype="int64")
+    else:
+        commas = np.flatnonzero(buf == 44)
+        counts = (np.searchsorted(commas, starts[idx] + lengths[idx]) - np.searchsorted(commas, starts[idx])) + 1
+    bad = counts != len(names)
+    if bad.any():
+        i = int(np.argmax(bad))
+        n = int(counts[i])
+        if n < len(names):
+            raise TraceError(path, f"line has {n} field(s), expected {len(names)} ({', '.join(names)}); "
+                             "this and later fields are missing", line=int(lines[i]), field=names[n])
+        raise TraceError(path, f"line has {n} fields, expected {len(names)} ({', '.join(names)}); "
+                         "unexpected extra value(s) after this field", line=int(lines[i]), field=names[-1])
+    if len(lines) == 0:
+        raise TraceError(path, "no data rows after the header" if has_header else "the file holds no rows",
+                         line=1)
+    wanted = list(names) if usecols is None else [c for c in names if c in usecols]
+    try:
+        rows = pd.read_csv(io.BytesIO(data), header=None, names=list(range(len(names))), dtype=object,
+                           usecols=[names.index(c) for c in wanted], encoding="utf-8",
+                           keep_default_na=False, na_filter=False, skipinitialspace=True,
+                           skiprows=1 if has_header else 0, skip_blank_lines=True, engine="c")
+    except UnicodeDecodeError as exc:
+        raise TraceError(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    if len(rows) != len(lines):  # e.g. a quoted field spanning lines: numbering would be off
+        raise TraceError(path, f"parsed {len(rows)} rows from {len(lines)} non-blank lines "
+                         "(quoted line breaks are not supported)")
+    rows.columns = wanted
+    rows["line"] = lines.astype("int64")
+    return rows, names
+
+
+def identifiers(values: pd.Series, path: str | Path, lines: pd.Series | np.ndarray, name: str,
+                *, unique: bool = False) -> pd.Series:
+    """Strip id strings; an empty one (or with ``unique``, a repeated one) raises TraceError."""
+    ids = values.fillna("").astype(str).str.strip()
+    lines = np.asarray(lines)
+    blank = (ids == "").to_numpy()
+    if blank.any():
+        i = int(np.argmax(blank))
+        raise TraceError(path, "identifier is empty", line=int(lines[i]), field=name)
+    if unique:
+        dup = ids.duplicated().to_numpy()
+        if dup.any():
+            i = int(np.argmax(dup))
+            first = int(lines[int(np.argmax((ids == ids.iloc[i]).to_numpy()))])
+            raise TraceError(path, f"duplicate id {ids.iloc[i]!r} (first seen on line {first})",
+                             line=int(lines[i]), field=name)
+    return ids
