@@ -19,17 +19,11 @@ from simulator.cluster import PRESETS, ClusterError
 from simulator.gpus import UnknownGpuTypeError
 from simulator.run import DEFAULT_CLUSTER, DEFAULT_WORKLOAD, RunConfig, WorkloadSpecError, execute
 from simulator.timing import PREDICTOR_HELP, PredictorSpecError
+from traces.registry import TraceSpecError
 from traces.schema import TraceError
 
-USER_ERRORS: tuple[type[Exception], ...] = (TraceError, ClusterError, PolicySpecError, PredictorSpecError,
-                                            WorkloadSpecError, UnknownGpuTypeError, FileNotFoundError)
-try:
-    from traces.registry import TraceSpecError
-
-    USER_ERRORS += (TraceSpecError,)
-except ImportError:  # pragma: no cover - registry is part of the package
-    pass
-
+USER_ERRORS = (TraceError, TraceSpecError, ClusterError, PolicySpecError, PredictorSpecError,
+               WorkloadSpecError, UnknownGpuTypeError)
 
 def format_summary(summary: dict) -> str:
     """A two-column table of the headline metrics (seconds shown also in hours where long)."""

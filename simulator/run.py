@@ -61,7 +61,10 @@ def load_workload(config: RunConfig) -> JobTrace:
             n = int(count)
         except ValueError:
             raise WorkloadSpecError(f"--workload {config.workload!r}: expected KIND:N, e.g. pai-like:1000") from None
-        trace = generate(kind, n, seed=config.seed)
+        try:
+            trace = generate(kind, n, seed=config.seed)
+        except ValueError as exc:
+            raise WorkloadSpecError(f"--workload {config.workload!r}: {exc}") from None
     if config.limit is not None:
         if config.limit < 1:
             raise WorkloadSpecError(f"--limit must be >= 1, got {config.limit}")

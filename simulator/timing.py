@@ -39,9 +39,9 @@ class PredictorSpecError(ValueError):
 
 def true_runtimes(jobs: pd.DataFrame, gpu_types: list[str], reference_type: str) -> np.ndarray:
     """Seconds each job takes on each GPU type alone (matrix n_jobs x n_types)."""
-    observed = jobs["gpu_type"].astype(str).replace("", reference_type).to_numpy()
+    observed = jobs["gpu_type"].astype(str).replace("", reference_type)
     duration = jobs["duration_s"].to_numpy(dtype="float64")
-    obs_speed = np.array([relative_time(t) for t in observed]) if len(observed) else np.zeros(0)
+    obs_speed = observed.map({t: relative_time(t) for t in observed.unique()}).to_numpy(dtype="float64")
     out = np.empty((len(jobs), len(gpu_types)))
     for k, gpu in enumerate(gpu_types):
         measured = RUNTIME_PREFIX + gpu
