@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from traces.schema import (JobTrace, TraceError, canonical_types, finalize, identifiers, numeric,
-                           read_csv_rows)
+from traces.schema import (JobTrace, TraceError, canonical_types, finalize, gpu_counts, identifiers,
+                           numeric, read_csv_rows)
 
 # Column layouts of the headerless official tables, as in the .header files (a test checks them).
 JOB_TABLE_COLUMNS = ["job_name", "inst_id", "user", "status", "start_time", "end_time"]
@@ -249,11 +249,7 @@ def load_machine_spec(path: str | Path) -> pd.DataFrame:
     lines = rows["line"].to_numpy()
     node = identifiers(rows["machine"], path, lines, "machine", unique=True)
     gpus = numeric(rows["cap_gpu"], path, lines, "cap_gpu", min_value=0.0)
-    frac = gpus != np.floor(gpus)
-    if frac.any():
-        i = int(np.argmax(frac))
-        raise TraceError(path, f"GPU count must be a whole number, got {gpus[i]:g}", line=int(lines[i]),
-                         field="cap_gpu")
+    gpus = gpu_counts(gpus, path, lines, "cap_gpu", minimum=0)
     kind = rows["gpu_type"].str.strip()
     cpu_kind = kind.str.upper().isin(CPU_TYPES).to_numpy()
     mismatch = cpu_kind & (gpus > 0)

@@ -233,11 +233,7 @@ def load_machine_list(path: str | Path) -> pd.DataFrame:
     lines = rows["line"].to_numpy()
     node = identifiers(rows["machineId"], path, lines, "machineId", unique=True)
     gpus = numeric(rows["number of GPUs"], path, lines, "number of GPUs", min_value=0.0)
-    whole = gpus != np.floor(gpus)
-    if whole.any():
-        i = int(np.argmax(whole))
-        raise TraceError(path, f"GPU count must be a whole number, got {gpus[i]:g}", line=int(lines[i]),
-                         field="number of GPUs")
+    gpus = gpu_counts(gpus, path, lines, "number of GPUs", minimum=0)
     keep = gpus > 0
     if not keep.any():
         raise TraceError(path, "no machine has GPUs")

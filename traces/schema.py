@@ -116,12 +116,12 @@ def numeric(values: pd.Series, path: str | Path, lines: pd.Series | np.ndarray, 
     return parsed
 
 
-def gpu_counts(values: np.ndarray, path: str | Path, lines: np.ndarray, name: str) -> np.ndarray:
-    """Whole GPU counts >= 1."""
-    bad = (values < 1) | (values != np.floor(values))
+def gpu_counts(values: np.ndarray, path: str | Path, lines: np.ndarray, name: str, *, minimum: int = 1) -> np.ndarray:
+    """Whole GPU counts >= ``minimum`` (1 for jobs; 0 for machine lists, where CPU-only nodes occur)."""
+    bad = (values < minimum) | (values != np.floor(values))
     if bad.any():
         i = int(np.argmax(bad))
-        raise TraceError(path, f"GPU count must be a whole number >= 1, got {values[i]:g}",
+        raise TraceError(path, f"GPU count must be a whole number >= {minimum}, got {values[i]:g}",
                          line=int(lines[i]), field=name)
     return values.astype("int64")
 
