@@ -208,3 +208,13 @@ def test_records_are_identical_across_runs_with_noise():
     a = run(jobs, [("T4", 2, 3), ("V100", 4, 1)], "sjf", "noisy:0.3").records
     b = run(jobs, [("T4", 2, 3), ("V100", 4, 1)], "sjf", "noisy:0.3").records
     assert a.equals(b)
+
+
+def test_policy_called_once_per_timestamp_with_changes():
+    # t=10: A completes and B, C arrive -> one call; t=15: B ends, C starts; t=20: nothing waits
+    jobs = [dict(job_id="A", submit_s=0, num_gpus=1, duration_s=10),
+            dict(job_id="B", submit_s=10, num_gpus=1, duration_s=5),
+            dict(job_id="C", submit_s=10, num_gpus=1, duration_s=5)]
+    res = run(jobs, [("V100", 1, 1)], "fifo")
+    assert res.policy_calls == 3
+    assert times(res)["C"][:2] == (15, 20)
