@@ -6,11 +6,14 @@ everywhere and documented in ``simrun --help``.
 
 from __future__ import annotations
 
+import inspect
 from typing import Callable
 
+from policies.allox import AlloxPolicy
 from policies.base import Policy, PolicySpecError
 from policies.edf import EdfPolicy
 from policies.fifo import FifoPolicy
+from policies.hydra import HydraPolicy
 from policies.sjf import SjfPolicy
 
 # name -> (factory taking the parsed options, one-line help)
@@ -18,6 +21,10 @@ POLICIES: dict[str, tuple[Callable[..., Policy], str]] = {
     "fifo": (FifoPolicy, "strict arrival order; head job on the type with most free GPUs"),
     "sjf": (SjfPolicy, "least predicted run time over all (waiting job, free GPU type) pairs"),
     "edf": (EdfPolicy, "deadline jobs by deadline, then shortest; type with the most slack"),
+    "allox": (AlloxPolicy, "min-cost matching of jobs to (GPU, queue position) slots "
+                           "[window=50|N|all, alpha=1.0 (0,1], mode=online|offline]"),
+    "hydra": (HydraPolicy, "deadline-aware greedy queue assignment with branch-and-bound ordering "
+                           "[budget_ms=500, nodes=N|all, bnb=on|off, mode=online|oneshot, window=100|N|all]"),
 }
 
 
@@ -38,10 +45,12 @@ def make_policy(spec: str) -> Policy:
     if name not in POLICIES:
         raise PolicySpecError(f"unknown policy {name!r}; available: {', '.join(POLICIES)}")
     factory, _ = POLICIES[name]
-    try:
-        return factory(**options)
-    except TypeError:
-        raise PolicySpecError(f"policy {name!r} does not take option(s) {sorted(options)}") from None
+    accepted = set(inspect.signature(factory).parameters)
+    unknown = sorted(set(options) - accepted)
+    if unknown:
+        raise PolicySpecError(f"policy {name!r} does not take option(s) {unknown}"
+                              + (f"; it takes {sorted(accepted)}" if accepted else ""))
+    return factory(**options)
 
 
 def policy_help() -> str:

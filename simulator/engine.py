@@ -43,6 +43,8 @@ class ClusterState:
         self.free_ids: list[list[int]] = [list(range(first[i + 1] - 1, first[i] - 1, -1))
                                           for i in range(len(cluster.nodes))]
         self.gpu_busy = np.zeros(cluster.total_gpus, dtype=bool)
+        self.gpu_type = self.node_type[self.gpu_node]
+        self.gpu_job = np.full(cluster.total_gpus, -1, dtype=np.int64)  # running job per GPU, -1 = idle
 
     def allocate(self, type_k: int, n: int) -> tuple[int, ...]:
         nodes = self.type_nodes[type_k]
@@ -97,6 +99,7 @@ class ClusterState:
             if len(pool) > 1 and pool[-2] < g:  # keep descending order so pops give low ids
                 pool.sort(reverse=True)
         self.gpu_busy[list(ids)] = False
+        self.gpu_job[list(ids)] = -1
         self.free_by_type[type_k] += len(ids)
 
 
@@ -116,6 +119,8 @@ class SchedulerView:
     job_ids: np.ndarray
     waiting: dict[int, None]         # job indices in arrival order
     running: dict[int, tuple[float, int]]  # job -> (start, type index)
+    start: np.ndarray                # start time per job (NaN until started)
+    type_of: np.ndarray              # GPU type index per started job (-1 until started)
     state: ClusterState
     cluster: Cluster
 
@@ -132,9 +137,19 @@ class SchedulerView:
         return float(self.predicted[job, self.type_index[gpu_type]])
 
     def predicted_end(self, job: int) -> float:
-        """When a running job is expected to finish, by the prediction (policies plan with this)."""
+        """When a running job is expected to finish by the prediction, never earlier than now: a job
+        that overran its prediction is expected to end any moment."""
         start, k = self.running[job]
-        return start + float(self.predicted[job, k])
+        return max(self.now, start + float(self.predicted[job, k]))
+
+    def gpu_available_at(self) -> np.ndarray:
+        """Per GPU, when it is expected to be free (now for idle GPUs), by the predictions."""
+        jobs = self.state.gpu_job
+        busy = jobs >= 0
+        avail = np.full(len(jobs), self.now)
+        j = jobs[busy]
+        avail[busy] = np.maximum(self.now, self.start[j] + self.predicted[j, self.type_of[j]])
+        return avail
 
 
 @dataclass
@@ -176,6 +191,7 @@ class Simulation:
             predicted=self.predicted, submit=jobs["submit_s"].to_numpy(), num_gpus=num,
             deadline=jobs["deadline_s"].to_numpy(), users=jobs["user"].to_numpy(dtype=object),
             job_ids=jobs["job_id"].to_numpy(dtype=object), waiting={}, running={},
+            start=self.start, type_of=self.type_of,
             state=self.state, cluster=cluster)
         self.policy_seconds = 0.0
         self.policy_calls = 0
@@ -241,6 +257,7 @@ class Simulation:
                 raise PolicyError(f"policy {self.policy.name!r} placed job {job} ({n} GPUs) on "
                                   f"{p.gpu_type} with only {self.state.free_by_type[k]} free")
             ids = self.state.allocate(k, n)
+        self.state.gpu_job[list(ids)] = job
         del self.view.waiting[job]
         self.view.running[job] = (env.now, k)
         self.start[job], self.type_of[job], self.gpus_of[job] = env.now, k, ids

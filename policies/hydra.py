@@ -1,0 +1,332 @@
+"""Hydra (Yang et al., IEEE TC 2023): deadline-aware, efficiency-oriented scheduling on heterogeneous GPUs.
+
+Why: Hydra is the deadline-aware policy of the study (../shared/research/policies.md §2), built
+as its authors' simulator does, with its known bug fixed:
+
+* **Queue cost** with absolute times: from t0 (when the GPU is free), C_k = t0 + sum of predicted
+  run times up to k; cost = sum(C_k - submit_k) + 1e20 * sum(max(0, C_k - deadline_k)). The 1e20
+  weight makes tardiness lexicographically dominant; we compare (tardiness, JCT) pairs, which is
+  the same order without float absorption. (Hydra's code carries JCTs forward as offsets, which
+  is only right when every job is submitted at 0.)
+* **Ordering a GPU's queue**: SRTF when it violates no deadline (then optimal); otherwise
+  best-first branch-and-bound (the FixNonDDL variant: deadline-free jobs keep SRTF order among
+  themselves) under a time budget (``budget_ms``, default 500) and a node budget (``nodes``; with
+  ``nodes`` set and a generous time budget, results are reproducible), raced against the swap
+  heuristic; the cheaper wins. ``bnb=off`` is the heuristic alone (Hydra's ``hydra_alpha_0``).
+* **Assignment**: greedy "K-means": repeatedly pick the (waiting job, GPU) pair whose GPU queue,
+  optimally ordered with the job added, has the lowest *absolute* cost; ties: earlier job in
+  arrival order, then lower GPU id. Orderings are memoised on (type, t0, job set); GPUs of a
+  type that are free at the same time with empty plans are evaluated once.
+* **Modes**: ``mode=online`` (default) re-plans at every arrival and completion and starts only
+  the heads of idle GPUs' queues (the first ``window`` longest-waiting jobs are planned, default
+  100, ``window=all`` for all); ``mode=oneshot`` installs whole queues and later arrivals are
+  planned behind them (all-at-t=0 cases: one plan, as in Hydra's simulator).
+
+Gang jobs: see :mod:`policies.queues`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from policies.base import Placement, Policy
+from policies.options import choice, count_or_all, number, switch
+from policies.queues import PlannedQueues
+
+Cost = tuple[float, float]  # (total tardiness, total JCT), compared lexicographically
+TARDINESS_WEIGHT = 1e20
+
+
+def weighted(cost: Cost) -> float:
+    """Hydra's scalar cost, Σ JCT + 1e20 · Σ tardiness (for reports; comparisons use the pair)."""
+    return cost[1] + TARDINESS_WEIGHT * cost[0]
+
+
+@dataclass(frozen=True)
+class Jobs:
+    """Per-job arrays for one GPU type: predicted run time, submit, deadline (inf = none)."""
+
+    p: np.ndarray
+    submit: np.ndarray
+    deadline: np.ndarray
+
+
+def queue_cost(seq, t0: float, jobs: Jobs) -> Cost:
+    t, tard, jct = t0, 0.0, 0.0
+    for j in seq:
+        t += jobs.p[j]
+        jct += t - jobs.submit[j]
+        if t > jobs.deadline[j]:
+            tard += t - jobs.deadline[j]
+    return tard, jct
+
+
+def srtf(job_set, jobs: Jobs) -> list[int]:
+    return sorted(job_set, key=lambda j: (jobs.p[j], j))
+
+
+def swap_heuristic(seq: list[int], t0: float, jobs: Jobs) -> tuple[list[int], Cost]:
+    """Slide a window of deadline-violating jobs left from the right-most violation; keep the best
+    sequence seen (so it is never worse than its input)."""
+    seq = list(seq)
+    best, best_cost = list(seq), queue_cost(seq, t0, jobs)
+
+    def violating(s: list[int]) -> list[bool]:
+        t, out = t0, []
+        for j in s:
+            t += jobs.p[j]
+            out.append(t > jobs.deadline[j])
+        return out
+
+    late = violating(seq)
+    if not any(late):
+        return best, best_cost
+    hi = max(i for i, v in enumerate(late) if v)
+    lo = hi
+    while lo > 0:
+        displaced = seq[lo - 1]
+        seq[lo - 1:hi] = seq[lo:hi + 1]
+        seq[hi] = displaced
+        lo, hi = lo - 1, hi - 1
+        cost = queue_cost(seq, t0, jobs)
+        if cost < best_cost:
+            best, best_cost = list(seq), cost
+        late = violating(seq)
+        if late[hi + 1]:
+            hi += 1  # the displaced job now misses its deadline: it joins the window
+        while hi >= lo and not late[hi]:
+            hi -= 1  # satisfied jobs leave the window from the right
+        if hi < lo:
+            break
+    return best, best_cost
+
+
+@dataclass
+class SearchStats:
+    nodes: int = 0
+    stopped_by: str = ""  # "", "nodes" or "time"
+
+
+def branch_and_bound(job_set, t0: float, jobs: Jobs, *, budget_s: float, max_nodes: int | None,
+                     incumbent: tuple[list[int], Cost] | None = None) -> tuple[list[int], Cost, SearchStats]:
+    """Best-first search over job orders (FixNonDDL); returns the best order found and stats."""
+    order = srtf(job_set, jobs)
+    stats = SearchStats()
+    best_seq, best = incumbent if incumbent else (order, queue_cost(order, t0, jobs))
+    deadline_free = [math.isinf(jobs.deadline[j]) for j in order]
+
+    p, submit, due = jobs.p, jobs.submit, jobs.deadline
+
+    def completion(start: float, rest: list[int]) -> tuple[float, float, float]:
+        """Running ``rest`` (SRTF) from ``start``: its tardiness and JCT, and a lower bound on the
+        tardiness of any order of it (each job finishing as early as it possibly could)."""
+        t, tard, jct, floor = start, 0.0, 0.0, 0.0
+        for j in rest:
+            t += p[j]
+            jct += t - submit[j]
+            if t > due[j]:
+                tard += t - due[j]
+                if start + p[j] > due[j]:
+                    floor += start + p[j] - due[j]
+        return tard, jct, floor
+
+    # node: (key cost, tie counter, prefix, end time, prefix tardiness, prefix JCT, remaining mask)
+    counter = 0
+    heap = [((0.0, 0.0), counter, (), t0, 0.0, 0.0, tuple(range(len(order))))]
+    stop_at = time.perf_counter() + budget_s
+    while heap:
+        if max_nodes is not None and stats.nodes >= max_nodes:
+            stats.stopped_by = "nodes"
+            break
+        if time.perf_counter() > stop_at:
+            stats.stopped_by = "time"
+            break
+        _, _, prefix, t_end, tard, jct, rest = heapq.heappop(heap)
+        stats.nodes += 1
+        first_free = next((r for r in rest if deadline_free[r]), None)  # shortest deadline-free job left
+        for r in rest:
+            if deadline_free[r] and r != first_free:
+                continue  # FixNonDDL: deadline-free jobs keep SRTF order
+            j = order[r]
+            t = t_end + p[j]
+            c_tard = tard + max(0.0, t - due[j])
+            c_jct = jct + t - submit[j]
+            c_rest = tuple(x for x in rest if x != r)
+            r_tard, r_jct, r_floor = completion(t, [order[x] for x in c_rest])
+            full = (c_tard + r_tard, c_jct + r_jct)  # prefix + SRTF(rest): an upper bound
+            if full < best:
+                best, best_seq = full, list(prefix) + [j] + [order[x] for x in c_rest]
+            if r_tard == 0.0 or not c_rest:
+                continue  # the branch's optimum is known (SRTF rest meets every deadline)
+            if (c_tard + r_floor, c_jct + r_jct) >= best:
+                continue  # lower bound: prefix tardiness is final, each rest job ends no earlier than
+                # t + its run time, and SRTF minimises the JCT of the rest
+            counter += 1
+            heapq.heappush(heap, (full, counter, prefix + (j,), t, c_tard, c_jct, c_rest))
+    return best_seq, best, stats
+
+
+class QueueOrderer:
+    """Orders a GPU's job set (SRTF / branch-and-bound / swap heuristic), memoised."""
+
+    def __init__(self, bnb: bool, budget_ms: float, max_nodes: int | None):
+        self.bnb, self.budget_s, self.max_nodes = bnb, budget_ms / 1000.0, max_nodes
+        self.memo: dict[tuple, tuple[list[int], Cost]] = {}
+        self.searches = 0
+        self.stopped = {"nodes": 0, "time": 0}
+
+    def order(self, job_set: frozenset, t0: float, type_k: int, jobs: Jobs) -> tuple[list[int], Cost]:
+        key = (type_k, t0, job_set)
+        hit = self.memo.get(key)
+        if hit is not None:
+            return hit
+        seq = srtf(job_set, jobs)
+        cost = queue_cost(seq, t0, jobs)
+        if cost[0] > 0.0:
+            seq, cost = swap_heuristic(seq, t0, jobs)
+            if self.bnb and len(seq) > 1:
+                b_seq, b_cost, stats = branch_and_bound(job_set, t0, jobs, budget_s=self.budget_s,
+                                                        max_nodes=self.max_nodes, incumbent=(seq, cost))
+                self.searches += 1
+                if stats.stopped_by:
+                    self.stopped[stats.stopped_by] += 1
+                if b_cost < cost:
+                    seq, cost = b_seq, b_cost
+        self.memo[key] = (seq, cost)
+        return seq, cost
+
+
+@dataclass
+class GpuState:
+    """A set of interchangeable GPUs (same type, same t0, same planned sequence)."""
+
+    type_k: int
+    t0: float
+    members: list[int]
+    seq: list[int]
+    tardiness: float = 0.0  # of ``seq`` as ordered
+
+
+def greedy_assign(waiting: list[int], gpus: list[GpuState], per_type: list[Jobs],
+                  feasible: np.ndarray, orderer: QueueOrderer) -> list[GpuState]:
+    """Hydra's greedy assignment of ``waiting`` jobs (rows of ``feasible[job, type]``) to GPUs.
+
+    Each round takes the (job, GPU) pair of least absolute queue cost. Pairs are first scored by
+    SRTF, which is exact when SRTF meets every deadline and otherwise gives a lower bound
+    (tardiness >= the queue's own and the job's tardiness if run first; JCT >= SRTF's). The
+    expensive ordering (branch-and-bound) runs only for a pair whose bound is the current minimum,
+    so the choice is the same as scoring every pair exactly.
+    """
+    n = len(waiting)
+    groups = list(gpus)
+    tard = np.full((n, len(groups)), np.inf)
+    jct = np.full((n, len(groups)), np.inf)
+    exact = np.zeros((n, len(groups)), dtype=bool)
+    alive = np.ones(n, dtype=bool)
+
+    def fill_column(c: int) -> None:
+        g = groups[c]
+        jobs = per_type[g.type_k]
+        for r, j in enumerate(waiting):
+            if not (alive[r] and feasible[j, g.type_k]):
+                continue
+            seq = srtf(g.seq + [j], jobs)
+            t_srtf, j_srtf = queue_cost(seq, g.t0, jobs)
+            exact[r, c] = t_srtf == 0.0
+            alone = max(0.0, g.t0 + jobs.p[j] - jobs.deadline[j])
+            tard[r, c] = t_srtf if exact[r, c] else max(g.tardiness, alone)
+            jct[r, c] = j_srtf
+
+    for c in range(len(groups)):
+        fill_column(c)
+    for _ in range(n):
+        while True:
+            t_min = tard.min()
+            if not np.isfinite(t_min):
+                return groups  # nothing left that fits anywhere
+            masked = np.where(tard == t_min, jct, np.inf)
+            r, c = np.unravel_index(int(np.argmin(masked)), masked.shape)
+            if exact[r, c]:
+                break
+            g = groups[c]
+            _, (tard[r, c], jct[r, c]) = orderer.order(frozenset(g.seq) | {waiting[r]}, g.t0, g.type_k,
+                                                       per_type[g.type_k])
+            exact[r, c] = True
+        j, g = waiting[r], groups[c]
+        seq, cost = orderer.order(frozenset(g.seq) | {j}, g.t0, g.type_k, per_type[g.type_k])
+        alive[r] = False
+        tard[r, :] = np.inf
+        jct[r, :] = np.inf
+        if len(g.members) > 1:  # split one GPU off the interchangeable group
+            member = g.members.pop(0)
+            groups.append(GpuState(g.type_k, g.t0, [member], seq, cost[0]))
+            tard = np.hstack([tard, np.full((n, 1), np.inf)])
+            jct = np.hstack([jct, np.full((n, 1), np.inf)])
+            exact = np.hstack([exact, np.zeros((n, 1), dtype=bool)])
+            fill_column(len(groups) - 1)
+        else:
+            g.seq, g.tardiness = seq, cost[0]
+            fill_column(c)
+    return groups
+
+
+class HydraPolicy(Policy):
+    name = "hydra"
+
+    def __init__(self, budget_ms: str | float = 500, nodes: str | int | None = None, bnb: str | bool = "on",
+                 mode: str = "online", window: str | int = 100):
+        self.budget_ms = number("budget_ms", budget_ms, 0.0, 3.6e6)
+        self.max_nodes = count_or_all("nodes", nodes)
+        self.bnb = switch("bnb", bnb)
+        self.mode = choice("mode", mode, ("online", "oneshot"))
+        self.window = count_or_all("window", window)
+        self.orderer = QueueOrderer(self.bnb, self.budget_ms, self.max_nodes)
+        self._queues: PlannedQueues | None = None
+        self._static: tuple[list[Jobs], np.ndarray] | None = None
+
+    def describe(self) -> dict:
+        return {"name": self.name, "budget_ms": self.budget_ms, "nodes": self.max_nodes or "unbounded",
+                "bnb": self.bnb, "mode": self.mode, "window": self.window or "all",
+                "bnb_searches": self.orderer.searches,
+                "bnb_stopped_by_node_budget": self.orderer.stopped["nodes"],
+                "bnb_stopped_by_time_budget": self.orderer.stopped["time"]}
+
+    def schedule(self, view) -> list[Placement]:
+        state = view.state
+        if self._queues is None:
+            self._queues = PlannedQueues(len(state.gpu_job))
+        avail = view.gpu_available_at()
+        if self.mode == "online":
+            self._queues.clear()
+            pending = list(view.waiting)
+            if self.window is not None:
+                pending = pending[:self.window]
+        else:
+            planned = self._queues.planned_jobs()
+            pending = [j for j in view.waiting if j not in planned]
+        if pending:
+            self._plan(view, pending, avail)
+        return self._queues.start_heads(view)
+
+    def _plan(self, view, pending: list[int], avail: np.ndarray) -> None:
+        state = view.state
+        if self._static is None:  # per-job facts that never change during a run
+            deadline = np.where(np.isnan(view.deadline), np.inf, view.deadline)
+            self._static = ([Jobs(view.predicted[:, k], view.submit, deadline) for k in range(len(view.gpu_types))],
+                            view.num_gpus[:, None] <= view.total_by_type[None, :])
+        per_type, feasible = self._static
+        groups: dict[tuple[int, float], list[int]] = {}
+        for g in range(len(state.gpu_job)):
+            k = int(state.gpu_type[g])
+            t0 = float(avail[g]) + sum(float(per_type[k].p[j]) for j in self._queues.queues[g])
+            groups.setdefault((k, t0), []).append(g)
+        gpus = [GpuState(k, t0, members, []) for (k, t0), members in groups.items()]
+        self.orderer.memo.clear()  # keys hold absolute times; a new round rarely reuses them
+        for group in greedy_assign(pending, gpus, per_type, feasible, self.orderer):
+            if group.seq:
+                self._queues.queues[group.members[0]].extend(group.seq)

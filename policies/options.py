@@ -1,0 +1,49 @@
+"""Parsers for ``--policy NAME:key=value`` option strings, with errors that name the option.
+
+Why: options arrive as strings from the command line and sweeps; each policy states its options
+with these parsers so a bad value fails with one clear message.
+"""
+
+from __future__ import annotations
+
+from policies.base import PolicySpecError
+
+
+def count_or_all(name: str, value: int | str | None) -> int | None:
+    """A positive int, or None for ``all``."""
+    if value is None or value == "all":
+        return None
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise PolicySpecError(f"option {name}={value!r}: expected a positive integer or 'all'") from None
+    if number < 1:
+        raise PolicySpecError(f"option {name}={value!r}: expected a positive integer or 'all'")
+    return number
+
+
+def number(name: str, value: float | str, low: float, high: float, *, low_open: bool = False) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise PolicySpecError(f"option {name}={value!r}: expected a number") from None
+    if not (low < x <= high if low_open else low <= x <= high):
+        bracket = "(" if low_open else "["
+        raise PolicySpecError(f"option {name}={value!r}: must lie in {bracket}{low:g}, {high:g}]")
+    return x
+
+
+def switch(name: str, value: bool | str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if str(value).lower() in ("on", "true", "yes", "1"):
+        return True
+    if str(value).lower() in ("off", "false", "no", "0"):
+        return False
+    raise PolicySpecError(f"option {name}={value!r}: expected on or off")
+
+
+def choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise PolicySpecError(f"option {name}={value!r}: expected one of {', '.join(allowed)}")
+    return value

@@ -1,0 +1,64 @@
+"""Per-GPU planned queues, and how their heads start — shared by AlloX and Hydra.
+
+Why: both policies plan a queue of jobs per GPU ("machine") and then start only the heads of
+idle GPUs' queues (online: the rest is re-planned at the next event; one-shot/offline: queues stay
+installed). One place defines that step, including gang jobs:
+
+* A job needing n GPUs is planned as a unit in the queue of one GPU (its *lead* GPU), with its run
+  time on that GPU's type, and only on types whose pool holds at least n GPUs.
+* When it heads an idle lead GPU it starts if n GPUs of that type are free now (the engine places
+  them, one node first). Otherwise the type is *held*: no other queue head of that type starts in
+  this round, so free GPUs of the type accumulate until the gang job fits (no starvation by a
+  stream of small jobs).
+* Single-GPU heads start pinned on their own GPU.
+"""
+
+from __future__ import annotations
+
+from policies.base import Placement
+
+
+class PlannedQueues:
+    """Job queues per GPU id, first-to-run first."""
+
+    def __init__(self, num_gpus: int):
+        self.queues: list[list[int]] = [[] for _ in range(num_gpus)]
+
+    def clear(self) -> None:
+        for q in self.queues:
+            q.clear()
+
+    def planned_jobs(self) -> set[int]:
+        return {j for q in self.queues for j in q}
+
+    def start_heads(self, view) -> list[Placement]:
+        """Placements for the heads of idle GPUs' queues (started heads leave their queue)."""
+        state = view.state
+        free = view.free_by_type.copy()
+        idle = [g for g, q in enumerate(self.queues) if q and state.gpu_job[g] < 0]
+        held: set[int] = set()
+        gangs: list[Placement] = []
+        for g in idle:  # gang heads first: they decide which types are held
+            job = self.queues[g][0]
+            need = int(view.num_gpus[job])
+            if need == 1:
+                continue
+            k = int(state.gpu_type[g])
+            if k not in held and free[k] >= need:
+                free[k] -= need
+                gangs.append(Placement(job, view.gpu_types[k]))
+                self.queues[g].pop(0)
+            else:
+                held.add(k)
+        singles: list[Placement] = []
+        for g in idle:
+            if not self.queues[g]:
+                continue
+            job = self.queues[g][0]
+            k = int(state.gpu_type[g])
+            if int(view.num_gpus[job]) != 1 or k in held or free[k] < 1:
+                continue
+            free[k] -= 1
+            singles.append(Placement(job, view.gpu_types[k], (g,)))
+            self.queues[g].pop(0)
+        return singles + gangs  # pinned GPUs first, so the engine's gang placement avoids them
