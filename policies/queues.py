@@ -7,13 +7,17 @@ installed). One place defines that step, including gang jobs:
 * A job needing n GPUs is planned as a unit in the queue of one GPU (its *lead* GPU), with its run
   time on that GPU's type, and only on types whose pool holds at least n GPUs.
 * When it heads an idle lead GPU it starts if n GPUs of that type are free now (the engine places
-  them, one node first). Otherwise the type is *held*: no other queue head of that type starts in
-  this round, so free GPUs of the type accumulate until the gang job fits (no starvation by a
-  stream of small jobs).
+  them, one node first). Otherwise the type is *held* for it: its GPUs are reserved from the
+  predicted time R at which n of them will be free (the n-th earliest predicted free time), so
+  free GPUs of the type accumulate until the gang job fits — no starvation by a stream of small
+  jobs. Single-GPU heads of a held type still start when they are predicted to finish by R (EASY
+  backfilling: they use GPUs that would otherwise idle and, if predictions hold, delay nothing).
 * Single-GPU heads start pinned on their own GPU.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from policies.base import Placement
 
@@ -36,7 +40,8 @@ class PlannedQueues:
         state = view.state
         free = view.free_by_type.copy()
         idle = [g for g, q in enumerate(self.queues) if q and state.gpu_job[g] < 0]
-        held: set[int] = set()
+        reserved_from: dict[int, float] = {}  # held type -> predicted start of its gang job
+        avail = None
         gangs: list[Placement] = []
         for g in idle:  # gang heads first: they decide which types are held
             job = self.queues[g][0]
@@ -44,20 +49,23 @@ class PlannedQueues:
             if need == 1:
                 continue
             k = int(state.gpu_type[g])
-            if k not in held and free[k] >= need:
+            if k not in reserved_from and free[k] >= need:
                 free[k] -= need
                 gangs.append(Placement(job, view.gpu_types[k]))
                 self.queues[g].pop(0)
-            else:
-                held.add(k)
+            elif k not in reserved_from:
+                avail = view.gpu_available_at() if avail is None else avail
+                reserved_from[k] = float(np.sort(avail[state.gpu_type == k])[need - 1])
         singles: list[Placement] = []
         for g in idle:
             if not self.queues[g]:
                 continue
             job = self.queues[g][0]
             k = int(state.gpu_type[g])
-            if int(view.num_gpus[job]) != 1 or k in held or free[k] < 1:
+            if int(view.num_gpus[job]) != 1 or free[k] < 1:
                 continue
+            if k in reserved_from and view.now + view.predicted[job, k] > reserved_from[k]:
+                continue  # would delay the held gang job
             free[k] -= 1
             singles.append(Placement(job, view.gpu_types[k], (g,)))
             self.queues[g].pop(0)
