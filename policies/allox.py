@@ -39,6 +39,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from policies.base import Placement, Policy
+from policies.candidates import round_robin_pick
 from policies.options import choice, count_or_all, number
 from policies.queues import PlannedQueues
 
@@ -94,7 +95,7 @@ class AlloxPolicy(Policy):
         self.window = count_or_all("window", window)
         self.alpha = number("alpha", alpha, 0.0, 1.0, low_open=True)
         self.mode = choice("mode", mode, ("online", "offline"))
-        self._queues: PlannedQueues | None = None
+        self._queues = PlannedQueues()
 
     def describe(self) -> dict:
         return {"name": self.name, "window": self.window or "all", "alpha": self.alpha, "mode": self.mode}
@@ -119,21 +120,11 @@ class AlloxPolicy(Policy):
         if self.window is None or len(jobs) <= self.window:
             return jobs
         by_type = [sorted(jobs, key=lambda j: (view.predicted[j, k], j)) for k in range(len(view.gpu_types))]
-        picked: dict[int, None] = {}
-        cursor = [0] * len(by_type)
-        while len(picked) < self.window:
-            for k, order in enumerate(by_type):
-                while cursor[k] < len(order) and order[cursor[k]] in picked:
-                    cursor[k] += 1
-                if cursor[k] < len(order) and len(picked) < self.window:
-                    picked[order[cursor[k]]] = None
-        return sorted(picked)
+        return sorted(round_robin_pick(by_type, self.window))
 
     # -- scheduling ----------------------------------------------------------------------------
     def schedule(self, view) -> list[Placement]:
         state = view.state
-        if self._queues is None:
-            self._queues = PlannedQueues(len(state.gpu_job))
         avail = view.gpu_available_at()
         if self.mode == "online":
             self._queues.clear()
@@ -141,14 +132,17 @@ class AlloxPolicy(Policy):
         else:
             planned = self._queues.planned_jobs()
             pending = [j for j in view.waiting if j not in planned]
-            for g, q in enumerate(self._queues.queues):
-                k = state.gpu_type[g]
-                avail[g] += sum(float(view.predicted[j, k]) for j in q)
+            for g, q in self._queues.queues.items():
+                avail[g] += float(view.predicted[q, state.gpu_type[g]].sum())
         candidates = self._window(view, self._fairness_filter(view, pending))
         if candidates:
             idx = np.array(candidates)
             feasible = view.num_gpus[idx][:, None] <= view.total_by_type[None, :]
-            plan = allox_plan(view.predicted[idx], view.submit[idx], feasible, state.gpu_type, avail)
-            for g, positions in enumerate(plan):
-                self._queues.queues[g].extend(int(idx[p]) for p in positions)
+            # idle GPUs listed first: among GPUs free at the same time (a job that overran its
+            # prediction is "free now" too) they get the jobs, which then start at once
+            order = np.argsort(state.gpu_job >= 0, kind="stable")
+            plan = allox_plan(view.predicted[idx], view.submit[idx], feasible, state.gpu_type[order], avail[order])
+            for g, positions in zip(order, plan):
+                if positions:
+                    self._queues.extend(int(g), [int(idx[p]) for p in positions])
         return self._queues.start_heads(view)

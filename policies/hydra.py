@@ -18,8 +18,9 @@ as its authors' simulator does, with its known bug fixed:
   arrival order, then lower GPU id. Orderings are memoised on (type, t0, job set); GPUs of a
   type that are free at the same time with empty plans are evaluated once.
 * **Modes**: ``mode=online`` (default) re-plans at every arrival and completion and starts only
-  the heads of idle GPUs' queues (the first ``window`` longest-waiting jobs are planned, default
-  100, ``window=all`` for all); ``mode=oneshot`` installs whole queues and later arrivals are
+  the heads of idle GPUs' queues (``window`` jobs are planned per decision, default 100,
+  ``window=all`` for all: picked round-robin from the longest-waiting, earliest-deadline and
+  shortest jobs); ``mode=oneshot`` installs whole queues and later arrivals are
   planned behind them (all-at-t=0 cases: one plan, as in Hydra's simulator).
 
 Gang jobs: see :mod:`policies.queues`.
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from policies.base import Placement, Policy
+from policies.candidates import round_robin_pick
 from policies.options import choice, count_or_all, number, switch
 from policies.queues import PlannedQueues
 
@@ -224,23 +226,40 @@ def greedy_assign(waiting: list[int], gpus: list[GpuState], per_type: list[Jobs]
     """
     n = len(waiting)
     groups = list(gpus)
-    tard = np.full((n, len(groups)), np.inf)
-    jct = np.full((n, len(groups)), np.inf)
-    exact = np.zeros((n, len(groups)), dtype=bool)
+    width = len(groups) + n  # every assignment can split at most one new group off
+    tard = np.full((n, width), np.inf)
+    jct = np.full((n, width), np.inf)
+    exact = np.zeros((n, width), dtype=bool)
     alive = np.ones(n, dtype=bool)
+    rows = np.asarray(waiting)
 
     def fill_column(c: int) -> None:
+        """Score every waiting job on group c: SRTF of its plan plus the job, vectorised."""
         g = groups[c]
         jobs = per_type[g.type_k]
-        for r, j in enumerate(waiting):
-            if not (alive[r] and feasible[j, g.type_k]):
-                continue
-            seq = srtf(g.seq + [j], jobs)
-            t_srtf, j_srtf = queue_cost(seq, g.t0, jobs)
-            exact[r, c] = t_srtf == 0.0
-            alone = max(0.0, g.t0 + jobs.p[j] - jobs.deadline[j])
-            tard[r, c] = t_srtf if exact[r, c] else max(g.tardiness, alone)
-            jct[r, c] = j_srtf
+        ok = alive & feasible[rows, g.type_k]
+        pj = jobs.p[rows]
+        if not g.seq:  # a lone job has one order: exact
+            end = g.t0 + pj
+            tard[:, c] = np.where(ok, np.maximum(0.0, end - jobs.deadline[rows]), np.inf)
+            jct[:, c] = np.where(ok, end - jobs.submit[rows], np.inf)
+            exact[:, c] = True
+            return
+        seq = np.array(srtf(g.seq, jobs))
+        ps = jobs.p[seq]
+        ends = np.cumsum(np.concatenate([[g.t0], ps]))  # sequential sums, as queue_cost adds
+        # where each candidate falls in SRTF order (ties by job index), and what it delays
+        before = (ps[None, :] < pj[:, None]) | ((ps[None, :] == pj[:, None]) & (seq[None, :] < rows[:, None]))
+        end_j = ends[before.sum(axis=1)] + pj
+        shifted = ends[None, 1:] + np.where(before, 0.0, pj[:, None])
+        total_jct = (shifted - jobs.submit[seq][None, :]).sum(axis=1) + end_j - jobs.submit[rows]
+        total_tard = (np.maximum(0.0, shifted - jobs.deadline[seq][None, :]).sum(axis=1)
+                      + np.maximum(0.0, end_j - jobs.deadline[rows]))
+        on_time = total_tard == 0.0
+        alone = np.maximum(0.0, g.t0 + pj - jobs.deadline[rows])
+        tard[:, c] = np.where(ok, np.where(on_time, 0.0, np.maximum(g.tardiness, alone)), np.inf)
+        jct[:, c] = np.where(ok, total_jct, np.inf)
+        exact[:, c] = on_time
 
     for c in range(len(groups)):
         fill_column(c)
@@ -265,9 +284,6 @@ def greedy_assign(waiting: list[int], gpus: list[GpuState], per_type: list[Jobs]
         if len(g.members) > 1:  # split one GPU off the interchangeable group
             member = g.members.pop(0)
             groups.append(GpuState(g.type_k, g.t0, [member], seq, cost[0]))
-            tard = np.hstack([tard, np.full((n, 1), np.inf)])
-            jct = np.hstack([jct, np.full((n, 1), np.inf)])
-            exact = np.hstack([exact, np.zeros((n, 1), dtype=bool)])
             fill_column(len(groups) - 1)
         else:
             g.seq, g.tardiness = seq, cost[0]
@@ -286,7 +302,7 @@ class HydraPolicy(Policy):
         self.mode = choice("mode", mode, ("online", "oneshot"))
         self.window = count_or_all("window", window)
         self.orderer = QueueOrderer(self.bnb, self.budget_ms, self.max_nodes)
-        self._queues: PlannedQueues | None = None
+        self._queues = PlannedQueues()
         self._static: tuple[list[Jobs], np.ndarray] | None = None
 
     def describe(self) -> dict:
@@ -298,20 +314,26 @@ class HydraPolicy(Policy):
 
     def schedule(self, view) -> list[Placement]:
         state = view.state
-        if self._queues is None:
-            self._queues = PlannedQueues(len(state.gpu_job))
         avail = view.gpu_available_at()
         if self.mode == "online":
             self._queues.clear()
-            pending = list(view.waiting)
-            if self.window is not None:
-                pending = pending[:self.window]
+            pending = self._window(view, list(view.waiting))
         else:
             planned = self._queues.planned_jobs()
             pending = [j for j in view.waiting if j not in planned]
         if pending:
             self._plan(view, pending, avail)
         return self._queues.start_heads(view)
+
+    def _window(self, view, jobs: list[int]) -> list[int]:
+        """The jobs planned in one online decision: round-robin over longest-waiting, earliest
+        deadline and shortest predicted run time (on any type), ``window`` in all."""
+        if self.window is None or len(jobs) <= self.window:
+            return jobs
+        with_deadline = [j for j in jobs if not np.isnan(view.deadline[j])]
+        orders = [jobs, sorted(with_deadline, key=lambda j: (view.deadline[j], j)),
+                  sorted(jobs, key=lambda j: (view.predicted[j].min(), j))]
+        return sorted(round_robin_pick(orders, self.window))
 
     def _plan(self, view, pending: list[int], avail: np.ndarray) -> None:
         state = view.state
@@ -320,13 +342,22 @@ class HydraPolicy(Policy):
             self._static = ([Jobs(view.predicted[:, k], view.submit, deadline) for k in range(len(view.gpu_types))],
                             view.num_gpus[:, None] <= view.total_by_type[None, :])
         per_type, feasible = self._static
-        groups: dict[tuple[int, float], list[int]] = {}
-        for g in range(len(state.gpu_job)):
-            k = int(state.gpu_type[g])
-            t0 = float(avail[g]) + sum(float(per_type[k].p[j]) for j in self._queues.queues[g])
-            groups.setdefault((k, t0), []).append(g)
-        gpus = [GpuState(k, t0, members, []) for (k, t0), members in groups.items()]
+        t0 = avail.copy()
+        for g, queue in self._queues.queues.items():  # one-shot: new jobs go behind installed queues
+            t0[g] += float(per_type[state.gpu_type[g]].p[queue].sum())
+        gpus: list[GpuState] = []
+        for k in range(len(view.gpu_types)):
+            # Only the len(pending) earliest-free GPUs of a type can receive a job: a later one with
+            # an empty plan always costs more than an earlier one that is still empty (exact).
+            ids = np.flatnonzero(state.gpu_type == k)
+            # idle before busy at equal t0 (a job that overran its prediction is "free now" too,
+            # but a job given to that GPU would wait for it)
+            ids = ids[np.lexsort((state.gpu_job[ids] >= 0, t0[ids]))]
+            if len(ids) > len(pending):
+                ids = ids[t0[ids] <= t0[ids[len(pending) - 1]]]
+            for members in np.split(ids, np.flatnonzero(np.diff(t0[ids])) + 1):  # equal t0: one group
+                gpus.append(GpuState(k, float(t0[members[0]]), members.tolist(), []))
         self.orderer.memo.clear()  # keys hold absolute times; a new round rarely reuses them
         for group in greedy_assign(pending, gpus, per_type, feasible, self.orderer):
             if group.seq:
-                self._queues.queues[group.members[0]].extend(group.seq)
+                self._queues.extend(group.members[0], group.seq)

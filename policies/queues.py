@@ -23,23 +23,25 @@ from policies.base import Placement
 
 
 class PlannedQueues:
-    """Job queues per GPU id, first-to-run first."""
+    """Non-empty job queues by GPU id, first-to-run first."""
 
-    def __init__(self, num_gpus: int):
-        self.queues: list[list[int]] = [[] for _ in range(num_gpus)]
+    def __init__(self) -> None:
+        self.queues: dict[int, list[int]] = {}
 
     def clear(self) -> None:
-        for q in self.queues:
-            q.clear()
+        self.queues.clear()
+
+    def extend(self, gpu: int, jobs: list[int]) -> None:
+        self.queues.setdefault(gpu, []).extend(jobs)
 
     def planned_jobs(self) -> set[int]:
-        return {j for q in self.queues for j in q}
+        return {j for q in self.queues.values() for j in q}
 
     def start_heads(self, view) -> list[Placement]:
         """Placements for the heads of idle GPUs' queues (started heads leave their queue)."""
         state = view.state
         free = view.free_by_type.copy()
-        idle = [g for g, q in enumerate(self.queues) if q and state.gpu_job[g] < 0]
+        idle = sorted(g for g in self.queues if state.gpu_job[g] < 0)
         reserved_from: dict[int, float] = {}  # held type -> predicted start of its gang job
         avail = None
         gangs: list[Placement] = []
@@ -52,13 +54,13 @@ class PlannedQueues:
             if k not in reserved_from and free[k] >= need:
                 free[k] -= need
                 gangs.append(Placement(job, view.gpu_types[k]))
-                self.queues[g].pop(0)
+                self._pop(g)
             elif k not in reserved_from:
                 avail = view.gpu_available_at() if avail is None else avail
                 reserved_from[k] = float(np.sort(avail[state.gpu_type == k])[need - 1])
         singles: list[Placement] = []
         for g in idle:
-            if not self.queues[g]:
+            if g not in self.queues:
                 continue
             job = self.queues[g][0]
             k = int(state.gpu_type[g])
@@ -68,5 +70,11 @@ class PlannedQueues:
                 continue  # would delay the held gang job
             free[k] -= 1
             singles.append(Placement(job, view.gpu_types[k], (g,)))
-            self.queues[g].pop(0)
+            self._pop(g)
         return singles + gangs  # pinned GPUs first, so the engine's gang placement avoids them
+
+    def _pop(self, gpu: int) -> None:
+        queue = self.queues[gpu]
+        queue.pop(0)
+        if not queue:
+            del self.queues[gpu]

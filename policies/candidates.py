@@ -1,0 +1,26 @@
+"""Bounding a policy's per-decision work: pick a window of candidate jobs from several orders.
+
+Why: AlloX and Hydra cost grows with the number of jobs they plan at once, yet a window that
+follows one order starves the others (oldest-first blocks short jobs behind big ones;
+shortest-first starves long jobs). Taking jobs round-robin from several orders keeps each
+criterion represented.
+"""
+
+from __future__ import annotations
+
+
+def round_robin_pick(orders: list[list[int]], count: int) -> list[int]:
+    """Up to ``count`` distinct jobs, taking in turn the next unpicked job of each order.
+
+    Returned in the order picked. Each order is a ranking of (some of) the same jobs.
+    """
+    picked: dict[int, None] = {}
+    cursor = [0] * len(orders)
+    total = len(set().union(*orders)) if orders else 0
+    while len(picked) < min(count, total):
+        for k, order in enumerate(orders):
+            while cursor[k] < len(order) and order[cursor[k]] in picked:
+                cursor[k] += 1
+            if cursor[k] < len(order) and len(picked) < count:
+                picked[order[cursor[k]]] = None
+    return list(picked)

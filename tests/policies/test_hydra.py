@@ -1,0 +1,553 @@
+"""Hydra: queue ordering and greedy assignment against exhaustive references, and the policy's
+documented behaviour in the engine.
+
+Random instances use integer times, so every sum is exact in floating point and equal costs are
+exactly equal (the references and the code then agree on ties, not just up to rounding).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from policies.base import PolicySpecError
+from policies.hydra import (GpuState, HydraPolicy, Jobs, QueueOrderer, branch_and_bound, greedy_assign,
+                            queue_cost, srtf, swap_heuristic, weighted)
+from policies.registry import make_policy
+from simulator.cluster import homogeneous_groups
+from simulator.engine import Simulation
+from simulator.timing import Predictor, make_predictor
+from traces.schema import from_records
+
+INF = math.inf
+
+
+# -- helpers ------------------------------------------------------------------------------------
+def simulate(records, groups, policy, predictor="truth"):
+    policy = make_policy(policy) if isinstance(policy, str) else policy
+    predictor = make_predictor(predictor, seed=1) if isinstance(predictor, str) else predictor
+    return Simulation(from_records(records), homogeneous_groups(groups, "t"), policy, predictor).run()
+
+
+def times(result):
+    return {row.job_id: (row.start, row.end, row.gpu_type, row.gpu_ids) for row in result.records.itertuples()}
+
+
+def job(job_id, duration, submit=0.0, **extra):
+    return {"job_id": job_id, "submit_s": submit, "num_gpus": 1, "duration_s": duration, **extra}
+
+
+def hetero(job_id, a100, v100, submit=0.0, **extra):
+    """A job with measured run times on A100 and V100 (Hydra-case columns)."""
+    return {"job_id": job_id, "submit_s": submit, "num_gpus": 1, "duration_s": a100, "gpu_type": "A100",
+            "runtime_s:A100": a100, "runtime_s:V100": v100, **extra}
+
+
+def reference_cost(seq, t0, p, submit, deadline):
+    """(total tardiness, total JCT) of running ``seq`` back to back from t0 (absolute times)."""
+    clock, tardiness, jct = t0, 0.0, 0.0
+    for j in seq:
+        clock = clock + p[j]
+        jct += clock - submit[j]
+        tardiness += max(0.0, clock - deadline[j])
+    return tardiness, jct
+
+
+def brute_force_order(job_set, t0, jobs):
+    """Lexicographic min of (tardiness, JCT) over every permutation, and how many orders attain it."""
+    costs = [(reference_cost(q, t0, jobs.p, jobs.submit, jobs.deadline), q)
+             for q in itertools.permutations(sorted(job_set))]
+    best = min(c for c, _ in costs)
+    winners = [q for c, q in costs if c == best]
+    return best, list(winners[0]), len(winners)
+
+
+def random_queue(rng, max_jobs=7, universe=12):
+    """A job set (indices spread over a larger table) with integer times; deadlines: none, tight or loose."""
+    n = int(rng.integers(1, max_jobs + 1))
+    t0 = float(rng.integers(0, 40))
+    p = rng.integers(1, 30, universe).astype(float)
+    submit = np.floor(rng.uniform(0, t0 + 1, universe))
+    deadline = np.full(universe, INF)
+    kind = rng.random(universe)
+    tight = kind < 0.35
+    loose = (kind >= 0.35) & (kind < 0.6)
+    deadline[tight] = t0 + np.ceil(p[tight] * rng.uniform(1.0, 2.5, tight.sum()))
+    deadline[loose] = t0 + rng.integers(1, int(p.sum()), loose.sum())
+    job_set = frozenset(int(j) for j in rng.choice(universe, n, replace=False))
+    return job_set, t0, Jobs(p, submit, deadline)
+
+
+# -- 7. queue cost by hand ------------------------------------------------------------------------
+def test_queue_cost_absolute_times_by_hand():
+    # p = 3, 5, 2; submitted at 1, 4, 0; deadlines none, 12, 9; the GPU is free at t0 = 5.
+    jobs = Jobs(np.array([3.0, 5.0, 2.0]), np.array([1.0, 4.0, 0.0]), np.array([INF, 12.0, 9.0]))
+    # [2, 0, 1]: ends 7, 10, 15 -> JCT 7 + 9 + 11 = 27; job 1 is 3 late (15 > 12), job 2 on time
+    assert queue_cost([2, 0, 1], 5.0, jobs) == (3.0, 27.0)
+    # [1, 0, 2]: ends 10, 13, 15 -> JCT 6 + 12 + 15 = 33; job 2 is 6 late (15 > 9)
+    assert queue_cost([1, 0, 2], 5.0, jobs) == (6.0, 33.0)
+    # from t0 = 0 nothing is late: [2, 0, 1] ends 2, 5, 10 -> JCT 2 + 4 + 6 = 12
+    assert queue_cost([2, 0, 1], 0.0, jobs) == (0.0, 12.0)
+    assert queue_cost([], 5.0, jobs) == (0.0, 0.0)
+    assert weighted((3.0, 27.0)) == 27.0 + 3e20
+
+
+def test_srtf_sorts_by_run_time_then_index():
+    jobs = Jobs(np.array([4.0, 2.0, 4.0, 1.0]), np.zeros(4), np.full(4, INF))
+    assert srtf({0, 1, 2, 3}, jobs) == [3, 1, 0, 2]
+
+
+# -- 6. swap heuristic --------------------------------------------------------------------------------
+def test_swap_heuristic_by_hand():
+    # t0 = 0; a (1), b (2), c (5, due 5). SRTF [a, b, c]: c ends 8, 3 late. The window {c} slides
+    # left: [a, c, b] (c ends 6, 1 late; cost (1, 1 + 6 + 8)), then [c, a, b] (c ends 5: on time;
+    # cost (0, 5 + 6 + 8)).
+    jobs = Jobs(np.array([1.0, 2.0, 5.0]), np.zeros(3), np.array([INF, INF, 5.0]))
+    assert queue_cost(srtf({0, 1, 2}, jobs), 0.0, jobs) == (3.0, 12.0)
+    assert swap_heuristic([0, 1, 2], 0.0, jobs) == ([2, 0, 1], (0.0, 19.0))
+
+
+def test_swap_heuristic_never_worse_than_srtf():
+    rng = np.random.default_rng(21)
+    improved = 0
+    for case in range(300):
+        job_set, t0, jobs = random_queue(rng, max_jobs=9)
+        start = srtf(job_set, jobs)
+        seq, cost = swap_heuristic(start, t0, jobs)
+        where = f"case {case}: set={sorted(job_set)} t0={t0}"
+        assert sorted(seq) == sorted(job_set), where
+        assert cost == reference_cost(seq, t0, jobs.p, jobs.submit, jobs.deadline), where
+        srtf_cost = reference_cost(start, t0, jobs.p, jobs.submit, jobs.deadline)
+        assert cost <= srtf_cost, where
+        improved += cost < srtf_cost
+    assert improved >= 30  # the heuristic really moves jobs on these instances
+
+
+# -- 5. branch-and-bound ordering is exact ----------------------------------------------------------
+def test_orderer_matches_brute_force_minimum():
+    rng = np.random.default_rng(5)
+    srtf_late = heuristic_suboptimal = 0
+    for case in range(260):
+        job_set, t0, jobs = random_queue(rng)
+        orderer = QueueOrderer(bnb=True, budget_ms=1e6, max_nodes=None)
+        seq, cost = orderer.order(job_set, t0, 0, jobs)
+        best, _, _ = brute_force_order(job_set, t0, jobs)
+        where = f"case {case}: set={sorted(job_set)} t0={t0} p={jobs.p.tolist()} " \
+                f"submit={jobs.submit.tolist()} due={jobs.deadline.tolist()} -> {seq} {cost}"
+        assert sorted(seq) == sorted(job_set), where
+        assert cost == pytest.approx(best, rel=1e-12), where
+        assert reference_cost(seq, t0, jobs.p, jobs.submit, jobs.deadline) == pytest.approx(cost, rel=1e-12), where
+        srtf_late += reference_cost(srtf(job_set, jobs), t0, jobs.p, jobs.submit, jobs.deadline)[0] > 0
+        heuristic = swap_heuristic(srtf(job_set, jobs), t0, jobs)[1]
+        heuristic_suboptimal += heuristic > best
+    # the instances exercise the search, not just SRTF or the heuristic
+    assert srtf_late >= 100
+    assert heuristic_suboptimal >= 20
+
+
+def test_branch_and_bound_alone_is_exact_and_respects_budgets():
+    rng = np.random.default_rng(8)
+    searched = 0
+    for case in range(120):
+        job_set, t0, jobs = random_queue(rng)
+        if reference_cost(srtf(job_set, jobs), t0, jobs.p, jobs.submit, jobs.deadline)[0] == 0:
+            continue
+        searched += 1
+        seq, cost, stats = branch_and_bound(job_set, t0, jobs, budget_s=1e3, max_nodes=None)
+        best, _, _ = brute_force_order(job_set, t0, jobs)
+        assert cost == best and sorted(seq) == sorted(job_set), f"case {case}"
+        assert reference_cost(seq, t0, jobs.p, jobs.submit, jobs.deadline) == cost
+        assert stats.stopped_by == "" and stats.nodes >= 1
+        _, _, capped = branch_and_bound(job_set, t0, jobs, budget_s=1e3, max_nodes=1)
+        assert capped.nodes <= 1
+        if stats.nodes > 1:
+            assert capped.stopped_by == "nodes"
+    assert searched >= 50
+
+
+def test_orderer_memo_and_counters():
+    # SRTF [0, 1, 2] misses job 2's deadline, so the search runs once; the second call is memoised
+    jobs = Jobs(np.array([1.0, 2.0, 5.0]), np.zeros(3), np.array([INF, INF, 5.0]))
+    orderer = QueueOrderer(bnb=True, budget_ms=1e6, max_nodes=None)
+    assert orderer.order(frozenset({0, 1, 2}), 0.0, 0, jobs) == ([2, 0, 1], (0.0, 19.0))
+    assert orderer.order(frozenset({0, 1, 2}), 0.0, 0, jobs) == ([2, 0, 1], (0.0, 19.0))
+    assert orderer.searches == 1 and orderer.stopped == {"nodes": 0, "time": 0}
+    # no deadline missed by SRTF: no search at all
+    orderer.order(frozenset({0, 1}), 0.0, 0, jobs)
+    assert orderer.searches == 1
+    off = QueueOrderer(bnb=False, budget_ms=1e6, max_nodes=None)
+    assert off.order(frozenset({0, 1, 2}), 0.0, 0, jobs) == ([2, 0, 1], (0.0, 19.0))  # the heuristic finds it
+    assert off.searches == 0
+
+
+# -- 11. greedy assignment equals an eager reference -------------------------------------------------
+def eager_assign(waiting, groups, per_type, feasible):
+    """Score every (job, GPU group) pair exactly (brute-force order); take the lexicographic min,
+    ties by job order then group order; a group of several GPUs hands its first GPU the job."""
+    groups = [{"type": g.type_k, "t0": g.t0, "members": list(g.members), "seq": list(g.seq)} for g in groups]
+    left = list(waiting)
+    while left:
+        best = None
+        for j in left:
+            for c, g in enumerate(groups):
+                if not feasible[j, g["type"]]:
+                    continue
+                cost, seq, _ = brute_force_order(set(g["seq"]) | {j}, g["t0"], per_type[g["type"]])
+                if best is None or cost < best[0]:
+                    best = (cost, j, c, seq)
+        if best is None:
+            break
+        _, j, c, seq = best
+        g = groups[c]
+        if len(g["members"]) > 1:
+            groups.append({"type": g["type"], "t0": g["t0"], "members": [g["members"].pop(0)], "seq": seq})
+        else:
+            g["seq"] = seq
+        left.remove(j)
+    return {g["members"][0]: g for g in groups if g["seq"]}
+
+
+def test_greedy_assignment_equals_eager_reference():
+    rng = np.random.default_rng(13)
+    for case in range(150):
+        n = int(rng.integers(1, 7))
+        num_types = int(rng.integers(1, 3))
+        base = rng.integers(2, 25, n).astype(float)
+        p = np.stack([np.ceil(base * rng.uniform(1.0, 2.5, n)) if k else base for k in range(num_types)], axis=1)
+        submit = rng.integers(0, 10, n).astype(float)
+        deadline = np.where(rng.random(n) < 0.5, 10 + np.ceil(base * rng.uniform(0.8, 3.0, n)), INF)
+        per_type = [Jobs(p[:, k], submit, deadline) for k in range(num_types)]
+        gpus, first_id = [], 0
+        for _ in range(int(rng.integers(2, 4))):
+            size = int(rng.integers(1, 4)) if rng.random() < 0.4 else 1
+            t0 = 10.0 + (float(rng.integers(0, 15)) if rng.random() < 0.5 else 0.0)
+            gpus.append(GpuState(int(rng.integers(0, num_types)), t0, list(range(first_id, first_id + size)), []))
+            first_id += size
+        feasible = rng.random((n, num_types)) < 0.8
+        present = sorted({g.type_k for g in gpus})
+        for j in range(n):
+            if not feasible[j, present].any():
+                feasible[j, present[0]] = True
+        waiting = [int(j) for j in rng.permutation(n)]
+        ref = eager_assign(waiting, gpus, per_type, feasible)
+        out = greedy_assign(waiting, copy.deepcopy(gpus), per_type, feasible,
+                            QueueOrderer(bnb=True, budget_ms=1e6, max_nodes=None))
+        got = {g.members[0]: g for g in out if g.seq}
+        where = f"case {case}: waiting={waiting} p={p.tolist()} submit={submit.tolist()} due={deadline.tolist()} " \
+                f"gpus={gpus} feasible={feasible.tolist()}"
+        assert sorted(got) == sorted(ref), where
+        for gpu, g in got.items():
+            r = ref[gpu]
+            assert sorted(g.seq) == sorted(r["seq"]), where  # same jobs on the same GPU
+            jobs = per_type[g.type_k]
+            best, _, ways = brute_force_order(set(g.seq), g.t0, jobs)
+            assert reference_cost(g.seq, g.t0, jobs.p, jobs.submit, jobs.deadline) == best, where
+            assert g.tardiness == best[0], where
+            if ways == 1:
+                assert g.seq == r["seq"], where
+        assert sorted(j for g in got.values() for j in g.seq) == sorted(waiting), where
+
+
+def test_greedy_assign_fills_least_cost_queues_by_hand():
+    # one type, two GPUs free at 0 (a group of 2), jobs of 4, 1, 3 s, no deadlines. Round 1: the 1-s
+    # job alone (cost 1) -> first GPU. Round 2: the 3-s job on the empty GPU (3) beats joining (1 + 4).
+    # Round 3: 4 s: with the 1-s job 1 + 5 = 6, with the 3-s job 3 + 7 = 10 -> first GPU.
+    jobs = Jobs(np.array([4.0, 1.0, 3.0]), np.zeros(3), np.full(3, INF))
+    out = greedy_assign([0, 1, 2], [GpuState(0, 0.0, [0, 1], [])], [jobs], np.ones((3, 1), bool),
+                        QueueOrderer(bnb=True, budget_ms=1e6, max_nodes=None))
+    assert {g.members[0]: g.seq for g in out} == {0: [1, 0], 1: [2]}
+
+
+# -- 8, 9. budgets and bnb on/off in the policy --------------------------------------------------------
+def heavy_workload(seed, n=30, together=False):
+    rng = np.random.default_rng(seed)
+    records = []
+    for i in range(n):
+        a100 = float(rng.uniform(10, 100))
+        v100 = a100 * float(rng.uniform(1.3, 2.2))
+        submit = 0.0 if together else float(rng.integers(0, 100))
+        extra = {}
+        if rng.random() < 0.5:
+            extra["deadline_s"] = submit + a100 * float(rng.uniform(1.0, 2.0))
+        records.append(hetero(f"j{i}", a100, v100, submit, **extra))
+    return records
+
+
+HEAVY_CLUSTER = [("A100", 1, 2), ("V100", 1, 2)]
+
+
+def test_node_budget_makes_runs_reproducible():
+    records = heavy_workload(2)
+    runs = []
+    for _ in range(2):
+        policy = HydraPolicy(budget_ms=1e6, nodes=50)
+        runs.append((simulate(records, HEAVY_CLUSTER, policy).records, policy.describe()))
+    (a, da), (b, db) = runs
+    assert a.equals(b)
+    assert da == db
+    assert da["bnb_stopped_by_node_budget"] > 0 and da["bnb_stopped_by_time_budget"] == 0
+    assert da["bnb_searches"] >= da["bnb_stopped_by_node_budget"]
+    # without the node budget the same searches all finish
+    free = HydraPolicy(budget_ms=1e6)
+    simulate(records, HEAVY_CLUSTER, free)
+    assert free.describe()["bnb_stopped_by_node_budget"] == 0 and free.describe()["bnb_stopped_by_time_budget"] == 0
+
+
+@pytest.mark.parametrize("mode", ["online", "oneshot"])
+def test_bnb_off_never_searches_and_on_is_less_tardy_here(mode):
+    records = heavy_workload(3, together=True)  # all at t=0, half with tight deadlines
+    on = HydraPolicy(budget_ms=1e6, bnb="on", mode=mode)
+    off = HydraPolicy(budget_ms=1e6, bnb="off", mode=mode)
+    late_on = simulate(records, HEAVY_CLUSTER, on).records["tardiness"].sum()
+    late_off = simulate(records, HEAVY_CLUSTER, off).records["tardiness"].sum()
+    assert off.describe()["bnb_searches"] == 0
+    assert on.describe()["bnb_searches"] > 0  # SRTF misses deadlines here, so the on-run did search
+    # holds on this fixed instance (greedy assignment is not monotone in the ordering quality, so
+    # this is not asserted in general)
+    assert late_on < late_off
+
+
+# -- 10. one-shot plans, hand-computed -------------------------------------------------------------------
+ONE_EACH = [("A100", 1, 1), ("V100", 1, 1)]  # GPU 0 = A100, GPU 1 = V100
+
+
+def test_oneshot_installs_deadline_aware_queues():
+    # (A100, V100): J0 (10, 18), J1 (4, 6), J2 (8, 12, due 10), J3 (6, 9); all at t=0.
+    # Round 1 (both GPUs empty): least cost J1 on A100 (0, 4).
+    # Round 2: J3 alone on V100 (0, 9) beats J0 (A100 [J1, J0] 4 + 14 = 18; V100 18), J2 (A100
+    #   needs [J2, J1] to meet due 10: (0, 8 + 12 = 20); V100 alone ends 12: 2 late) and J3 on A100 (14).
+    # Round 3: J0 on A100 [J1, J0] (0, 18) beats J2 on A100 (0, 20) and J0 on V100 [J3, J0] (9 + 27 = 36).
+    # Round 4: J2 on A100 {J1, J0, J2}: only J2 first meets 10 -> [J2, J1, J0] ends 8, 12, 22: (0, 42);
+    #   on V100 {J3, J2}: J2 ends >= 12 > 10: late -> A100.
+    # Installed: A100 [J2, J1, J0], V100 [J3].
+    jobs = [hetero("J0", 10, 18), hetero("J1", 4, 6), hetero("J2", 8, 12, deadline_s=10), hetero("J3", 6, 9)]
+    res = simulate(jobs, ONE_EACH, "hydra:mode=oneshot")
+    out = times(res)
+    assert out == {"J2": (0, 8, "A100", "0"), "J1": (8, 12, "A100", "0"), "J0": (12, 22, "A100", "0"),
+                   "J3": (0, 9, "V100", "1")}
+    assert res.records["tardiness"].sum() == 0
+    # SJF (shortest pair first) runs J1 first on A100 and J2 then ends late
+    assert simulate(jobs, ONE_EACH, "sjf").records["tardiness"].sum() > 0
+
+
+def test_oneshot_uses_absolute_queue_cost_and_online_replans():
+    # (A100, V100), no deadlines: J0 (5, 8), J1 (4, 6), J2 (2, 4), J3 (9, 12); all at t=0.
+    # One plan: R1 J2 -> A100 (2). R2 J1 -> V100 (6) [vs A100 {J2, J1} 2 + 6 = 8, J0 V100 8].
+    # R3 J0 -> A100 {J2, J0}: 2 + 7 = 9 [vs V100 {J1, J0}: 6 + 14 = 20; J3: 13 / 24].
+    # R4 J3: A100 {J2, J0, J3}: 2 + 7 + 16 = 25; V100 {J1, J3}: 6 + 18 = 24 -> V100 (absolute cost,
+    #    although J3 adds 16 to A100 and 18 to V100). One-shot: J2 0-2, J0 2-7 (A100); J1 0-6, J3 6-18.
+    # Online: heads J2 and J1 start at 0. t=2: J0 -> A100 (2 + 5 = 7), J3 -> V100 (free at 6: 18 vs
+    # A100 [J0, J3]: 7 + 16 = 23): J0 starts 2-7. t=6: J3 alone: A100 (free at 7) 16 < V100 18 -> waits.
+    # t=7: J3 on A100 7-16.
+    jobs = [hetero("J0", 5, 8), hetero("J1", 4, 6), hetero("J2", 2, 4), hetero("J3", 9, 12)]
+    one = times(simulate(jobs, ONE_EACH, "hydra:mode=oneshot"))
+    assert one == {"J2": (0, 2, "A100", "0"), "J0": (2, 7, "A100", "0"),
+                   "J1": (0, 6, "V100", "1"), "J3": (6, 18, "V100", "1")}
+    online = times(simulate(jobs, ONE_EACH, "hydra"))
+    assert online == {"J2": (0, 2, "A100", "0"), "J0": (2, 7, "A100", "0"),
+                      "J1": (0, 6, "V100", "1"), "J3": (7, 16, "A100", "0")}
+
+
+def test_oneshot_plans_later_arrivals_behind_installed_queues():
+    # (A100, V100): a, b (10 / 100) at t=0 -> a on A100, then b joins it (10 + 20 = 30 < 100):
+    # installed A100 [a, b]. t=1: c (5 / 16). One-shot: A100 is free only after a and b (t0 = 10 + 10
+    # = 20, JCT 20 + 5 - 1 = 24) vs V100 16 -> c on V100 1-17. Online re-plans b and c together:
+    # c on A100 (t0 10: JCT 14 < 16) first, then b behind it (14 + 24 = 38 < 100): c 10-15, b 15-25.
+    jobs = [hetero("a", 10, 100), hetero("b", 10, 100), hetero("c", 5, 16, submit=1)]
+    one = times(simulate(jobs, ONE_EACH, "hydra:mode=oneshot"))
+    assert one == {"a": (0, 10, "A100", "0"), "b": (10, 20, "A100", "0"), "c": (1, 17, "V100", "1")}
+    online = times(simulate(jobs, ONE_EACH, "hydra"))
+    assert online == {"a": (0, 10, "A100", "0"), "c": (10, 15, "A100", "0"), "b": (15, 25, "A100", "0")}
+
+
+def test_online_orders_a_deadline_job_first():
+    # one GPU, all at 0: a (10), b (10), c (30, due 35). SRTF would end c at 50 (15 late); Hydra
+    # runs c first (0-30), then a 30-40, b 40-50: no tardiness.
+    jobs = [job("a", 10), job("b", 10), job("c", 30, deadline_s=35)]
+    for mode in ("online", "oneshot"):
+        res = simulate(jobs, [("V100", 1, 1)], f"hydra:mode={mode}")
+        out = times(res)
+        assert {j: out[j][:2] for j in out} == {"c": (0, 30), "a": (30, 40), "b": (40, 50)}, mode
+        assert res.records["tardiness"].sum() == 0
+
+
+def test_online_window_plans_longest_waiting_jobs():
+    # 3 GPUs, jobs a (30), b (10), c (20) at t=0. window=1 plans only the oldest waiting job per
+    # event (arrival order, not length): a 0-30, b 30-40, c 40-60. window=all: all start at 0.
+    jobs = [job("a", 30), job("b", 10), job("c", 20)]
+    one = times(simulate(jobs, [("V100", 3, 1)], "hydra:window=1"))
+    assert {j: one[j][:2] for j in one} == {"a": (0, 30), "b": (30, 40), "c": (40, 60)}
+    every = times(simulate(jobs, [("V100", 3, 1)], "hydra:window=all"))
+    assert {j: every[j][:2] for j in every} == {"a": (0, 30), "b": (0, 10), "c": (0, 20)}
+
+
+def test_online_window_round_robin_over_age_deadline_and_length():
+    # 4 idle GPUs; arrival order d (40), a (30), b (20, due 100), c (10), all at t=0. window=3 takes in
+    # turn the longest-waiting (d), the earliest deadline (b) and the shortest (c): they start at 0;
+    # a waits for the first completion (c at 10): 10-40. (The first 3 waiting would be d, a, b.)
+    jobs = [job("d", 40), job("a", 30), job("b", 20, deadline_s=100), job("c", 10)]
+    out = times(simulate(jobs, [("V100", 4, 1)], "hydra:window=3"))
+    assert {j: out[j][:2] for j in out} == {"d": (0, 40), "b": (0, 20), "c": (0, 10), "a": (10, 40)}
+
+
+class SwapTwo(Predictor):
+    name = "swap-two"
+
+    def __init__(self, a: int, b: int):
+        self.a, self.b = a, b
+
+    def runtimes(self, jobs, gpu_types, truth):
+        out = truth.copy()
+        out[[self.a, self.b]] = truth[[self.b, self.a]]
+        return out
+
+
+@pytest.mark.parametrize("mode", ["online", "oneshot"])
+def test_plan_follows_predictions_and_jobs_end_after_true_times(mode):
+    # one GPU; long 100, mid 40, short 10; long and short swap predictions -> long runs first
+    jobs = [job("long", 100), job("mid", 40), job("short", 10)]
+    res = simulate(jobs, [("V100", 1, 1)], f"hydra:mode={mode}", SwapTwo(0, 2))
+    out = times(res)
+    assert {j: out[j][:2] for j in out} == {"long": (0, 100), "mid": (100, 140), "short": (140, 150)}
+    rec = res.records.set_index("job_id")
+    assert rec.loc["short", "predicted_runtime"] == 100 and rec.loc["short", "true_runtime"] == 10
+
+
+def test_job_overrunning_its_prediction_does_not_block_an_idle_gpu():
+    # V100 x2. A is predicted 10 s but runs 100 s; B (20 s) ends at 20. C (30 s) arrives at 50 and must
+    # start on the idle GPU 1 at once, not queue behind A (whose predicted end is clamped to now).
+    class Under(Predictor):
+        name = "under"
+
+        def runtimes(self, jobs, gpu_types, truth):
+            out = truth.copy()
+            out[0] = 10.0
+            return out
+
+    jobs = [job("A", 100), job("B", 20), job("C", 30, 50)]
+    for mode in ("online", "oneshot"):
+        out = times(simulate(jobs, [("V100", 2, 1)], f"hydra:mode={mode}", Under()))
+        assert out["A"] == (0, 100, "V100", "0") and out["B"] == (0, 20, "V100", "1"), mode
+        assert out["C"] == (50, 80, "V100", "1"), mode
+
+
+# -- 12. gang jobs --------------------------------------------------------------------------------------
+def gang_case(s_seconds):
+    """V100 x3 (one node), T4 x1; (V100, T4) run times. t=0: L (100 s) -> GPU 0. t=1: G (3 GPUs, 10 s),
+    S (1 GPU, ``s_seconds`` / 5000) and S2 (1000 / 5). Hydra's greedy: G alone on an idle V100
+    (JCT 10) first, then S2 on T4 (5), then S on the other idle V100 (s; vs behind G 10 + s + 10, or
+    on GPU 0 99 + s). G needs 3 V100s: V100 is held from R = 100 (3rd earliest predicted free V100);
+    S backfills only if 1 + s <= 100."""
+    def two(job_id, n, v100, t4, submit):
+        return {"job_id": job_id, "submit_s": submit, "num_gpus": n, "duration_s": v100, "gpu_type": "V100",
+                "runtime_s:V100": v100, "runtime_s:T4": t4}
+
+    return [two("L", 1, 100, 5000, 0), two("G", 3, 10, 10, 1), two("S", 1, s_seconds, 5000, 1),
+            two("S2", 1, 1000, 5, 1)]
+
+
+@pytest.mark.parametrize("mode", ["online", "oneshot"])
+def test_gang_job_holds_its_type_until_it_starts(mode):
+    # S = 200 s: waits on an idle GPU from 1 until G (100-110) is done: 110-310
+    out = times(simulate(gang_case(200), [("V100", 3, 1), ("T4", 1, 1)], f"hydra:mode={mode}"))
+    assert out["L"] == (0, 100, "V100", "0")
+    assert out["S2"] == (1, 6, "T4", "3")
+    assert out["G"] == (100, 110, "V100", "0,1,2")
+    assert out["S"][:3] == (110, 310, "V100")
+
+
+@pytest.mark.parametrize("mode", ["online", "oneshot"])
+@pytest.mark.parametrize("s_seconds,backfills", [(20, True), (99, True), (100, False)])
+def test_gang_hold_backfills_only_jobs_ending_by_the_reservation(mode, s_seconds, backfills):
+    out = times(simulate(gang_case(s_seconds), [("V100", 3, 1), ("T4", 1, 1)], f"hydra:mode={mode}"))
+    assert out["G"] == (100, 110, "V100", "0,1,2")
+    start = 1 if backfills else 110
+    assert out["S"][:3] == (start, start + s_seconds, "V100")
+
+
+@pytest.mark.parametrize("mode", ["online", "oneshot"])
+def test_gang_job_is_never_planned_on_a_too_small_pool(mode):
+    # A100 x2, V100 x4: G (3 GPUs) would take 1 s on A100, but only V100's pool can hold it
+    jobs = [hetero("G", 1, 100, num_gpus=3), hetero("s", 5, 10)]
+    out = times(simulate(jobs, [("A100", 2, 1), ("V100", 4, 1)], f"hydra:mode={mode}"))
+    assert out["G"][:3] == (0, 100, "V100") and len(out["G"][3].split(",")) == 3
+    assert out["s"][:3] == (0, 5, "A100")
+
+
+def gang_workload(seed, n=40):
+    rng = np.random.default_rng(seed)
+    records = []
+    for i in range(n):
+        sub = float(rng.integers(0, 150))
+        dur = float(rng.integers(1, 80))
+        rec = {"job_id": f"g{i}", "submit_s": sub, "num_gpus": int(rng.choice([1, 1, 2, 2, 3, 4, 6, 8])),
+               "duration_s": dur, "gpu_type": str(rng.choice(["V100", "T4", "A100"]))}
+        if rng.random() < 0.3:
+            rec["deadline_s"] = sub + dur * float(rng.uniform(1.0, 3.0))
+        records.append(rec)
+    return records
+
+
+GANG_CLUSTER = [("V100", 4, 2), ("T4", 2, 2), ("A100", 1, 3)]  # pools: V100 8, T4 4, A100 3
+
+
+@pytest.mark.parametrize("mode", ["online", "oneshot"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_gang_heavy_random_invariants(mode, seed):
+    records = gang_workload(seed)
+    cluster = homogeneous_groups(GANG_CLUSTER, "t")
+    pools = {t: cluster.gpus_of_type(t) for t in cluster.gpu_types}
+    type_of_gpu = [n.gpu_type for n in cluster.nodes for _ in range(n.num_gpus)]
+    spec = f"hydra:mode={mode},nodes=200,budget_ms=1e6"
+    rec = simulate(records, GANG_CLUSTER, spec, "noisy:0.3").records
+    assert (rec["status"] == "completed").all() and rec["job_id"].is_unique and len(rec) == len(records)
+    assert rec["end"].notna().all()
+    assert (rec["start"] >= rec["submit"]).all()
+    assert (rec["jct"] >= rec["true_runtime"] - 1e-9).all()
+    assert np.allclose(rec["end"], rec["start"] + rec["true_runtime"])
+    busy: dict[int, list[tuple[float, float]]] = {}
+    for row in rec.itertuples():
+        ids = [int(g) for g in row.gpu_ids.split(",")]
+        assert len(set(ids)) == len(ids) == row.num_gpus
+        assert {type_of_gpu[g] for g in ids} == {row.gpu_type}
+        assert pools[row.gpu_type] >= row.num_gpus
+        for g in ids:
+            busy.setdefault(g, []).append((row.start, row.end))
+    for spans in busy.values():
+        spans.sort()
+        assert all(s1 >= e0 for (_, e0), (s1, _) in zip(spans, spans[1:]))
+    assert (rec["num_gpus"] > 1).sum() >= 15
+    again = simulate(records, GANG_CLUSTER, spec, "noisy:0.3").records
+    assert again.equals(rec)
+
+
+# -- options ----------------------------------------------------------------------------------------
+def test_options_parse():
+    p = make_policy("hydra:budget_ms=100,nodes=1000,bnb=off,mode=oneshot,window=all")
+    assert isinstance(p, HydraPolicy)
+    assert (p.budget_ms, p.max_nodes, p.bnb, p.mode, p.window) == (100.0, 1000, False, "oneshot", None)
+    assert (p.orderer.bnb, p.orderer.budget_s, p.orderer.max_nodes) == (False, 0.1, 1000)
+    d = make_policy("hydra").describe()
+    assert {k: d[k] for k in ("budget_ms", "nodes", "bnb", "mode", "window")} == \
+        {"budget_ms": 500.0, "nodes": "unbounded", "bnb": True, "mode": "online", "window": 100}
+    assert make_policy("hydra:nodes=all,bnb=on,window=5").max_nodes is None
+    assert make_policy("hydra:window=5").window == 5
+
+
+@pytest.mark.parametrize("spec,option", [
+    ("hydra:budget_ms=-1", "budget_ms"), ("hydra:budget_ms=fast", "budget_ms"), ("hydra:budget_ms=1e9", "budget_ms"),
+    ("hydra:nodes=0", "nodes"), ("hydra:nodes=lots", "nodes"), ("hydra:bnb=maybe", "bnb"),
+    ("hydra:mode=offline", "mode"), ("hydra:window=0", "window"), ("hydra:window=x", "window"),
+])
+def test_bad_option_values_name_the_option(spec, option):
+    with pytest.raises(PolicySpecError, match=rf"\b{option}="):
+        make_policy(spec)
+
+
+def test_unknown_option_is_rejected():
+    with pytest.raises(PolicySpecError, match="alpha"):
+        make_policy("hydra:alpha=0.5")
