@@ -53,10 +53,19 @@ def allox_plan(P: np.ndarray, arrival: np.ndarray, feasible: np.ndarray, machine
     P[j, t]: predicted run time of job j on type t; arrival[j]; feasible[j, t]: job j may run on t;
     machine_type[i], machine_avail[i]: each machine's type index and when it is free.
     """
-    n = P.shape[0]
     queues: list[list[int]] = [[] for _ in range(len(machine_type))]
+    for i, queue in plan_queues(P, arrival, feasible, machine_type, machine_avail).items():
+        queues[i] = queue
+    return queues
+
+
+def plan_queues(P: np.ndarray, arrival: np.ndarray, feasible: np.ndarray, machine_type: np.ndarray,
+                machine_avail: np.ndarray) -> dict[int, list[int]]:
+    """:func:`allox_plan` as {machine: non-empty queue}. Within a group of interchangeable machines
+    the longest queues go to the machines listed first (callers list idle machines first)."""
+    n = P.shape[0]
     if n == 0:
-        return queues
+        return {}
     # groups of interchangeable machines: (type, avail) -> machine ids, n earliest per type
     groups: dict[tuple[int, float], list[int]] = {}
     for t in np.unique(machine_type):
@@ -64,28 +73,33 @@ def allox_plan(P: np.ndarray, arrival: np.ndarray, feasible: np.ndarray, machine
         ids = ids[np.argsort(machine_avail[ids], kind="stable")][:n]
         for i in ids:
             groups.setdefault((int(t), float(machine_avail[i])), []).append(int(i))
-    rows_machine, rows_k, blocks = [], [], []
-    for (t, avail), members in groups.items():
+    rows_group, rows_copy, rows_k, blocks = [], [], [], []
+    for gid, ((t, avail), members) in enumerate(groups.items()):
         positions = math.ceil(n / len(members))
-        k = np.repeat(np.arange(1, positions + 1), len(members))          # slot position from the end
-        machine = np.tile(np.array(members), positions)
-        delay = np.maximum(0.0, avail - arrival)                           # D[i][j]
-        cost = delay[None, :] + k[:, None] * P[:, t][None, :]
+        rows_k.append(np.repeat(np.arange(1, positions + 1), len(members)))  # slot position from the end
+        rows_copy.append(np.tile(np.arange(len(members)), positions))
+        rows_group.append(np.full(positions * len(members), gid))
+        delay = np.maximum(0.0, avail - arrival)                               # D[i][j]
+        cost = delay[None, :] + rows_k[-1][:, None] * P[:, t][None, :]
         cost[:, ~feasible[:, t]] = INFEASIBLE
-        rows_machine.append(machine)
-        rows_k.append(k)
         blocks.append(cost)
     cost = np.vstack(blocks)
-    machine_of_row, k_of_row = np.concatenate(rows_machine), np.concatenate(rows_k)
+    group_of_row, copy_of_row, k_of_row = (np.concatenate(x) for x in (rows_group, rows_copy, rows_k))
     rows, cols = linear_sum_assignment(cost)
-    plan: dict[int, list[tuple[int, int]]] = {}
+    slots: dict[tuple[int, int], list[tuple[int, int]]] = {}
     for r, j in zip(rows, cols):
         if cost[r, j] >= INFEASIBLE:
             continue  # no feasible slot for this job (cannot happen while some type fits it)
-        plan.setdefault(int(machine_of_row[r]), []).append((int(k_of_row[r]), int(j)))
-    for i, slots in plan.items():
-        queues[i] = [j for _, j in sorted(slots, key=lambda s: (-s[0], s[1]))]  # largest k runs first
-    return queues
+        slots.setdefault((int(group_of_row[r]), int(copy_of_row[r])), []).append((int(k_of_row[r]), int(j)))
+    by_group: dict[int, list[list[int]]] = {}
+    for (gid, _), entries in sorted(slots.items()):
+        by_group.setdefault(gid, []).append([j for _, j in sorted(entries, key=lambda s: (-s[0], s[1]))])
+    plan: dict[int, list[int]] = {}
+    members_of = list(groups.values())
+    for gid, queues in by_group.items():  # largest k runs first; longest queues to the first members
+        for machine, queue in zip(members_of[gid], sorted(queues, key=len, reverse=True)):
+            plan[machine] = queue
+    return plan
 
 
 class AlloxPolicy(Policy):
@@ -141,8 +155,7 @@ class AlloxPolicy(Policy):
             # idle GPUs listed first: among GPUs free at the same time (a job that overran its
             # prediction is "free now" too) they get the jobs, which then start at once
             order = np.argsort(state.gpu_job >= 0, kind="stable")
-            plan = allox_plan(view.predicted[idx], view.submit[idx], feasible, state.gpu_type[order], avail[order])
-            for g, positions in zip(order, plan):
-                if positions:
-                    self._queues.extend(int(g), [int(idx[p]) for p in positions])
+            plan = plan_queues(view.predicted[idx], view.submit[idx], feasible, state.gpu_type[order], avail[order])
+            for i, positions in plan.items():
+                self._queues.extend(int(order[i]), [int(idx[p]) for p in positions])
         return self._queues.start_heads(view)
