@@ -313,7 +313,6 @@ class HydraPolicy(Policy):
                 "bnb_stopped_by_time_budget": self.orderer.stopped["time"]}
 
     def schedule(self, view) -> list[Placement]:
-        state = view.state
         avail = view.gpu_available_at()
         if self.mode == "online":
             self._queues.clear()
