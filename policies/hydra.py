@@ -264,12 +264,16 @@ def greedy_assign(waiting: list[int], gpus: list[GpuState], per_type: list[Jobs]
     for c in range(len(groups)):
         fill_column(c)
     for _ in range(n):
+        alive_rows = np.flatnonzero(alive)
         while True:
-            t_min = tard.min()
+            used = len(groups)
+            t_used, j_used = tard[alive_rows, :used], jct[alive_rows, :used]
+            t_min = t_used.min()
             if not np.isfinite(t_min):
                 return groups  # nothing left that fits anywhere
-            masked = np.where(tard == t_min, jct, np.inf)
+            masked = np.where(t_used == t_min, j_used, np.inf)
             r, c = np.unravel_index(int(np.argmin(masked)), masked.shape)
+            r = int(alive_rows[r])
             if exact[r, c]:
                 break
             g = groups[c]
