@@ -1,0 +1,50 @@
+"""Importers by kind, for ``ets import KIND PATH``: each turns files of another tool into
+execution-trace tables (:mod:`predictor.trace_table`).
+
+Why a registry: the CLI, scripts and tests name an importer by kind and hand it a file or a
+directory; one place maps kinds to readers and expands directories.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from predictor.trace_table import TraceFormatError
+
+
+def _ets_csv(path: Path, device: str | None) -> pd.DataFrame:
+    from predictor.capture import ets_csv
+
+    return ets_csv.load_many(path, device=device)
+
+
+def _per_file(loader_name: str, patterns: tuple[str, ...]) -> Callable[[Path, str | None], pd.DataFrame]:
+    def load(path: Path, device: str | None) -> pd.DataFrame:
+        import importlib
+
+        loader = importlib.import_module(f"predictor.capture.{loader_name}").load
+        files = sorted({f for p in patterns for f in path.glob(p)}) if path.is_dir() else [path]
+        if not files:
+            raise TraceFormatError(path, f"no files matching {', '.join(patterns)} in this directory")
+        return pd.concat([loader(f, device=device) for f in files], ignore_index=True)
+
+    return load
+
+
+IMPORTERS: dict[str, tuple[Callable[[Path, str | None], pd.DataFrame], str]] = {
+    "ets-csv": (_ets_csv, "the ETS authors' per-iteration CSV files (a file or a directory; op_codes.txt beside)"),
+    "kineto": (_per_file("kineto", ("*.json", "*.json.gz")), "PyTorch profiler / Kineto Chrome-trace JSON (.json, .json.gz)"),
+    "nsys": (_per_file("nsys", ("*.sqlite",)), "Nsight Systems SQLite export of an emit_nvtx-profiled iteration"),
+}
+
+
+def import_traces(kind: str, path: str | Path, device: str | None = None) -> pd.DataFrame:
+    if kind not in IMPORTERS:
+        raise TraceFormatError(path, f"unknown importer {kind!r}; known: {', '.join(IMPORTERS)}")
+    p = Path(path)
+    if not p.exists():
+        raise TraceFormatError(path, "file or directory not found")
+    return IMPORTERS[kind][0](p, device)

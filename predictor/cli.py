@@ -1,0 +1,65 @@
+"""``ets``: execution-trace datasets for the ETS predictor (import, inspect).
+
+Why a thin layer: the logic lives in :mod:`predictor.capture` and :mod:`predictor.trace_table`;
+this module turns options into calls and user errors into one-line messages.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from predictor.capture.importers import IMPORTERS, import_traces
+from predictor.trace_table import TraceFormatError, dataset_info, read_dataset, write_traces
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+def main() -> None:
+    """Execution traces (one row per operator: kernel time and the framework overhead after it)."""
+
+
+@main.command("import", help="Import traces of another tool into a dataset directory. KIND: "
+              + "; ".join(f"{k}: {v[1]}" for k, v in IMPORTERS.items()) + ".")
+@click.argument("kind", type=click.Choice(list(IMPORTERS)))
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Dataset directory (one Parquet file per device; configs already there are replaced).")
+@click.option("--device", help="Device name to record [default: from the files].")
+def import_(kind: str, path: Path, out: Path, device: str | None) -> None:
+    try:
+        traces = import_traces(kind, path, device)
+    except TraceFormatError as exc:
+        raise click.ClickException(str(exc)) from None
+    files = write_traces(out, traces)
+    n = traces.groupby(["device", "config_id"]).ngroups
+    click.echo(f"imported {n} iteration(s), {len(traces):,} ops into {', '.join(map(str, files))}")
+
+
+@main.group()
+def dataset() -> None:
+    """Inspect execution-trace datasets."""
+
+
+@dataset.command("info")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def info(directory: Path, as_json: bool) -> None:
+    """Counts per device and family, op-count histogram, overhead-share distribution."""
+    try:
+        summary = dataset_info(read_dataset(directory))
+    except TraceFormatError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+        return
+    click.echo(f"{summary['iterations']:,} iterations, {summary['rows']:,} ops; "
+               f"median iteration {summary['iteration_ms_median']:.2f} ms")
+    click.echo("per device: " + ", ".join(f"{k} {v}" for k, v in summary["per_device"].items()))
+    click.echo("per family: " + ", ".join(f"{k} {v}" for k, v in summary["per_family"].items()))
+    click.echo(f"ops per iteration: {summary['ops_min']}–{summary['ops_max']}; histogram "
+               + ", ".join(f"{k}: {v}" for k, v in summary["op_count_histogram"].items()))
+    share = summary["overhead_share"]
+    click.echo("framework-overhead share (gap / iteration): "
+               + ", ".join(f"{k} {v:.1%}" for k, v in share.items()))

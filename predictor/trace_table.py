@@ -1,0 +1,164 @@
+"""The execution-trace table (DESIGN §3): one row per operator of one training iteration.
+
+Why one module: profilers, importers (ETS CSV, Kineto JSON, Nsight Systems SQLite) and emulated
+devices must all produce exactly these columns and units, and the predictor reads only these.
+
+Columns (times in microseconds):
+
+==============  ==========  ==============================================================
+column          dtype       meaning
+==============  ==========  ==============================================================
+config_id       str         the model configuration (one iteration = one config on one device)
+device          str         where it was measured ("T4", "cpu", "emulated:V100", ...)
+family          str         model family (splits are by family), see predictor.families
+model           str         model name (e.g. "resnet18")
+idx             int         0-based position of the op in execution order
+op              str         operator name, aten style without the "aten::" prefix ("conv2d")
+phase           str         forward | backward | update
+input_shapes    str         JSON list of the op's input shapes ("[]" when unknown)
+params          list[int]   up to 30 integers describing shapes / hyper-parameters
+flops           float       floating-point operations of the op (0 when unknown)
+bytes           float       bytes moved by the op (0 when unknown)
+dtype           str         float32 | float16 | float64 | bfloat16
+batch           int         batch size of the iteration
+input_size      int         input image height (or sequence length); 0 when not applicable
+cpu_us          float       host-side cost of dispatching the op; NaN when unknown
+duration_us     float       kernel time of the op on the device (sum of its kernels on GPUs)
+gap_us          float       device idle time until the next op starts (framework overhead);
+                            may be negative when kernels overlap (ETS data); 0 on the last op
+kernels         int         kernels the op launched (0 on CPU or when unknown)
+source          str         file (and line/record) the row came from
+==============  ==========  ==============================================================
+
+Iteration time = sum(duration_us + gap_us) over the iteration's rows.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+PHASES = ("forward", "backward", "update")
+DTYPES = ("float32", "float16", "float64", "bfloat16")
+MAX_PARAMS = 30
+
+COLUMNS: dict[str, str] = {
+    "config_id": "string", "device": "string", "family": "string", "model": "string",
+    "idx": "int64", "op": "string", "phase": "string", "input_shapes": "string", "params": "object",
+    "flops": "float64", "bytes": "float64", "dtype": "string", "batch": "int64", "input_size": "int64",
+    "cpu_us": "float64", "duration_us": "float64", "gap_us": "float64", "kernels": "int64",
+    "source": "string",
+}
+
+
+class TraceFormatError(ValueError):
+    """Bad execution-trace input; the message names the file and, when known, the row and field."""
+
+    def __init__(self, path: str | Path, message: str, row: int | None = None, field: str | None = None):
+        self.path, self.row, self.field = str(path), row, field
+        where = self.path + (f":{row}" if row is not None else "")
+        what = f" field {field!r}:" if field else ""
+        super().__init__(f"{where}:{what} {message}")
+
+
+def validate(df: pd.DataFrame, source: str | Path) -> pd.DataFrame:
+    """Check and normalise an execution-trace table; returns it with the canonical dtypes."""
+    missing = [c for c in COLUMNS if c not in df.columns]
+    if missing:
+        raise TraceFormatError(source, f"execution trace lacks column(s) {missing}")
+    if df.empty:
+        raise TraceFormatError(source, "execution trace has no rows")
+    df = df[list(COLUMNS)].copy()
+    bad_phase = ~df["phase"].isin(PHASES)
+    if bad_phase.any():
+        i = int(np.argmax(bad_phase.to_numpy()))
+        raise TraceFormatError(source, f"phase {df['phase'].iloc[i]!r} is not one of {PHASES}",
+                               row=i, field="phase")
+    bad_dtype = ~df["dtype"].isin(DTYPES)
+    if bad_dtype.any():
+        i = int(np.argmax(bad_dtype.to_numpy()))
+        raise TraceFormatError(source, f"dtype {df['dtype'].iloc[i]!r} is not one of {DTYPES}",
+                               row=i, field="dtype")
+    for col in ("duration_us", "flops", "bytes"):
+        values = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype="float64")
+        bad = ~np.isfinite(values) | (values < 0)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise TraceFormatError(source, f"must be a finite number >= 0, got {df[col].iloc[i]!r}",
+                                   row=i, field=col)
+    gaps = pd.to_numeric(df["gap_us"], errors="coerce").to_numpy(dtype="float64")
+    if not np.isfinite(gaps).all():
+        i = int(np.argmax(~np.isfinite(gaps)))
+        raise TraceFormatError(source, f"must be a finite number, got {df['gap_us'].iloc[i]!r}",
+                               row=i, field="gap_us")
+    df["params"] = [list(map(int, p))[:MAX_PARAMS] if p is not None else [] for p in df["params"]]
+    return df.astype({k: v for k, v in COLUMNS.items() if k != "params"}).reset_index(drop=True)
+
+
+def iteration_times_us(df: pd.DataFrame) -> pd.Series:
+    """Iteration time per (device, config_id): sum of duration + gap."""
+    return (df["duration_us"] + df["gap_us"]).groupby([df["device"], df["config_id"]]).sum()
+
+
+def shapes_json(shapes) -> str:
+    return json.dumps(shapes, separators=(",", ":"))
+
+
+# -- datasets: a directory with one Parquet file per device --------------------------------------
+
+def device_file(directory: str | Path, device: str) -> Path:
+    safe = device.replace(":", "_").replace("/", "_")
+    return Path(directory) / f"{safe}.parquet"
+
+
+def write_traces(directory: str | Path, traces: pd.DataFrame) -> list[Path]:
+    """Add traces to a dataset directory (one Parquet per device); replaces configs already there."""
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for device, rows in traces.groupby("device", sort=True):
+        path = device_file(out, str(device))
+        if path.exists():
+            old = pd.read_parquet(path)
+            old = old[~old["config_id"].isin(set(rows["config_id"]))]
+            rows = pd.concat([old, rows], ignore_index=True)
+        rows.to_parquet(path, index=False)
+        written.append(path)
+    return written
+
+
+def read_dataset(directory: str | Path) -> pd.DataFrame:
+    """All traces of a dataset directory."""
+    files = sorted(Path(directory).glob("*.parquet"))
+    if not files:
+        raise TraceFormatError(directory, "no execution-trace Parquet files in this directory")
+    return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+
+
+OP_COUNT_BUCKETS = (0, 250, 550, 800, np.inf)  # the ETS paper's op-count buckets
+
+
+def dataset_info(df: pd.DataFrame) -> dict:
+    """Counts per device and family, op-count histogram, framework-overhead share distribution."""
+    per_iter = df.groupby(["device", "config_id"]).agg(
+        family=("family", "first"), ops=("idx", "size"), duration=("duration_us", "sum"),
+        gap=("gap_us", "sum"))
+    total = per_iter["duration"] + per_iter["gap"]
+    share = (per_iter["gap"] / total).where(total > 0)
+    labels = [f"{int(lo)}-{int(hi)}" if np.isfinite(hi) else f"{int(lo)}+"
+              for lo, hi in zip(OP_COUNT_BUCKETS[:-1], OP_COUNT_BUCKETS[1:])]
+    buckets = pd.cut(per_iter["ops"], OP_COUNT_BUCKETS, right=False, labels=labels)
+    q = share.quantile([0.0, 0.1, 0.5, 0.9, 1.0]) if share.notna().any() else pd.Series(dtype=float)
+    return {
+        "iterations": int(len(per_iter)),
+        "rows": int(len(df)),
+        "per_device": per_iter.groupby(level="device").size().to_dict(),
+        "per_family": per_iter.groupby("family").size().sort_values(ascending=False).to_dict(),
+        "op_count_histogram": buckets.value_counts().reindex(labels).fillna(0).astype(int).to_dict(),
+        "ops_min": int(per_iter["ops"].min()), "ops_max": int(per_iter["ops"].max()),
+        "overhead_share": {f"p{int(k * 100)}": float(v) for k, v in q.items()},
+        "iteration_ms_median": float(total.median() / 1000.0),
+    }
