@@ -37,6 +37,29 @@ def import_(kind: str, path: Path, out: Path, device: str | None) -> None:
     click.echo(f"imported {n} iteration(s), {len(traces):,} ops into {', '.join(map(str, files))}")
 
 
+@main.command("collect")
+@click.option("--zoo", "zoo", type=click.Choice(["hpo", "randwire", "nlp", "all"]), default="hpo", show_default=True,
+              help="hpo: the 18 torchvision families on the ETS batch x image-size grid; randwire: random-graph "
+                   "networks; nlp: transformer and LSTM models; all: everything.")
+@click.option("--device", type=click.Choice(["meta", "cpu"]), default="meta", show_default=True,
+              help="meta: the op sequence (no compute); cpu: real profiling on this machine.")
+@click.option("--limit", type=click.IntRange(1), help="At most N configs (sampled deterministically, every family kept).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--workers", type=click.IntRange(1), default=None,
+              help="Worker processes [default: 2 for meta, 1 for cpu, whose timings contention would distort].")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Dataset directory; configs already there are skipped (resumable).")
+def collect_cmd(zoo: str, device: str, limit: int | None, seed: int, workers: int | None, out: Path) -> None:
+    """Capture execution traces of zoo configs into a dataset directory (one Parquet per device)."""
+    from predictor.collect import collect
+    from predictor.zoo.registry import zoo_configs
+
+    configs = zoo_configs(zoo, limit=limit, seed=seed)
+    counts = collect(configs, device, out, workers=workers or (2 if device == "meta" else 1))
+    click.echo(f"{counts['captured']} captured, {counts['skipped']} already there, {counts['failed']} failed"
+               + (f" (see {out / 'failures.jsonl'})" if counts["failed"] else "") + f"; dataset in {out}")
+
+
 @main.group()
 def dataset() -> None:
     """Inspect execution-trace datasets."""

@@ -1,0 +1,187 @@
+"""Profile one training iteration with torch.profiler and turn it into execution-trace rows.
+
+Why: the op sequence (on the meta device: order, phases, shapes, host-side dispatch cost, no
+compute) and real CPU traces (actual compute) come from the same profiler events, so both use
+one extraction:
+
+* The iteration is wrapped in a ``record_function("ets::iteration")`` range; its direct children
+  are the top-level ops, in start order.
+* Phase: children of ``Optimizer.step#...`` are update ops; ``autograd::engine::evaluate_function:
+  X`` ranges are backward ops named X (e.g. ``ConvolutionBackward0``, ``AccumulateGrad``); other
+  aten ops are forward. ``Optimizer.zero_grad#...`` is left out (with ``set_to_none`` it runs no op).
+* duration = the op's wall time on the host thread (on CPU: its compute; on meta: dispatch only),
+  gap = next op's start - this op's end (Python and framework overhead); 0 after the last op.
+  cpu_us = duration (the host-side cost of the op).
+* FLOPs/bytes: :mod:`predictor.capture.costs` on the op's shapes — for backward ops, on the
+  first descendant aten op that carries tensor shapes (e.g. ``aten::convolution_backward``,
+  whose first input is the forward output's gradient; only the gradients its output mask asks
+  for are counted, so a first layer, whose input needs no gradient, costs one forward).
+* params: the op's tensor shapes flattened, then its integer arguments, truncated to 30.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+from predictor.capture import costs
+
+ITERATION = "ets::iteration"
+_ELEMENT_SIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
+
+
+@dataclass
+class OpRecord:
+    op: str
+    phase: str
+    shapes: list[list[int]]
+    args: list
+    start_us: float
+    end_us: float
+    flops: float
+    bytes: float
+
+
+def run_profiled(step, iterations: int) -> list[list]:
+    """Profile ``iterations`` calls of ``step``; returns each iteration's top-level events."""
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        for _ in range(iterations):
+            with record_function(ITERATION):
+                step()
+    roots = sorted((e for e in prof.events() if e.name == ITERATION), key=lambda e: e.time_range.start)
+    return [sorted(r.cpu_children, key=lambda e: e.time_range.start) for r in roots]
+
+
+def extract_ops(top_level: list, dtype: str) -> list[OpRecord]:
+    """Top-level events of one iteration -> op records in execution order."""
+    records: list[OpRecord] = []
+    for event in top_level:
+        if event.name.startswith("Optimizer.zero_grad"):
+            continue
+        if event.name.startswith("Optimizer.step"):
+            for child in sorted(event.cpu_children, key=lambda e: e.time_range.start):
+                records.append(_record(child, "update", child, dtype))
+            continue
+        if event.name.startswith("autograd::engine::evaluate_function:"):
+            name = event.name.split(": ", 1)[-1].strip().removeprefix("torch::autograd::")
+            records.append(_record(event, "backward", _shaped_descendant(event), dtype, name=name))
+            continue
+        records.append(_record(event, "forward", event, dtype))
+    return records
+
+
+def _shaped_descendant(event):
+    """The first aten op under ``event`` (depth first) that has a tensor input shape."""
+    stack = list(reversed(event.cpu_children))
+    while stack:
+        e = stack.pop()
+        if e.name.startswith("aten::") and any(len(s) for s in (e.input_shapes or [])):
+            return e
+        stack.extend(reversed(e.cpu_children))
+    return None
+
+
+def _record(event, phase: str, shaped, dtype: str, name: str | None = None) -> OpRecord:
+    shapes = [list(s) for s in (shaped.input_shapes or [])] if shaped is not None else []
+    args = list(getattr(shaped, "concrete_inputs", None) or []) if shaped is not None else []
+    tensors = [s for s in shapes if len(s)]
+    op = (name or event.name).removeprefix("aten::")
+    leaf = shaped.name if shaped is not None else event.name
+    flops, nbytes = _cost(leaf, shapes, args, phase == "backward", _ELEMENT_SIZE[dtype])
+    return OpRecord(op, phase, tensors, args, event.time_range.start, event.time_range.end, flops, nbytes)
+
+
+def _cost(op: str, shapes: list[list[int]], args: list, backward: bool, elem: int) -> tuple[float, float]:
+    """FLOPs and bytes of an op from its input shapes and concrete arguments."""
+    tensors = [s for s in shapes if len(s)]
+    if not tensors:
+        return 0.0, 0.0
+    name = op.removeprefix("aten::")
+    try:
+        if name == "convolution_backward":  # (grad_output, input, weight, ..., output_mask)
+            mask = args[-1] if args and isinstance(args[-1], (list, tuple)) and len(args[-1]) == 3 else [True] * 3
+            forward = costs.flops("conv", [tensors[1], tensors[2]], [tensors[0]])
+            grads = [t for t, wanted in zip((tensors[1], tensors[2]), mask[:2]) if wanted]
+            return forward * len(grads), costs.bytes_moved(tensors, grads, elem)
+        out = output_shape(name, shapes, args)
+        cls = costs.op_class(name)
+        kwargs = {}
+        if cls == "pool" and len(args) > 1 and args[1]:
+            kwargs["kernel_size"] = args[1]
+        if cls == "lstm":
+            return 0.0, costs.bytes_moved(tensors, [out], elem)  # shapes of packed weights: no closed form here
+        grad_op = backward and cls not in ("conv", "matmul")
+        return (costs.flops(name, tensors, [out], backward=grad_op, **kwargs),
+                costs.bytes_moved(tensors, [out], elem))
+    except (IndexError, TypeError, ValueError):
+        return 0.0, costs.bytes_moved(tensors, [], elem)
+
+
+def output_shape(op: str, shapes: list[list[int]], args: list) -> list[int]:
+    """Output shape of common forward ops from input shapes and concrete args (profiler order)."""
+    tensors = [s for s in shapes if len(s)]
+    name = op.removeprefix("aten::")
+    if name in ("conv2d", "conv1d", "conv3d", "convolution", "_convolution"):
+        x, w = shapes[0], shapes[1]
+        nd = len(x) - 2
+        # conv2d(input, weight, bias, stride, padding, dilation, groups) and
+        # convolution(input, weight, bias, stride, padding, dilation, ...) agree on positions 3-5
+        stride, padding, dilation = (_ints(args, i, nd, d) for i, d in ((3, 1), (4, 0), (5, 1)))
+        spatial = [(x[2 + i] + 2 * padding[i] - dilation[i] * (w[2 + i] - 1) - 1) // stride[i] + 1 for i in range(nd)]
+        return [x[0], w[0], *spatial]
+    if name in ("max_pool2d", "avg_pool2d", "max_pool2d_with_indices"):
+        x = shapes[0]
+        kernel = _ints(args, 1, 2, 1)
+        stride = _ints(args, 2, 2, None) if len(args) > 2 and args[2] else kernel
+        padding = _ints(args, 3, 2, 0)
+        return [*x[:-2], *[(x[-2 + i] + 2 * padding[i] - kernel[i]) // stride[i] + 1 for i in range(2)]]
+    if name.startswith("adaptive_"):
+        size = _ints(args, 1, len(shapes[0]) - 2, 1)
+        return [*shapes[0][:-len(size)], *size]
+    if name == "linear":
+        return [*shapes[0][:-1], shapes[1][0]]
+    if name in ("addmm", "mm", "matmul", "bmm", "baddbmm"):
+        a, b = (tensors[1], tensors[2]) if name in ("addmm", "baddbmm") else (tensors[0], tensors[1])
+        return [*a[:-1], b[-1]]
+    return max(tensors, key=costs.numel)
+
+
+def _ints(args: list, index: int, n: int, default) -> list[int]:
+    value = args[index] if index < len(args) else None
+    if value is None or value == "" or value == []:
+        return [default] * n
+    if isinstance(value, (list, tuple)):
+        return [int(v) for v in value] * (n if len(value) == 1 else 1)
+    return [int(value)] * n
+
+
+def params_of(record: OpRecord) -> list[int]:
+    flat = [int(d) for s in record.shapes for d in s]
+    for a in record.args:
+        if isinstance(a, bool) or a is None:
+            continue
+        if isinstance(a, int):
+            flat.append(a)
+        elif isinstance(a, (list, tuple)):
+            flat.extend(int(v) for v in a if isinstance(v, (int, float)) and not isinstance(v, bool))
+    return flat[:30]
+
+
+def median_timings(iterations: list[list[OpRecord]], source: str) -> list[tuple[OpRecord, float, float]]:
+    """Per op: the record of the last iteration, median duration and median gap over iterations."""
+    lengths = {len(it) for it in iterations}
+    if len(lengths) != 1:
+        raise RuntimeError(f"{source}: measured iterations differ in op count {sorted(lengths)}")
+    ops = [[it[i].op for it in iterations] for i in range(len(iterations[0]))]
+    for i, names in enumerate(ops):
+        if len(set(names)) != 1:
+            raise RuntimeError(f"{source}: op {i} differs between iterations: {sorted(set(names))}")
+    out = []
+    for i, rec in enumerate(iterations[-1]):
+        durations = [it[i].end_us - it[i].start_us for it in iterations]
+        gaps = [it[i + 1].start_us - it[i].end_us if i + 1 < len(it) else 0.0 for it in iterations]
+        out.append((rec, statistics.median(durations), statistics.median(gaps)))
+    return out

@@ -1,0 +1,77 @@
+"""Build execution-trace datasets from the model zoo: parallel, resumable, failures recorded.
+
+Why: datasets of hundreds to thousands of configs take long; an interrupted run must resume
+where it stopped (configs already in the device's Parquet file are skipped), and one config that
+cannot be built must not stop the others (it is written to ``failures.jsonl`` with its error).
+Meta-device captures run in parallel worker processes; CPU profiling defaults to one worker, since
+concurrent work on the same cores would distort the timings it measures.
+"""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+import pandas as pd
+from tqdm import tqdm
+
+from predictor.trace_table import device_file, write_traces
+from predictor.zoo.config import ModelConfig
+
+
+def _capture(config_dict: dict, device: str) -> tuple[str, pd.DataFrame | None, str | None]:
+    from predictor.capture.opseq import capture
+    from predictor.zoo.config import ModelConfig
+
+    config = ModelConfig.from_dict(config_dict)
+    try:
+        return config.config_id, capture(config, device), None
+    except Exception as exc:  # recorded, never silently dropped
+        return config.config_id, None, f"{type(exc).__name__}: {exc}"
+
+
+def collect(configs: list[ModelConfig], device: str, out: str | Path, *, workers: int = 1,
+            flush_every: int = 20, progress: bool = True) -> dict:
+    """Capture every config not yet in ``out``; returns counts (done, skipped, failed)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    existing = device_file(out, device)
+    done_ids = set(pd.read_parquet(existing, columns=["config_id"])["config_id"]) if existing.exists() else set()
+    todo = [c for c in configs if c.config_id not in done_ids]
+    failures = out / "failures.jsonl"
+    pending: list[pd.DataFrame] = []
+    counts = {"requested": len(configs), "skipped": len(configs) - len(todo), "captured": 0, "failed": 0}
+
+    def flush() -> None:
+        if pending:
+            write_traces(out, pd.concat(pending, ignore_index=True))
+            pending.clear()
+
+    def handle(config_id: str, table: pd.DataFrame | None, error: str | None) -> None:
+        if error is not None:
+            with failures.open("a") as fh:
+                fh.write(json.dumps({"config_id": config_id, "device": device, "error": error}) + "\n")
+            counts["failed"] += 1
+            return
+        pending.append(table)
+        counts["captured"] += 1
+        if len(pending) >= flush_every:
+            flush()
+
+    bar = tqdm(total=len(todo), desc=f"collect {device}", unit="config", disable=not progress)
+    try:
+        if workers <= 1:
+            for config in todo:
+                handle(*_capture(config.to_dict(), device))
+                bar.update(1)
+        else:
+            with ProcessPoolExecutor(max_workers=workers) as pool:
+                futures = [pool.submit(_capture, c.to_dict(), device) for c in todo]
+                for future in as_completed(futures):
+                    handle(*future.result())
+                    bar.update(1)
+    finally:
+        flush()  # an interrupted run keeps everything captured so far
+        bar.close()
+    return counts
