@@ -45,16 +45,21 @@ def import_(kind: str, path: Path, out: Path, device: str | None) -> None:
               help="meta: the op sequence (no compute); cpu: real profiling on this machine.")
 @click.option("--limit", type=click.IntRange(1), help="At most N configs (sampled deterministically, every family kept).")
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--max-batch", type=click.IntRange(1), help="Only configs with batch <= N (CPU profiling of small configs).")
+@click.option("--max-size", type=click.IntRange(1), help="Only configs with input size (image side, sequence length) <= N.")
 @click.option("--workers", type=click.IntRange(1), default=None,
               help="Worker processes [default: 2 for meta, 1 for cpu, whose timings contention would distort].")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Dataset directory; configs already there are skipped (resumable).")
-def collect_cmd(zoo: str, device: str, limit: int | None, seed: int, workers: int | None, out: Path) -> None:
+def collect_cmd(zoo: str, device: str, limit: int | None, seed: int, max_batch: int | None,
+                max_size: int | None, workers: int | None, out: Path) -> None:
     """Capture execution traces of zoo configs into a dataset directory (one Parquet per device)."""
     from predictor.collect import collect
     from predictor.zoo.registry import zoo_configs
 
-    configs = zoo_configs(zoo, limit=limit, seed=seed)
+    configs = [c for c in zoo_configs(zoo, seed=seed)  # round-robin over families: prefixes stay stratified
+               if (max_batch is None or c.batch <= max_batch) and (max_size is None or c.input_size <= max_size)]
+    configs = configs[:limit] if limit else configs
     counts = collect(configs, device, out, workers=workers or (2 if device == "meta" else 1))
     click.echo(f"{counts['captured']} captured, {counts['skipped']} already there, {counts['failed']} failed"
                + (f" (see {out / 'failures.jsonl'})" if counts["failed"] else "") + f"; dataset in {out}")
