@@ -44,7 +44,7 @@ def main(per_family: int, zoo: str, seed: int) -> None:
         everything += times
         rows.append((family, sizes[family], len(group), statistics.median(times), max(times),
                      statistics.median(ops)))
-    click.echo(f"| family | configs in zoo | timed | median s | max s | median ops |")
+    click.echo("| family | configs in zoo | timed | median s | max s | median ops |")
     click.echo("|---|---:|---:|---:|---:|---:|")
     for family, n, timed, med, worst, ops in rows:
         click.echo(f"| {family} | {n:,} | {timed} | {med:.2f} | {worst:.2f} | {ops:,.0f} |")

@@ -57,8 +57,8 @@ def main(philly: Path | None, repeat: int, policy: str, cluster: str) -> None:
     base = rows["10k"][2]
     click.echo(f"trace {path} loaded in {load_s:.2f} s; cluster {cluster} ({machines.total_gpus} GPUs); "
                f"policy {policy}; median of {repeat}")
-    click.echo(f"| case | jobs | events | wall s | events/s | policy s | wall / wall(10k) |")
-    click.echo(f"|---|---:|---:|---:|---:|---:|---:|")
+    click.echo("| case | jobs | events | wall s | events/s | policy s | wall / wall(10k) |")
+    click.echo("|---|---:|---:|---:|---:|---:|---:|")
     for name, (jobs, ev, wall, pol) in rows.items():
         click.echo(f"| {name} | {jobs:,} | {ev:,} | {wall:.2f} | {ev / wall:,.0f} | {pol:.2f} | {wall / base:.2f} |")
     ok_full = rows["full"][2] <= 60

@@ -103,3 +103,14 @@ def _round_robin(queues: list[list]) -> list:
         if not added:
             return out
         position += 1
+
+
+def image_inputs(config: ModelConfig):
+    """A (batch, 3, size, size) image batch and class labels: the inputs of vision and RandWire models."""
+    shape = (config.batch, 3, config.input_size, config.input_size)
+
+    def make(device, generator):
+        x = randn(shape, config.torch_dtype, device, generator)
+        return (x,), randint(config.num_classes, (config.batch,), device, generator)
+
+    return input_factory(config, make)

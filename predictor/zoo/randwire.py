@@ -31,7 +31,7 @@ import networkx as nx
 import torch
 from torch import nn
 
-from predictor.zoo.common import classes_for, input_factory, randint, randn
+from predictor.zoo.common import classes_for, image_inputs
 from predictor.zoo.config import ModelBuildError, ModelConfig, stable_int
 
 GRAPH_MODES = ("er", "ws", "ba")
@@ -199,13 +199,7 @@ def build_model(config: ModelConfig) -> nn.Module:
 
 
 def inputs(config: ModelConfig):
-    shape = (config.batch, 3, config.input_size, config.input_size)
-
-    def make(device, generator):
-        x = randn(shape, config.torch_dtype, device, generator)
-        return (x,), randint(config.num_classes, (config.batch,), device, generator)
-
-    return input_factory(config, make)
+    return image_inputs(config)
 
 
 def graph_stats(config: ModelConfig) -> dict[str, int]:

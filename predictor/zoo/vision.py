@@ -25,7 +25,7 @@ import torch
 import torchvision
 
 from predictor.families import TORCHVISION_FAMILIES, family_of
-from predictor.zoo.common import classes_for, input_factory, randint, randn
+from predictor.zoo.common import classes_for, image_inputs
 from predictor.zoo.config import ModelBuildError, ModelConfig
 
 BATCHES = (2, 4, 8, 16, 32, 64, 96, 128, 192, 256, 512)
@@ -164,10 +164,4 @@ def build_model(config: ModelConfig) -> torch.nn.Module:
 
 
 def inputs(config: ModelConfig):
-    shape = (config.batch, 3, config.input_size, config.input_size)
-
-    def make(device, generator):
-        x = randn(shape, config.torch_dtype, device, generator)
-        return (x,), randint(config.num_classes, (config.batch,), device, generator)
-
-    return input_factory(config, make)
+    return image_inputs(config)

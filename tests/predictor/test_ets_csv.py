@@ -16,29 +16,13 @@ import pandas as pd
 import pytest
 
 from predictor.capture import ets_csv
-from predictor.trace_table import COLUMNS, TraceFormatError, iteration_times_us
+from predictor.trace_table import COLUMNS, iteration_times_us
+from tests.predictor.helpers import expect_error
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "ets"
 TINY = FIXTURES / "GPUX" / "tinynet.3_7.csv"
 FIXTURE_CODES = ["layer_norm", "conv2d", "relu", "linear", "cross_entropy", "__iadd__", "mul_", "add_",
                  "aten::clone", "cat"]
-
-
-def expect_error(call: Callable[[], object], path: Path | str, row: int | None,
-                 field: str | None) -> TraceFormatError:
-    """The call raises TraceFormatError naming file, row (1-based CSV line) and field."""
-    with pytest.raises(TraceFormatError) as info:
-        call()
-    err = info.value
-    msg = str(err)
-    assert err.path == str(path) and str(path) in msg, msg
-    assert err.row == row, msg
-    if row is not None:
-        assert f"{path}:{row}:" in msg, msg
-    assert err.field == field, msg
-    if field is not None:
-        assert repr(field) in msg, msg
-    return err
 
 
 # -- fixtures: exact values ----------------------------------------------------------------------

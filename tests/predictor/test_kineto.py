@@ -9,37 +9,20 @@ import json
 import shutil
 import time
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from predictor.capture import kineto
-from predictor.trace_table import COLUMNS, TraceFormatError
+from predictor.trace_table import COLUMNS
+from tests.predictor.helpers import expect_error
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kineto"
 NEW = FIXTURES / "new_schema.json"
 OLD = FIXTURES / "old_schema.json"
 CPU = FIXTURES / "cpu_only.json"
 EXACT = ["op", "phase", "duration_us", "gap_us", "kernels", "cpu_us", "flops", "dtype", "input_shapes", "params"]
-
-
-def expect_error(call: Callable[[], object], path: Path | str, row: int | None,
-                 field: str | None) -> TraceFormatError:
-    """The call raises TraceFormatError naming the file, the event index (row) and the field."""
-    with pytest.raises(TraceFormatError) as info:
-        call()
-    err = info.value
-    msg = str(err)
-    assert err.path == str(path) and str(path) in msg, msg
-    assert err.row == row, msg
-    if row is not None:
-        assert f"{path}:{row}:" in msg, msg
-    assert err.field == field, msg
-    if field is not None:
-        assert repr(field) in msg, msg
-    return err
 
 
 def rows(df: pd.DataFrame) -> list[tuple]:

@@ -1,0 +1,27 @@
+"""Assertions shared by the predictor tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from predictor.trace_table import TraceFormatError
+
+
+def expect_error(call: Callable[[], object], path: Path | str, row: int | None,
+                 field: str | None) -> TraceFormatError:
+    """The call raises TraceFormatError naming the file, the row (line or event index) and field."""
+    with pytest.raises(TraceFormatError) as info:
+        call()
+    err = info.value
+    msg = str(err)
+    assert err.path == str(path) and str(path) in msg, msg
+    assert err.row == row, msg
+    if row is not None:
+        assert f"{path}:{row}:" in msg, msg
+    assert err.field == field, msg
+    if field is not None:
+        assert repr(field) in msg, msg
+    return err
