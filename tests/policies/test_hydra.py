@@ -18,33 +18,19 @@ from policies.base import PolicySpecError
 from policies.hydra import (GpuState, HydraPolicy, Jobs, QueueOrderer, branch_and_bound, greedy_assign,
                             queue_cost, srtf, swap_heuristic, weighted)
 from policies.registry import make_policy
-from simulator.cluster import homogeneous_groups
-from simulator.engine import Simulation
-from simulator.timing import Predictor, make_predictor
-from traces.schema import from_records
+from tests.policies.helpers import hetero, job, simulate, times
+from simulator.timing import Predictor
 
 INF = math.inf
 
 
 # -- helpers ------------------------------------------------------------------------------------
-def simulate(records, groups, policy, predictor="truth"):
-    policy = make_policy(policy) if isinstance(policy, str) else policy
-    predictor = make_predictor(predictor, seed=1) if isinstance(predictor, str) else predictor
-    return Simulation(from_records(records), homogeneous_groups(groups, "t"), policy, predictor).run()
 
 
-def times(result):
-    return {row.job_id: (row.start, row.end, row.gpu_type, row.gpu_ids) for row in result.records.itertuples()}
 
 
-def job(job_id, duration, submit=0.0, **extra):
-    return {"job_id": job_id, "submit_s": submit, "num_gpus": 1, "duration_s": duration, **extra}
 
 
-def hetero(job_id, a100, v100, submit=0.0, **extra):
-    """A job with measured run times on A100 and V100 (Hydra-case columns)."""
-    return {"job_id": job_id, "submit_s": submit, "num_gpus": 1, "duration_s": a100, "gpu_type": "A100",
-            "runtime_s:A100": a100, "runtime_s:V100": v100, **extra}
 
 
 def reference_cost(seq, t0, p, submit, deadline):
@@ -433,96 +419,6 @@ def test_job_overrunning_its_prediction_does_not_block_an_idle_gpu():
         out = times(simulate(jobs, [("V100", 2, 1)], f"hydra:mode={mode}", Under()))
         assert out["A"] == (0, 100, "V100", "0") and out["B"] == (0, 20, "V100", "1"), mode
         assert out["C"] == (50, 80, "V100", "1"), mode
-
-
-# -- 12. gang jobs --------------------------------------------------------------------------------------
-def gang_case(s_seconds):
-    """V100 x3 (one node), T4 x1; (V100, T4) run times. t=0: L (100 s) -> GPU 0. t=1: G (3 GPUs, 10 s),
-    S (1 GPU, ``s_seconds`` / 5000) and S2 (1000 / 5). Hydra's greedy: G alone on an idle V100
-    (JCT 10) first, then S2 on T4 (5), then S on the other idle V100 (s; vs behind G 10 + s + 10, or
-    on GPU 0 99 + s). G needs 3 V100s: V100 is held from R = 100 (3rd earliest predicted free V100);
-    S backfills only if 1 + s <= 100."""
-    def two(job_id, n, v100, t4, submit):
-        return {"job_id": job_id, "submit_s": submit, "num_gpus": n, "duration_s": v100, "gpu_type": "V100",
-                "runtime_s:V100": v100, "runtime_s:T4": t4}
-
-    return [two("L", 1, 100, 5000, 0), two("G", 3, 10, 10, 1), two("S", 1, s_seconds, 5000, 1),
-            two("S2", 1, 1000, 5, 1)]
-
-
-@pytest.mark.parametrize("mode", ["online", "oneshot"])
-def test_gang_job_holds_its_type_until_it_starts(mode):
-    # S = 200 s: waits on an idle GPU from 1 until G (100-110) is done: 110-310
-    out = times(simulate(gang_case(200), [("V100", 3, 1), ("T4", 1, 1)], f"hydra:mode={mode}"))
-    assert out["L"] == (0, 100, "V100", "0")
-    assert out["S2"] == (1, 6, "T4", "3")
-    assert out["G"] == (100, 110, "V100", "0,1,2")
-    assert out["S"][:3] == (110, 310, "V100")
-
-
-@pytest.mark.parametrize("mode", ["online", "oneshot"])
-@pytest.mark.parametrize("s_seconds,backfills", [(20, True), (99, True), (100, False)])
-def test_gang_hold_backfills_only_jobs_ending_by_the_reservation(mode, s_seconds, backfills):
-    out = times(simulate(gang_case(s_seconds), [("V100", 3, 1), ("T4", 1, 1)], f"hydra:mode={mode}"))
-    assert out["G"] == (100, 110, "V100", "0,1,2")
-    start = 1 if backfills else 110
-    assert out["S"][:3] == (start, start + s_seconds, "V100")
-
-
-@pytest.mark.parametrize("mode", ["online", "oneshot"])
-def test_gang_job_is_never_planned_on_a_too_small_pool(mode):
-    # A100 x2, V100 x4: G (3 GPUs) would take 1 s on A100, but only V100's pool can hold it
-    jobs = [hetero("G", 1, 100, num_gpus=3), hetero("s", 5, 10)]
-    out = times(simulate(jobs, [("A100", 2, 1), ("V100", 4, 1)], f"hydra:mode={mode}"))
-    assert out["G"][:3] == (0, 100, "V100") and len(out["G"][3].split(",")) == 3
-    assert out["s"][:3] == (0, 5, "A100")
-
-
-def gang_workload(seed, n=40):
-    rng = np.random.default_rng(seed)
-    records = []
-    for i in range(n):
-        sub = float(rng.integers(0, 150))
-        dur = float(rng.integers(1, 80))
-        rec = {"job_id": f"g{i}", "submit_s": sub, "num_gpus": int(rng.choice([1, 1, 2, 2, 3, 4, 6, 8])),
-               "duration_s": dur, "gpu_type": str(rng.choice(["V100", "T4", "A100"]))}
-        if rng.random() < 0.3:
-            rec["deadline_s"] = sub + dur * float(rng.uniform(1.0, 3.0))
-        records.append(rec)
-    return records
-
-
-GANG_CLUSTER = [("V100", 4, 2), ("T4", 2, 2), ("A100", 1, 3)]  # pools: V100 8, T4 4, A100 3
-
-
-@pytest.mark.parametrize("mode", ["online", "oneshot"])
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_gang_heavy_random_invariants(mode, seed):
-    records = gang_workload(seed)
-    cluster = homogeneous_groups(GANG_CLUSTER, "t")
-    pools = {t: cluster.gpus_of_type(t) for t in cluster.gpu_types}
-    type_of_gpu = [n.gpu_type for n in cluster.nodes for _ in range(n.num_gpus)]
-    spec = f"hydra:mode={mode},nodes=200,budget_ms=1e6"
-    rec = simulate(records, GANG_CLUSTER, spec, "noisy:0.3").records
-    assert (rec["status"] == "completed").all() and rec["job_id"].is_unique and len(rec) == len(records)
-    assert rec["end"].notna().all()
-    assert (rec["start"] >= rec["submit"]).all()
-    assert (rec["jct"] >= rec["true_runtime"] - 1e-9).all()
-    assert np.allclose(rec["end"], rec["start"] + rec["true_runtime"])
-    busy: dict[int, list[tuple[float, float]]] = {}
-    for row in rec.itertuples():
-        ids = [int(g) for g in row.gpu_ids.split(",")]
-        assert len(set(ids)) == len(ids) == row.num_gpus
-        assert {type_of_gpu[g] for g in ids} == {row.gpu_type}
-        assert pools[row.gpu_type] >= row.num_gpus
-        for g in ids:
-            busy.setdefault(g, []).append((row.start, row.end))
-    for spans in busy.values():
-        spans.sort()
-        assert all(s1 >= e0 for (_, e0), (s1, _) in zip(spans, spans[1:]))
-    assert (rec["num_gpus"] > 1).sum() >= 15
-    again = simulate(records, GANG_CLUSTER, spec, "noisy:0.3").records
-    assert again.equals(rec)
 
 
 # -- options ----------------------------------------------------------------------------------------
