@@ -5,7 +5,7 @@ from __future__ import annotations
 from policies.registry import make_policy
 from simulator.cluster import homogeneous_groups
 from simulator.engine import Simulation
-from simulator.timing import make_predictor
+from simulator.timing import Predictor, make_predictor
 from traces.schema import from_records
 
 
@@ -27,3 +27,18 @@ def hetero(job_id, a100, v100, submit=0.0, **extra):
     """A job with measured run times on A100 and V100 (Hydra-case columns)."""
     return {"job_id": job_id, "submit_s": submit, "num_gpus": 1, "duration_s": a100, "gpu_type": "A100",
             "runtime_s:A100": a100, "runtime_s:V100": v100, **extra}
+
+
+class SwapTwo(Predictor):
+    """Truth, except that jobs ``a`` and ``b`` (row indices) see each other's predictions."""
+
+    name = "swap-two"
+
+    def __init__(self, a: int, b: int):
+        self.a, self.b = a, b
+
+    def runtimes(self, jobs, gpu_types, truth):
+        out = truth.copy()
+        out[[self.a, self.b]] = truth[[self.b, self.a]]
+        return out
+

@@ -15,7 +15,7 @@ import pytest
 from policies.allox import AlloxPolicy, allox_plan
 from policies.base import PolicySpecError
 from policies.registry import make_policy
-from tests.policies.helpers import hetero, job, simulate, times
+from tests.policies.helpers import SwapTwo, hetero, job, simulate, times
 from simulator.timing import Predictor
 
 
@@ -311,18 +311,6 @@ def test_alpha_without_users_keeps_longest_waiting_jobs():
 
 
 # -- 4. predictions drive the plan, truth drives completions -------------------------------------
-class SwapTwo(Predictor):
-    """Truth, except that jobs ``a`` and ``b`` (row indices) see each other's predictions."""
-
-    name = "swap-two"
-
-    def __init__(self, a: int, b: int):
-        self.a, self.b = a, b
-
-    def runtimes(self, jobs, gpu_types, truth):
-        out = truth.copy()
-        out[[self.a, self.b]] = truth[[self.b, self.a]]
-        return out
 
 
 @pytest.mark.parametrize("mode", ["online", "offline"])

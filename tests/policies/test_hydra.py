@@ -18,7 +18,7 @@ from policies.base import PolicySpecError
 from policies.hydra import (GpuState, HydraPolicy, Jobs, QueueOrderer, branch_and_bound, greedy_assign,
                             queue_cost, srtf, swap_heuristic, weighted)
 from policies.registry import make_policy
-from tests.policies.helpers import hetero, job, simulate, times
+from tests.policies.helpers import SwapTwo, hetero, job, simulate, times
 from simulator.timing import Predictor
 
 INF = math.inf
@@ -380,16 +380,6 @@ def test_online_window_round_robin_over_age_deadline_and_length():
     assert {j: out[j][:2] for j in out} == {"d": (0, 40), "b": (0, 20), "c": (0, 10), "a": (10, 40)}
 
 
-class SwapTwo(Predictor):
-    name = "swap-two"
-
-    def __init__(self, a: int, b: int):
-        self.a, self.b = a, b
-
-    def runtimes(self, jobs, gpu_types, truth):
-        out = truth.copy()
-        out[[self.a, self.b]] = truth[[self.b, self.a]]
-        return out
 
 
 @pytest.mark.parametrize("mode", ["online", "oneshot"])
