@@ -42,3 +42,14 @@ class SwapTwo(Predictor):
         out[[self.a, self.b]] = truth[[self.b, self.a]]
         return out
 
+
+class FirstJobPredicted10(Predictor):
+    """Truth, except that job 0 is predicted to take 10 s on every type (it will overrun)."""
+
+    name = "first-job-10s"
+
+    def runtimes(self, jobs, gpu_types, truth):
+        out = truth.copy()
+        out[0] = 10.0
+        return out
+

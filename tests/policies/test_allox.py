@@ -15,8 +15,7 @@ import pytest
 from policies.allox import AlloxPolicy, allox_plan
 from policies.base import PolicySpecError
 from policies.registry import make_policy
-from tests.policies.helpers import SwapTwo, hetero, job, simulate, times
-from simulator.timing import Predictor
+from tests.policies.helpers import FirstJobPredicted10, SwapTwo, hetero, job, simulate, times
 
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -332,17 +331,9 @@ def test_job_overrunning_its_prediction_does_not_block_an_idle_gpu():
     # V100 x2. A is predicted 10 s but runs 100 s; B (20 s) ends at 20. C (30 s) arrives at 50: GPU 0
     # still runs A (predicted end clamped to now = 50), GPU 1 has been idle since 20. Both look free
     # at 50 to the plan; C must start on the idle GPU at 50, not queue behind A until 100.
-    class Under(Predictor):
-        name = "under"
-
-        def runtimes(self, jobs, gpu_types, truth):
-            out = truth.copy()
-            out[0] = 10.0
-            return out
-
     jobs = [job("A", 100), job("B", 20), job("C", 30, 50)]
     for mode in ("online", "offline"):
-        out = times(simulate(jobs, [("V100", 2, 1)], f"allox:mode={mode}", Under()))
+        out = times(simulate(jobs, [("V100", 2, 1)], f"allox:mode={mode}", FirstJobPredicted10()))
         assert out["A"] == (0, 100, "V100", "0") and out["B"] == (0, 20, "V100", "1"), mode
         assert out["C"] == (50, 80, "V100", "1"), mode
 
@@ -354,17 +345,9 @@ def test_overrunning_gpu_gets_no_job_while_identical_gpus_idle():
     # go to the idle GPUs: the 1-s job and one more start at 50. Online, every job then runs on GPU 1
     # or 2 (re-planned at each completion) instead of waiting for A until 1000; offline the one job
     # installed on GPU 0 stays there (installed queues are never re-planned).
-    class Under(Predictor):
-        name = "under"
-
-        def runtimes(self, jobs, gpu_types, truth):
-            out = truth.copy()
-            out[0] = 10.0
-            return out
-
     jobs = [job("A", 1000), job("B", 20), job("X", 20)] + [job(f"s{d}", d, 50) for d in (1, 2, 3, 4)]
     for mode in ("online", "offline"):
-        out = times(simulate(jobs, [("V100", 3, 1)], f"allox:mode={mode}", Under()))
+        out = times(simulate(jobs, [("V100", 3, 1)], f"allox:mode={mode}", FirstJobPredicted10()))
         assert out["A"][3] == "0" and out["s1"][:2] == (50, 51), mode
         assert sorted(out[f"s{d}"][0] for d in (1, 2, 3, 4)).count(50) == 2, mode
         on_idle = [out[f"s{d}"][3] in ("1", "2") and out[f"s{d}"][1] <= 60 for d in (1, 2, 3, 4)]

@@ -18,8 +18,7 @@ from policies.base import PolicySpecError
 from policies.hydra import (GpuState, HydraPolicy, Jobs, QueueOrderer, branch_and_bound, greedy_assign,
                             queue_cost, srtf, swap_heuristic, weighted)
 from policies.registry import make_policy
-from tests.policies.helpers import SwapTwo, hetero, job, simulate, times
-from simulator.timing import Predictor
+from tests.policies.helpers import FirstJobPredicted10, SwapTwo, hetero, job, simulate, times
 
 INF = math.inf
 
@@ -396,17 +395,9 @@ def test_plan_follows_predictions_and_jobs_end_after_true_times(mode):
 def test_job_overrunning_its_prediction_does_not_block_an_idle_gpu():
     # V100 x2. A is predicted 10 s but runs 100 s; B (20 s) ends at 20. C (30 s) arrives at 50 and must
     # start on the idle GPU 1 at once, not queue behind A (whose predicted end is clamped to now).
-    class Under(Predictor):
-        name = "under"
-
-        def runtimes(self, jobs, gpu_types, truth):
-            out = truth.copy()
-            out[0] = 10.0
-            return out
-
     jobs = [job("A", 100), job("B", 20), job("C", 30, 50)]
     for mode in ("online", "oneshot"):
-        out = times(simulate(jobs, [("V100", 2, 1)], f"hydra:mode={mode}", Under()))
+        out = times(simulate(jobs, [("V100", 2, 1)], f"hydra:mode={mode}", FirstJobPredicted10()))
         assert out["A"] == (0, 100, "V100", "0") and out["B"] == (0, 20, "V100", "1"), mode
         assert out["C"] == (50, 80, "V100", "1"), mode
 
