@@ -41,8 +41,9 @@ def import_(kind: str, path: Path, out: Path, device: str | None) -> None:
 @click.option("--zoo", "zoo", type=click.Choice(["hpo", "randwire", "nlp", "all"]), default="hpo", show_default=True,
               help="hpo: the 18 torchvision families on the ETS batch x image-size grid; randwire: random-graph "
                    "networks; nlp: transformer and LSTM models; all: everything.")
-@click.option("--device", type=click.Choice(["meta", "cpu"]), default="meta", show_default=True,
-              help="meta: the op sequence (no compute); cpu: real profiling on this machine.")
+@click.option("--device", type=click.Choice(["meta", "cpu", "cuda"]), default="meta", show_default=True,
+              help="meta: the op sequence (no compute); cpu: real profiling on this machine; cuda: real "
+                   "profiling on this machine's GPU, kernels grouped per op (recorded as cuda:<GPU name>).")
 @click.option("--limit", type=click.IntRange(1), help="At most N configs (sampled deterministically, every family kept).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--max-batch", type=click.IntRange(1), help="Only configs with batch <= N (CPU profiling of small configs).")

@@ -34,9 +34,11 @@ def _capture(config_dict: dict, device: str) -> tuple[str, pd.DataFrame | None, 
 def collect(configs: list[ModelConfig], device: str, out: str | Path, *, workers: int = 1,
             flush_every: int = 20, progress: bool = True) -> dict:
     """Capture every config not yet in ``out``; returns counts (done, skipped, failed)."""
+    from predictor.capture.opseq import recorded_device
+
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    existing = device_file(out, device)
+    existing = device_file(out, recorded_device(device))
     done_ids = set(pd.read_parquet(existing, columns=["config_id"])["config_id"]) if existing.exists() else set()
     todo = [c for c in configs if c.config_id not in done_ids]
     failures = out / "failures.jsonl"

@@ -1,24 +1,38 @@
 """Capture a model configuration's training iteration: the op sequence (meta device) or a real
-CPU execution trace, as execution-trace tables.
+execution trace (CPU, or CUDA when a GPU is present), as execution-trace tables.
 
 Why: the op sequence is hardware independent (order, phases, shapes, FLOPs, bytes, host-side
-dispatch cost) and cheap — the meta device allocates nothing and computes nothing — while the
-CPU trace measures real op durations and the framework overhead between ops on this machine.
-Both come from the same profiler extraction (:mod:`predictor.capture.profile`), so for one
-config they list the same ops in the same order and phases. One exception is handled here: the
-meta device has no fused RNN kernels and decomposes an LSTM into per-time-step ops that no real
-device runs (1,029 ops instead of 68 for a small LSTM LM), so models with RNN modules have their
-op sequence captured by one CPU iteration (marked in ``source``).
+dispatch cost) and cheap — the meta device allocates nothing and computes nothing — while a real
+trace measures op durations and the framework overhead between ops. All come from the same
+profiler extraction (:mod:`predictor.capture.profile`), so for one config they list the same ops
+in the same order and phases.
+
+* Warm-up: first one optimizer step on zero gradients, which creates the optimizer state
+  (momentum buffers, Adam moments) without a forward or backward pass, so every profiled
+  iteration is a steady-state one; then ``warmup`` full iterations (0 on meta, where there is
+  nothing to warm: no allocator, no kernel caches).
+* CUDA: the profiled iterations are exported as a Chrome trace and read back with the Kineto
+  importer (:mod:`predictor.capture.kineto`): an op's kernels are those its runtime launch calls
+  started; duration = their summed time; gap = next op's first kernel start − (this op's first
+  kernel start + its duration), as ETS defines it. The importer's op list must equal the
+  extraction's, op for op, or the capture fails (never a silent misalignment).
+* RNNs: the meta device has no fused RNN kernels and decomposes an LSTM into per-time-step ops
+  that no real device runs (1,029 ops instead of 68 for a small LSTM LM), so models with RNN
+  modules have their op sequence captured by one CPU iteration (marked in ``source``).
 """
 
 from __future__ import annotations
 
 import json
+import statistics
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
+from predictor.capture import kineto
 from predictor.capture.profile import extract_ops, median_timings, params_of, run_profiled
 from predictor.trace_table import validate
 from predictor.zoo.config import ModelBuildError, ModelConfig
@@ -27,14 +41,16 @@ from predictor.zoo.registry import build, make_optimizer
 
 def capture(config: ModelConfig, device: str = "meta", *, warmup: int | None = None,
             iterations: int | None = None) -> pd.DataFrame:
-    """One execution trace of ``config`` on ``device`` ("meta" or "cpu").
+    """One execution trace of ``config`` on ``device`` ("meta", "cpu" or "cuda").
 
-    meta: 1 warm-up + 1 profiled iteration (the op sequence; durations are dispatch times only).
-    cpu: 2 warm-ups + 5 profiled iterations by default; per op the median duration and gap.
+    meta: 1 profiled iteration (the op sequence; durations are dispatch times only).
+    cpu, cuda: 2 warm-ups + 5 profiled iterations by default; per op the median duration and gap.
     """
-    if device not in ("meta", "cpu"):
-        raise ValueError(f"capture device must be 'meta' or 'cpu', got {device!r}")
-    warmup = (1 if device == "meta" else 2) if warmup is None else warmup
+    if device not in ("meta", "cpu", "cuda"):
+        raise ValueError(f"capture device must be 'meta', 'cpu' or 'cuda', got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ModelBuildError(f"{config.config_id}: device 'cuda' requested but torch sees no CUDA GPU")
+    warmup = (0 if device == "meta" else 2) if warmup is None else warmup
     iterations = (1 if device == "meta" else 5) if iterations is None else iterations
     run_on = device
     if device == "meta" and _has_rnn(config):
@@ -54,12 +70,24 @@ def capture(config: ModelConfig, device: str = "meta", *, warmup: int | None = N
         workload.loss(workload.model(*inputs), targets).backward()
         optimizer.step()
 
+    _create_optimizer_state(optimizer)
     for _ in range(warmup):
         step()
-    measured = [extract_ops(top, config.dtype) for top in run_profiled(step, iterations)]
-    rows = median_timings(measured, config.config_id)
+    timings = None
+    if device == "cuda":
+        with tempfile.TemporaryDirectory() as tmp:
+            chrome = str(Path(tmp) / f"{config.model}.json")
+            tops = run_profiled(step, iterations, cuda=True, chrome_trace=chrome)
+            measured = [extract_ops(top, config.dtype) for top in tops]
+            timings = [_kernel_timings(chrome, k, ops, config.config_id) for k, ops in enumerate(measured)]
+    else:
+        measured = [extract_ops(top, config.dtype) for top in run_profiled(step, iterations)]
+    rows = median_timings(measured, config.config_id, timings)
+    host = [statistics.median(r.end_us - r.start_us for r in (it[i] for it in measured))
+            for i in range(len(rows))]
+    kernels = timings[-1][2] if timings else 0
     return validate(pd.DataFrame({
-        "config_id": config.config_id, "device": device, "family": config.family, "model": config.model,
+        "config_id": config.config_id, "device": recorded_device(device), "family": config.family, "model": config.model,
         "idx": np.arange(len(rows)),
         "op": [r.op for r, _, _ in rows],
         "phase": [r.phase for r, _, _ in rows],
@@ -67,10 +95,39 @@ def capture(config: ModelConfig, device: str = "meta", *, warmup: int | None = N
         "params": [params_of(r) for r, _, _ in rows],
         "flops": [r.flops for r, _, _ in rows], "bytes": [r.bytes for r, _, _ in rows],
         "dtype": config.dtype, "batch": config.batch, "input_size": config.input_size,
-        "cpu_us": [d for _, d, _ in rows], "duration_us": [d for _, d, _ in rows],
-        "gap_us": [g for _, _, g in rows], "kernels": 0,
+        "cpu_us": host, "duration_us": [d for _, d, _ in rows],
+        "gap_us": [g for _, _, g in rows], "kernels": kernels,
         "source": f"capture:{device}" + (" (run on cpu: RNN)" if run_on != device else ""),
     }), config.config_id)
+
+
+def recorded_device(device: str) -> str:
+    """The device name a capture records: "cuda" becomes "cuda:<GPU name>" (datasets from
+    different GPUs must not mix); "meta" and "cpu" stay as they are."""
+    if device == "cuda" and torch.cuda.is_available():
+        return f"cuda:{torch.cuda.get_device_name()}"
+    return device
+
+
+def _create_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
+    """One optimizer step on zero gradients: creates its state, so later steps are steady state."""
+    params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    with torch.no_grad():
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def _kernel_timings(chrome_trace: str, k: int, ops: list, source: str) -> tuple[list, list, list]:
+    """Iteration ``k``'s per-op kernel time, ETS gap and kernel count from the exported trace."""
+    table = kineto.load(chrome_trace, step=k)
+    names = [r.op for r in ops]
+    if table["op"].tolist() != names:
+        diff = next((i for i, (a, b) in enumerate(zip(table["op"], names)) if a != b), min(len(table), len(names)))
+        raise RuntimeError(f"{source}: iteration {k}: the kernel trace lists {len(table)} ops and the profiler "
+                           f"extraction {len(names)}; first difference at op {diff}")
+    return table["duration_us"].tolist(), table["gap_us"].tolist(), table["kernels"].tolist()
 
 
 def _has_rnn(config: ModelConfig) -> bool:

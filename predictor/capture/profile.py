@@ -4,13 +4,15 @@ Why: the op sequence (on the meta device: order, phases, shapes, host-side dispa
 compute) and real CPU traces (actual compute) come from the same profiler events, so both use
 one extraction:
 
-* The iteration is wrapped in a ``record_function("ets::iteration")`` range; its direct children
-  are the top-level ops, in start order.
+* Iteration k is wrapped in a ``record_function("ProfilerStep#k")`` range (the name
+  torch.profiler's own step markers use, so an exported Chrome trace reads like any profiler
+  file); its direct children are the top-level ops, in start order.
 * Phase: children of ``Optimizer.step#...`` are update ops; ``autograd::engine::evaluate_function:
   X`` ranges are backward ops named X (e.g. ``ConvolutionBackward0``, ``AccumulateGrad``); other
   aten ops are forward. ``Optimizer.zero_grad#...`` is left out (with ``set_to_none`` it runs no op).
 * duration = the op's wall time on the host thread (on CPU: its compute; on meta: dispatch only),
   gap = next op's start - this op's end (Python and framework overhead); 0 after the last op.
+  On CUDA the device timeline replaces both (see :mod:`predictor.capture.opseq`).
   cpu_us = duration (the host-side cost of the op).
 * FLOPs/bytes: :mod:`predictor.capture.costs` on the op's shapes — for backward ops, on the
   first descendant aten op that carries tensor shapes (e.g. ``aten::convolution_backward``,
@@ -29,7 +31,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from predictor.capture import costs
 
-ITERATION = "ets::iteration"
+ITERATION = "ProfilerStep#"
 # utility records torch.profiler itself leaves out of its event list (profiler_util._filter_name)
 _UTILITY_EVENTS = frozenset({"[memory]", "[OutOfMemory]", "profiler::_record_function_enter",
                              "profiler::_record_function_enter_new", "profiler::_record_function_exit",
@@ -63,21 +65,31 @@ class RawEvent:
     the raw records plus a stack pass give the same tree in a fraction of that.
     """
 
-    __slots__ = ("name", "time_range", "input_shapes", "concrete_inputs", "cpu_children", "thread")
+    __slots__ = ("raw", "name", "time_range", "cpu_children", "thread")
 
-    def __init__(self, raw) -> None:
-        self.name = raw.name()
+    def __init__(self, raw, name: str) -> None:
+        self.raw = raw
+        self.name = name
         self.time_range = _Span(raw.start_ns() / 1000.0, raw.end_ns() / 1000.0)
-        self.input_shapes = raw.shapes()
-        self.concrete_inputs = raw.concrete_inputs()
         self.thread = raw.start_thread_id()
         self.cpu_children: list[RawEvent] = []
+
+    # shapes and arguments are read only for the few events that become ops (lazily: reading
+    # them for every decomposition event costs more than the rest of the extraction)
+    @property
+    def input_shapes(self):
+        return self.raw.shapes()
+
+    @property
+    def concrete_inputs(self):
+        return self.raw.concrete_inputs()
 
 
 def _nest(raw_events) -> list[RawEvent]:
     """Build parent/child links per thread; returns the root events."""
-    events = [RawEvent(r) for r in raw_events if not r.is_async() and r.name() not in _UTILITY_EVENTS
-              and r.device_type() == torch.autograd.DeviceType.CPU]
+    cpu = torch.autograd.DeviceType.CPU
+    events = [RawEvent(r, name) for r in raw_events
+              if (name := r.name()) not in _UTILITY_EVENTS and not r.is_async() and r.device_type() == cpu]
     events.sort(key=lambda e: (e.thread, e.time_range.start, -e.time_range.end))
     roots: list[RawEvent] = []
     stack: list[RawEvent] = []
@@ -92,18 +104,26 @@ def _nest(raw_events) -> list[RawEvent]:
     return roots
 
 
-def run_profiled(step, iterations: int) -> list[list]:
+def run_profiled(step, iterations: int, *, cuda: bool = False,
+                 chrome_trace: str | None = None) -> list[list]:
     """Profile ``iterations`` calls of ``step``; returns each iteration's top-level events.
 
     Top level = children of the iteration range, plus autograd-engine roots of other threads
-    (where backward runs for accelerators) inside the iteration's time span.
+    (where backward runs for accelerators) inside the iteration's time span. ``cuda`` also
+    records device activities (kernels, memcpys) and synchronises after each iteration, so its
+    kernels finish inside the profiled window; ``chrome_trace`` exports the trace to that path.
     """
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
-        for _ in range(iterations):
-            with record_function(ITERATION):
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities, record_shapes=True) as prof:
+        for k in range(iterations):
+            with record_function(f"{ITERATION}{k}"):
                 step()
+            if cuda:
+                torch.cuda.synchronize()
+    if chrome_trace is not None:
+        prof.export_chrome_trace(chrome_trace)
     roots = _nest(prof.profiler.kineto_results.events())
-    iterations_ = sorted((e for e in roots if e.name == ITERATION), key=lambda e: e.time_range.start)
+    iterations_ = sorted((e for e in roots if e.name.startswith(ITERATION)), key=lambda e: e.time_range.start)
     out = []
     for it in iterations_:
         others = [e for e in roots if e.thread != it.thread and e.name.startswith("autograd::engine::")
@@ -227,8 +247,21 @@ def params_of(record: OpRecord) -> list[int]:
     return flat[:30]
 
 
-def median_timings(iterations: list[list[OpRecord]], source: str) -> list[tuple[OpRecord, float, float]]:
-    """Per op: the record of the last iteration, median duration and median gap over iterations."""
+def host_timings(iteration: list[OpRecord]) -> tuple[list[float], list[float]]:
+    """Per op: host wall time, and the gap to the next op's start (0 after the last op)."""
+    durations = [r.end_us - r.start_us for r in iteration]
+    gaps = [b.start_us - a.end_us for a, b in zip(iteration, iteration[1:])] + [0.0] * bool(iteration)
+    return durations, gaps
+
+
+def median_timings(iterations: list[list[OpRecord]], source: str,
+                   timings: list[tuple[list[float], list[float]]] | None = None,
+                   ) -> list[tuple[OpRecord, float, float]]:
+    """Per op: the record of the last iteration, median duration and median gap over iterations.
+
+    ``timings`` gives each iteration's (durations, gaps) when they come from elsewhere than the
+    host clock (the kernels of a CUDA trace); by default :func:`host_timings`.
+    """
     lengths = {len(it) for it in iterations}
     if len(lengths) != 1:
         raise RuntimeError(f"{source}: measured iterations differ in op count {sorted(lengths)}")
@@ -236,9 +269,6 @@ def median_timings(iterations: list[list[OpRecord]], source: str) -> list[tuple[
     for i, names in enumerate(ops):
         if len(set(names)) != 1:
             raise RuntimeError(f"{source}: op {i} differs between iterations: {sorted(set(names))}")
-    out = []
-    for i, rec in enumerate(iterations[-1]):
-        durations = [it[i].end_us - it[i].start_us for it in iterations]
-        gaps = [it[i + 1].start_us - it[i].end_us if i + 1 < len(it) else 0.0 for it in iterations]
-        out.append((rec, statistics.median(durations), statistics.median(gaps)))
-    return out
+    timings = timings if timings is not None else [host_timings(it) for it in iterations]
+    return [(rec, statistics.median(t[0][i] for t in timings), statistics.median(t[1][i] for t in timings))
+            for i, rec in enumerate(iterations[-1])]

@@ -94,3 +94,52 @@ def test_collect_cli_on_the_meta_device(tmp_path):
     assert result.exit_code == 0, result.output
     assert "2 captured" in result.output
     assert pd.read_parquet(tmp_path / "meta.parquet")["config_id"].nunique() == 2
+
+
+def test_exported_profile_reads_back_op_for_op(tmp_path):
+    """The CUDA path reads each iteration back from the exported Chrome trace with the Kineto
+    importer and requires the same op list as the extraction; on CPU the same export must agree
+    op for op, and its host timings must agree with the extraction's to well under a microsecond
+    (the export re-bases and rounds timestamps)."""
+    import torch
+
+    from predictor.capture import opseq, profile
+    from predictor.zoo.registry import build, make_optimizer
+
+    workload = build(SMALL, "cpu")
+    optimizer = make_optimizer(SMALL, workload.model.parameters())
+    inputs, targets = workload.inputs(torch.device("cpu"))
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        workload.loss(workload.model(*inputs), targets).backward()
+        optimizer.step()
+
+    opseq._create_optimizer_state(optimizer)
+    chrome = str(tmp_path / "resnet18.json")
+    tops = profile.run_profiled(step, 2, chrome_trace=chrome)
+    measured = [profile.extract_ops(top, "float32") for top in tops]
+    for k, ops in enumerate(measured):
+        durations, gaps, kernels = opseq._kernel_timings(chrome, k, ops, SMALL.config_id)
+        host_durations, host_gaps = profile.host_timings(ops)
+        assert durations == pytest.approx(host_durations, abs=0.5)
+        assert gaps == pytest.approx(host_gaps, abs=0.5) and kernels == [0] * len(ops)
+    with pytest.raises(RuntimeError, match="first difference at op 0"):
+        opseq._kernel_timings(chrome, 0, measured[0][1:], SMALL.config_id)
+
+
+def test_cuda_capture_without_a_gpu_names_the_config():
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is present")
+    with pytest.raises(ModelBuildError, match="resnet18.*no CUDA GPU"):
+        capture(SMALL, "cuda")
+
+
+@pytest.mark.skipif("not __import__('torch').cuda.is_available()", reason="needs a CUDA GPU")
+def test_cuda_capture_groups_kernels_per_op():
+    trace = capture(SMALL, "cuda", warmup=2, iterations=3)
+    meta = capture(SMALL, "meta")
+    assert list(trace["op"]) == list(meta["op"]) and list(trace["phase"]) == list(meta["phase"])
+    assert (trace["kernels"] >= 0).all() and trace["kernels"].sum() > len(trace) / 2
+    assert (trace.loc[trace["kernels"] > 0, "duration_us"] > 0).all()
