@@ -33,7 +33,7 @@ Shape = Sequence[int]
 # Matched against the normalised name: lower case, no "aten::", no underscores, no "backwardN"
 # suffix, so "aten::native_batch_norm" and autograd's "NativeBatchNormBackward0" meet.
 _CLASSES: tuple[tuple[str, str], ...] = (
-    ("lstm", r"lstm"),
+    ("lstm", r"lstm|rnnlayer"),
     ("conv", r"conv"),
     ("matmul", r"linear|addmm|^mm$|bmm|matmul|^addmv|^mv$|^dot$"),
     ("norm", r"batchnorm|layernorm|groupnorm|instancenorm|nativenorm"),

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from predictor.capture import kineto
+from predictor.capture import costs, kineto
 from predictor.capture.profile import extract_ops, median_timings, params_of, run_profiled
 from predictor.trace_table import validate
 from predictor.zoo.config import ModelBuildError, ModelConfig
@@ -83,6 +83,7 @@ def capture(config: ModelConfig, device: str = "meta", *, warmup: int | None = N
     else:
         measured = [extract_ops(top, config.dtype) for top in run_profiled(step, iterations)]
     rows = median_timings(measured, config.config_id, timings)
+    _lstm_flops(rows, workload.model)
     host = [statistics.median(r.end_us - r.start_us for r in (it[i] for it in measured))
             for i in range(len(rows))]
     kernels = timings[-1][2] if timings else 0
@@ -99,6 +100,18 @@ def capture(config: ModelConfig, device: str = "meta", *, warmup: int | None = N
         "gap_us": [g for _, _, g in rows], "kernels": kernels,
         "source": f"capture:{device}" + (" (run on cpu: RNN)" if run_on != device else ""),
     }), config.config_id)
+
+
+def _lstm_flops(rows: list, model: torch.nn.Module) -> None:
+    """FLOPs of the fused forward ``lstm`` ops, from the LSTM modules in call order (the profiler
+    records the op's input but not its weight list)."""
+    lstms = [m for m in model.modules() if isinstance(m, torch.nn.LSTM)]
+    forward = [r for r, _, _ in rows if r.op == "lstm" and r.phase == "forward"]
+    for record, module in zip(forward, lstms):
+        if record.shapes and len(record.shapes[0]) == 3:
+            record.flops = costs.flops("lstm", [record.shapes[0]], [], hidden_size=module.hidden_size,
+                                       num_layers=module.num_layers, bidirectional=module.bidirectional,
+                                       batch_first=module.batch_first)
 
 
 def recorded_device(device: str) -> str:

@@ -189,12 +189,22 @@ def _cost(op: str, shapes: list[list[int]], args: list, backward: bool, elem: in
         if cls == "pool" and len(args) > 1 and args[1]:
             kwargs["kernel_size"] = args[1]
         if cls == "lstm":
-            return 0.0, costs.bytes_moved(tensors, [out], elem)  # shapes of packed weights: no closed form here
+            return _rnn_layer_flops(tensors, backward), costs.bytes_moved(tensors, [out], elem)
         grad_op = backward and cls not in ("conv", "matmul")
         return (costs.flops(name, tensors, [out], backward=grad_op, **kwargs),
                 costs.bytes_moved(tensors, [out], elem))
     except (IndexError, TypeError, ValueError):
         return 0.0, costs.bytes_moved(tensors, [], elem)
+
+
+def _rnn_layer_flops(tensors: list[list[int]], backward: bool) -> float:
+    """An RNN layer record that lists its weights — (T, B, I) input, (4H, I) and (4H, H) — gets
+    the closed form; the fused forward op lists only its input (its weights travel as a tensor
+    list the profiler does not record), so its FLOPs come from the module (opseq.capture)."""
+    weights = [t for t in tensors if len(t) == 2]
+    if len(tensors[0]) != 3 or len(weights) < 2 or weights[1][0] != 4 * weights[1][1]:
+        return 0.0
+    return costs.flops("lstm", [tensors[0]], [], backward=backward, hidden_size=weights[1][1])
 
 
 def output_shape(op: str, shapes: list[list[int]], args: list) -> list[int]:

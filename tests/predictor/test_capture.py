@@ -64,6 +64,13 @@ def test_sequence_model_captures():
     trace = capture(lstm, "meta")
     assert {"forward", "backward", "update"} == set(trace["phase"])
     assert (trace["op"] == "lstm").sum() == 1  # the fused op, not a per-time-step decomposition
+    # closed form per layer: gate GEMMs 2 * 4H * (I + H) + 10H element-wise, per step and sample
+    e = lstm.extra_dict
+    h, layers, b, t = e["hidden"], e["layers"], lstm.batch, lstm.input_size
+    per_layer = (2 * 4 * h * (h + h) + 10 * h) * b * t  # embedding width = hidden in lstm_lm
+    assert trace.loc[trace["op"] == "lstm", "flops"].item() == layers * per_layer
+    backward_layers = trace[trace["op"].str.contains("RnnLayerBackward")]
+    assert len(backward_layers) == layers and (backward_layers["flops"] == 2 * per_layer).all()
     cpu = capture(lstm, "cpu", warmup=1, iterations=1)
     assert list(trace["op"]) == list(cpu["op"]) and list(trace["phase"]) == list(cpu["phase"])
 
