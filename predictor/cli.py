@@ -1,4 +1,4 @@
-"""``ets``: execution-trace datasets for the ETS predictor (import, inspect).
+"""``ets``: execution-trace datasets for the ETS predictor (collect, import, inspect) and emulated GPUs.
 
 Why a thin layer: the logic lives in :mod:`predictor.capture` and :mod:`predictor.trace_table`;
 this module turns options into calls and user errors into one-line messages.
@@ -7,6 +7,7 @@ this module turns options into calls and user errors into one-line messages.
 from __future__ import annotations
 
 import json
+from datetime import date
 from pathlib import Path
 
 import click
@@ -41,9 +42,10 @@ def import_(kind: str, path: Path, out: Path, device: str | None) -> None:
 @click.option("--zoo", "zoo", type=click.Choice(["hpo", "randwire", "nlp", "all"]), default="hpo", show_default=True,
               help="hpo: the 18 torchvision families on the ETS batch x image-size grid; randwire: random-graph "
                    "networks; nlp: transformer and LSTM models; all: everything.")
-@click.option("--device", type=click.Choice(["meta", "cpu", "cuda"]), default="meta", show_default=True,
+@click.option("--device", default="meta", show_default=True,
               help="meta: the op sequence (no compute); cpu: real profiling on this machine; cuda: real "
-                   "profiling on this machine's GPU, kernels grouped per op (recorded as cuda:<GPU name>).")
+                   "profiling on this machine's GPU, kernels grouped per op (recorded as cuda:<GPU name>); "
+                   "emulated:<GPU>: the op sequence timed by a calibrated emulated GPU (`ets devices list`).")
 @click.option("--limit", type=click.IntRange(1), help="At most N configs (sampled deterministically, every family kept).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--max-batch", type=click.IntRange(1), help="Only configs with batch <= N (CPU profiling of small configs).")
@@ -56,7 +58,16 @@ def collect_cmd(zoo: str, device: str, limit: int | None, seed: int, max_batch: 
                 max_size: int | None, workers: int | None, out: Path) -> None:
     """Capture execution traces of zoo configs into a dataset directory (one Parquet per device)."""
     from predictor.collect import collect
+    from predictor.devices.specs import DeviceParamsError, device_key
     from predictor.zoo.registry import zoo_configs
+
+    if device not in ("meta", "cpu", "cuda"):
+        if not device.startswith("emulated:"):
+            raise click.BadParameter(f"{device!r}: use meta, cpu, cuda or emulated:<GPU>", param_hint="--device")
+        try:
+            device_key(device)
+        except DeviceParamsError as exc:
+            raise click.BadParameter(str(exc), param_hint="--device") from None
 
     configs = [c for c in zoo_configs(zoo, seed=seed)  # round-robin over families: prefixes stay stratified
                if (max_batch is None or c.batch <= max_batch) and (max_size is None or c.input_size <= max_size)]
@@ -92,3 +103,69 @@ def info(directory: Path, as_json: bool) -> None:
     share = summary["overhead_share"]
     click.echo("framework-overhead share (gap / iteration): "
                + ", ".join(f"{k} {v:.1%}" for k, v in share.items()))
+
+
+@main.group()
+def devices() -> None:
+    """Emulated GPUs: list them, calibrate them on measured data."""
+
+
+@devices.command("list")
+def devices_list() -> None:
+    """Every emulated device with its spec-sheet rates and fitted parameters."""
+    from predictor.devices.specs import FITTED_FIELDS, load_params
+
+    params = load_params()
+    click.echo(f"parameters {params.version} ({params.source})")
+    for name, spec in params.devices.items():
+        fitted = ", ".join(f"{f} {getattr(spec, f):.3g}" for f in FITTED_FIELDS)
+        click.echo(f"{spec.emulated_name}: FP32 {spec.fp32_tflops} / TF32 {spec.tf32_tflops} / FP16 "
+                   f"{spec.fp16_tflops} TFLOP/s, {spec.mem_gbs} GB/s ({spec.spec}); {fitted}; fitted on: {spec.fitted}")
+
+
+@devices.command("calibrate")
+@click.option("--calibration", "calibration_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Gavel/Sia measurements [default: $ETS_CALIBRATION, else ../shared/calibration].")
+@click.option("--ets", "ets_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Real ETS traces with T4/ and 2080Ti/ [default: $ETS_SHARED/ets_traces, else ../shared/ets_traces].")
+@click.option("--cache", type=click.Path(dir_okay=False, path_type=Path),
+              default=Path("reports/calibration/op_sequences.parquet"), show_default=True,
+              help="Op sequences of the calibration configs (captured once, reused).")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Parameter file to write [default: the package's predictor/devices/params.json].")
+@click.option("--report", "report_dir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("reports/calibration"), show_default=True, help="Where report.md / report.json go.")
+@click.option("--no-lomo", is_flag=True, help="Skip the leave-one-model-out refits (faster).")
+def devices_calibrate(calibration_dir: Path | None, ets_dir: Path | None, cache: Path, out: Path | None,
+                      report_dir: Path, no_lomo: bool) -> None:
+    """Fit every emulated GPU to measured iteration times and real ETS traces; write the
+    parameter file and the error report."""
+    from predictor.devices import calibrate as cal
+    from predictor.devices.measurements import MeasurementError, default_calibration_dir
+    from predictor.devices.specs import PARAMS_FILE, save_params
+
+    calibration_dir = calibration_dir or default_calibration_dir()
+    ets_dir = ets_dir or calibration_dir.parent / "ets_traces"
+    try:
+        targets = cal.measured_targets(calibration_dir)
+        real = {dev: import_traces("ets-csv", ets_dir / sub) for sub, dev in cal.ETS_DEVICES.items()}
+    except (MeasurementError, TraceFormatError, FileNotFoundError) as exc:
+        raise click.ClickException(str(exc)) from None
+    skipped: list[str] = []
+    for dev, table in real.items():
+        more, skip = cal.ets_targets(table, dev)
+        targets += more
+        skipped += skip
+    host = cal.host_table(real["T4"])
+    sequences = cal.op_sequences([t.config for t in targets], cache)
+    version = "v1-" + date.today().isoformat()
+    params, report = cal.calibrate(targets, sequences, host, lomo=not no_lomo, version=version)
+    report["skipped"] = skipped
+    report["inputs"] = {"calibration": str(calibration_dir), "ets": str(ets_dir)}
+    path = save_params(params, out or PARAMS_FILE, report)
+    report_dir.mkdir(parents=True, exist_ok=True)
+    table = cal.report_markdown(report)
+    (report_dir / "report.md").write_text(table + "\n")
+    (report_dir / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+    click.echo(table)
+    click.echo(f"parameters {version} -> {path}; report in {report_dir}")

@@ -26,6 +26,11 @@ def _capture(config_dict: dict, device: str) -> tuple[str, pd.DataFrame | None, 
 
     config = ModelConfig.from_dict(config_dict)
     try:
+        if device.startswith("emulated:"):
+            from predictor.devices.specs import load_params
+            from predictor.devices.timing import emulate
+
+            return config.config_id, emulate(capture(config, "meta"), device, load_params()), None
         return config.config_id, capture(config, device), None
     except Exception as exc:  # recorded, never silently dropped
         return config.config_id, None, f"{type(exc).__name__}: {exc}"
@@ -36,9 +41,10 @@ def collect(configs: list[ModelConfig], device: str, out: str | Path, *, workers
     """Capture every config not yet in ``out``; returns counts (done, skipped, failed)."""
     from predictor.capture.opseq import recorded_device
 
+    device = recorded_device(device)  # also rejects unknown emulated GPU types before any work
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    existing = device_file(out, recorded_device(device))
+    existing = device_file(out, device)
     done_ids = set(pd.read_parquet(existing, columns=["config_id"])["config_id"]) if existing.exists() else set()
     todo = [c for c in configs if c.config_id not in done_ids]
     failures = out / "failures.jsonl"

@@ -20,6 +20,12 @@ Models (``input_size`` = sequence length, ``num_classes`` = vocabulary for token
   linear to per-frame classes (29: characters + blank); sizes small (3x320), large (5x512).
 
 All losses are token/frame-level cross-entropy over the flattened (batch * length) outputs.
+
+Output width different from the vocabulary: ``config_for(..., vocab=V, num_classes=C)`` with
+``C != V`` stores ``"vocab": V`` in ``extra``; token embeddings (and token inputs) then use ``V``
+and the per-token outputs (and targets) ``C``. For ``transformer_encoder`` the head is then a
+single linear layer per token instead of the masked-LM head (BERT's question-answering span head:
+start/end logits, ``C = 2``). Without the ``vocab`` key the vocabulary is ``num_classes``, as before.
 """
 
 from __future__ import annotations
@@ -65,7 +71,15 @@ MODELS = tuple(SIZES)
 MAX_POSITIONS = 4096
 
 
-def config_for(model: str, size: str, batch: int, seq_len: int, dtype: str = "float32", optimizer: str = "sgd") -> ModelConfig:
+def config_for(model: str, size: str, batch: int, seq_len: int, dtype: str = "float32", optimizer: str = "sgd",
+               *, vocab: int | None = None, num_classes: int | None = None) -> ModelConfig:
+    """``vocab``: token vocabulary (default ``VOCAB[model]``); ``num_classes``: per-token output width
+    (default: the vocabulary). Only when the two differ does ``extra`` get a ``"vocab"`` key."""
+    vocab = VOCAB[model] if vocab is None else vocab
+    classes = vocab if num_classes is None else num_classes
+    extra = {"size": size, **SIZES[model][size]}
+    if classes != vocab:
+        extra["vocab"] = vocab
     return ModelConfig(
         kind=KIND[model],
         family=FAMILY[model],
@@ -74,8 +88,8 @@ def config_for(model: str, size: str, batch: int, seq_len: int, dtype: str = "fl
         input_size=seq_len,
         dtype=dtype,
         optimizer=optimizer,
-        num_classes=VOCAB[model],
-        extra=tuple(sorted({"size": size, **SIZES[model][size]}.items())),
+        num_classes=classes,
+        extra=tuple(sorted(extra.items())),
     )
 
 
@@ -91,7 +105,10 @@ def grid(dtype: str = "float32") -> list[ModelConfig]:
 
 
 class EncoderLM(nn.Module):
-    def __init__(self, vocab: int, layers: int, d_model: int, heads: int, ff: int, dropout: float = 0.1):
+    """``classes`` None or == ``vocab``: masked-LM head; otherwise one linear layer per token."""
+
+    def __init__(self, vocab: int, layers: int, d_model: int, heads: int, ff: int, dropout: float = 0.1,
+                 classes: int | None = None):
         super().__init__()
         self.tokens = nn.Embedding(vocab, d_model)
         self.positions = nn.Embedding(MAX_POSITIONS, d_model)
@@ -99,7 +116,10 @@ class EncoderLM(nn.Module):
         self.dropout = nn.Dropout(dropout)
         layer = nn.TransformerEncoderLayer(d_model, heads, ff, dropout, activation="gelu", batch_first=True)
         self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
-        self.head = nn.Sequential(nn.Linear(d_model, d_model), nn.GELU(), nn.LayerNorm(d_model), nn.Linear(d_model, vocab))
+        if classes is None or classes == vocab:
+            self.head = nn.Sequential(nn.Linear(d_model, d_model), nn.GELU(), nn.LayerNorm(d_model), nn.Linear(d_model, vocab))
+        else:
+            self.head = nn.Linear(d_model, classes)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         positions = torch.arange(tokens.shape[1], device=tokens.device)
@@ -108,12 +128,13 @@ class EncoderLM(nn.Module):
 
 
 class Seq2SeqLM(nn.Module):
-    def __init__(self, vocab: int, layers: int, d_model: int, heads: int, ff: int, dropout: float = 0.1):
+    def __init__(self, vocab: int, layers: int, d_model: int, heads: int, ff: int, dropout: float = 0.1,
+                 classes: int | None = None):
         super().__init__()
         self.tokens = nn.Embedding(vocab, d_model)
         self.positions = nn.Embedding(MAX_POSITIONS, d_model)
         self.transformer = nn.Transformer(d_model, heads, layers, layers, ff, dropout, batch_first=True)
-        self.head = nn.Linear(d_model, vocab)
+        self.head = nn.Linear(d_model, vocab if classes is None else classes)
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
         positions = torch.arange(max(src.shape[1], tgt.shape[1]), device=src.device)
@@ -153,6 +174,9 @@ def _size_params(config: ModelConfig) -> dict:
     missing = [k for k in needed if k not in e]
     if missing:
         raise ModelBuildError(config, f"extra lacks {missing}")
+    vocab = e.get("vocab")
+    if vocab is not None and (isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 1):
+        raise ModelBuildError(config, f"extra vocab must be a positive int, got {vocab!r}")
     if config.family == "transformer":
         if e["d_model"] % e["heads"]:
             raise ModelBuildError(config, f"d_model {e['d_model']} is not divisible by heads {e['heads']}")
@@ -165,20 +189,26 @@ def check(config: ModelConfig) -> None:
     _size_params(config)
 
 
+def _vocab(config: ModelConfig) -> int:
+    """Token vocabulary: ``extra["vocab"]`` when set, else ``num_classes``."""
+    return int(config.get("vocab", config.num_classes))
+
+
 def build_model(config: ModelConfig) -> nn.Module:
     e = _size_params(config)
+    vocab, classes = _vocab(config), config.num_classes
     if config.model == "transformer_encoder":
-        return EncoderLM(config.num_classes, e["layers"], e["d_model"], e["heads"], e["ff"])
+        return EncoderLM(vocab, e["layers"], e["d_model"], e["heads"], e["ff"], classes=classes)
     if config.model == "transformer_seq2seq":
-        return Seq2SeqLM(config.num_classes, e["layers"], e["d_model"], e["heads"], e["ff"])
+        return Seq2SeqLM(vocab, e["layers"], e["d_model"], e["heads"], e["ff"], classes=classes)
     if config.model == "lstm_lm":
-        return LSTMModel(config.num_classes, e["layers"], e["hidden"], vocab=config.num_classes)
+        return LSTMModel(classes, e["layers"], e["hidden"], vocab=vocab)
     return LSTMModel(config.num_classes, e["layers"], e["hidden"], features=int(e.get("features", SPEECH_FEATURES)),
                      bidirectional=bool(e.get("bidirectional", False)))
 
 
 def inputs(config: ModelConfig):
-    b, s, v = config.batch, config.input_size, config.num_classes
+    b, s, v, t = config.batch, config.input_size, _vocab(config), config.num_classes
 
     def make(device, generator):
         if config.model == "lstm_speech":
@@ -188,6 +218,6 @@ def inputs(config: ModelConfig):
             model_inputs = (randint(v, (b, s), device, generator), randint(v, (b, s), device, generator))
         else:
             model_inputs = (randint(v, (b, s), device, generator),)
-        return model_inputs, randint(v, (b, s), device, generator)
+        return model_inputs, randint(t, (b, s), device, generator)
 
     return input_factory(config, make)

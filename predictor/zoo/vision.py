@@ -14,6 +14,13 @@ grid size at or above it is what the grid uses. Sources of the minima: stride-2 
 window exceeds the feature map (alexnet, vgg, squeezenet, densenet), convnext's 2x2 stride-2
 downsampling, inception_v3's valid convolutions (torchvision documents >= 75 px). The rest
 (resnet, efficientnet, mobilenet, swin via padding, ...) run at any size >= the grid's 16 px.
+
+CIFAR variants (``CIFAR_MODELS``, e.g. ``resnet18_cifar``): buildable by name but not part of
+``MODELS`` / ``grid()`` (so not in the ``hpo`` zoo). They rebuild the measured calibration
+workloads (``predictor.devices.measurements``): the CIFAR-10 ResNet-18 that Gavel and Pollux/Sia
+train (kuangliu/pytorch-cifar) is torchvision's resnet18 with a 3x3 stride-1 stem conv of 64
+channels and no max-pool; at 32x32 input its adaptive average pool sees the same 4x4 map as
+kuangliu's ``avg_pool2d(4)``.
 """
 
 from __future__ import annotations
@@ -60,6 +67,9 @@ assert tuple(sorted(VARIANTS)) == tuple(sorted(TORCHVISION_FAMILIES))
 
 MODELS: tuple[str, ...] = tuple(m for family in TORCHVISION_FAMILIES for m in VARIANTS[family])
 
+# CIFAR-stem variant -> the torchvision model it modifies (see module docstring); not in MODELS.
+CIFAR_MODELS: dict[str, str] = {"resnet18_cifar": "resnet18"}
+
 # Smallest square input (px) whose forward pass works; models not listed accept any size >= 1.
 # Measured on the meta device with torchvision 0.29 (see module docstring).
 MIN_SIZE: dict[str, int] = {
@@ -83,8 +93,9 @@ def min_size(model: str) -> int:
 
 def size_problem(model: str, input_size: int) -> str | None:
     """Why ``model`` cannot take ``input_size`` x ``input_size`` images (None when it can)."""
-    if model not in MODELS:
-        return f"unknown torchvision model {model!r} (known: {', '.join(MODELS)})"
+    if model not in MODELS and model not in CIFAR_MODELS:
+        known = ", ".join((*MODELS, *CIFAR_MODELS))
+        return f"unknown torchvision model {model!r} (known: {known})"
     if input_size < min_size(model):
         return f"image size {input_size} px is below the minimum {min_size(model)} px of {model}"
     patch = VIT_PATCH.get(model)
@@ -149,9 +160,20 @@ def check(config: ModelConfig) -> None:
         raise ModelBuildError(config, problem)
 
 
+def _cifar_model(config: ModelConfig) -> torch.nn.Module:
+    """torchvision ``CIFAR_MODELS[model]`` with a 3x3 stride-1, 64-channel stem conv and no max-pool."""
+    model = torchvision.models.get_model(CIFAR_MODELS[config.model], weights=None, num_classes=config.num_classes)
+    model.conv1 = torch.nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)
+    torch.nn.init.kaiming_normal_(model.conv1.weight, mode="fan_out", nonlinearity="relu")  # as torchvision
+    model.maxpool = torch.nn.Identity()
+    return model
+
+
 def build_model(config: ModelConfig) -> torch.nn.Module:
     """The torchvision model of ``config`` (random init) on the current default device."""
     check(config)
+    if config.model in CIFAR_MODELS:
+        return _cifar_model(config)
     kwargs: dict[str, object] = {"weights": None, "num_classes": config.num_classes}
     if config.model in VIT_PATCH:
         kwargs["image_size"] = config.input_size

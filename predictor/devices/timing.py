@@ -1,0 +1,188 @@
+"""Emulated GPU execution: kernel times from FLOPs and bytes, laid on an asynchronous host/GPU
+timeline, so that framework overhead emerges where the host is slower than the GPU.
+
+Why: the predictor needs per-device execution traces and the simulator true iteration times on
+GPU types we do not have. A mechanism fitted to measurements (not a random overhead draw) keeps
+the emulated traces honest: small kernels leave the GPU waiting on Python and the dispatcher,
+large ones hide the host entirely.
+
+Kernel time of an op (µs), op class from :func:`predictor.capture.costs.op_class`:
+
+* compute: ``(flops + F½) / (rate × compute_eff)`` with F½ = ``compute_half_mflop``; that is
+  flops / (rate × compute_eff × flops / (flops + F½)): the efficiency grows with the kernel's
+  size and saturates at ``compute_eff``. rate: the FP16 tensor rate × ``tensor_eff`` for
+  half-precision conv / matmul / LSTM, and the TF32 rate × ``tensor_eff`` for float32
+  convolutions where the GPU has TF32 (cuDNN's default), else FP32.
+* memory: ``(bytes + B½) / (mem_gbs × memory_eff)``, the same form for bandwidth.
+* kernel time = ``kernel_latency_us × kernels + max(compute, memory) / class_eff[op class]``
+  (a roofline; ``class_eff`` — shared by all devices, fitted on the real ETS per-op kernel
+  times — says how far an op class's kernels stay from their roofline: pooling backward
+  scatters, cuDNN's Winograd convolutions beat the direct-convolution FLOP count, ...).
+* kernels per op (not recorded by the meta device): 0 for views and their backward nodes
+  (:data:`KERNEL_FREE`), ``AccumulateGrad`` (under ``set_to_none`` it hands the gradient over
+  without a copy) and ops without FLOPs and bytes (scalar bookkeeping), 2 for convolution
+  backward (grad-input and grad-weight), 2 × sequence length for LSTMs (a GEMM pair per step),
+  else 1.
+
+Host time of an op = ``host_us[phase][op class]`` (else ``[phase]["default"]``) × ``host_scale``.
+
+Timeline: the host issues op i at H_i = Σ_{j≤i} host_j; the GPU starts it at
+s_i = max(s_{i-1} + d_{i-1}, H_i). Synchronisation points: after the last forward op (loss
+read-out) the host waits for the GPU; the iteration ends when the GPU is done. Within a segment
+the recursion has the closed form s = D + cummax(H − D) (D the exclusive prefix sum of kernel
+times), which keeps calibration fast. Output per ETS: ``duration_us`` = kernel time; ``gap_us`` =
+next kernel-running op's start − (this op's start + duration), 0 for the last one and for
+kernel-free ops; iteration = Σ(duration + gap).
+
+Noise (``noise=True``, the default for emitted traces): each kernel time × exp(0.02 z), each host
+time × exp(0.05 z), z standard normal from a generator seeded by (config_id, device, seed) — run
+to run jitter of the order real profiles show. Calibration uses ``noise=False``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from predictor.capture.costs import OP_CLASSES, op_class
+from predictor.devices.specs import DeviceParams, DeviceSpec
+from predictor.trace_table import validate
+from predictor.zoo.config import stable_int
+
+KERNEL_NOISE = 0.02
+HOST_NOISE = 0.05
+GEMM_CLASSES = ("conv", "matmul", "lstm")
+HALF = ("float16", "bfloat16")
+PHASES = ("forward", "backward", "update")
+KERNEL_FREE = re.compile(
+    r"^(view|_unsafe_view|reshape|t|transpose|permute|expand|expand_as|slice|select|unsqueeze|squeeze|"
+    r"flatten|unflatten|chunk|split|split_with_sizes|unbind|narrow|detach|alias|as_strided|view_as|"
+    r"AccumulateGrad|(T|View|UnsafeView|Transpose|Permute|Unsqueeze|Squeeze|ReshapeAlias|Alias|Detach)"
+    r"Backward\d*)$")
+
+
+@dataclass(frozen=True)
+class OpArrays:
+    """One op sequence as arrays, precomputed once (calibration evaluates it many times)."""
+
+    flops: np.ndarray
+    bytes: np.ndarray
+    kernels: np.ndarray  # estimated kernels per op (0: no kernel)
+    phase: np.ndarray  # object array of phase names
+    op_class: np.ndarray  # object array of op classes
+    class_code: np.ndarray  # index of the op class in costs.OP_CLASSES
+    gemm: np.ndarray  # bool: compute class with a tensor-core path
+    conv: np.ndarray  # bool
+    half: bool
+    sync_after: int  # index of the last forward op (-1: none)
+
+    @classmethod
+    def from_trace(cls, trace: pd.DataFrame) -> "OpArrays":
+        ops = trace["op"].to_numpy()
+        classes = np.array([op_class(o) for o in ops], dtype=object)
+        flops = trace["flops"].to_numpy(dtype=float)
+        nbytes = trace["bytes"].to_numpy(dtype=float)
+        phase = trace["phase"].to_numpy().astype(object)
+        free = np.array([bool(KERNEL_FREE.match(o)) for o in ops], dtype=bool)
+        kernels = np.where(((flops > 0) | (nbytes > 0)) & ~free, 1, 0)
+        backward_conv = (classes == "conv") & (phase == "backward")
+        kernels = np.where(backward_conv & (kernels > 0), 2, kernels)
+        seq = trace["input_size"].to_numpy(dtype=int)
+        kernels = np.where((classes == "lstm") & (kernels > 0), 2 * np.maximum(seq, 1), kernels)
+        forward = np.flatnonzero(phase == "forward")
+        codes = np.array([OP_CLASSES.index(c) for c in classes], dtype=int)
+        return cls(flops, nbytes, kernels.astype(int), phase, classes, codes, np.isin(classes, GEMM_CLASSES),
+                   classes == "conv", str(trace["dtype"].iloc[0]) in HALF,
+                   int(forward[-1]) if len(forward) else -1)
+
+
+def class_factors(class_eff: dict[str, float]) -> np.ndarray:
+    """Per-class efficiency as an array indexed by ``OpArrays.class_code``."""
+    return np.array([class_eff.get(c, 1.0) for c in OP_CLASSES])
+
+
+def kernel_us(ops: OpArrays, spec: DeviceSpec, factors: np.ndarray | None = None) -> np.ndarray:
+    """Kernel time per op (µs) without noise; 0 for ops that launch no kernel. ``factors``:
+    :func:`class_factors` of the per-class efficiencies (default 1)."""
+    fp32 = spec.fp32_tflops
+    conv_rate = spec.tf32_tflops * spec.tensor_eff if spec.tf32_tflops > 0 else fp32
+    if ops.half:
+        rate = np.where(ops.gemm, spec.fp16_tflops * spec.tensor_eff, fp32)
+    else:
+        rate = np.where(ops.conv, conv_rate, fp32)
+    compute = (ops.flops + spec.compute_half_mflop * 1e6) / (rate * 1e12 * spec.compute_eff) * 1e6
+    memory = (ops.bytes + spec.memory_half_kb * 1e3) / (spec.mem_gbs * 1e9 * spec.memory_eff) * 1e6
+    work = np.maximum(compute, memory)
+    if factors is not None:
+        work = work / factors[ops.class_code]
+    time = spec.kernel_latency_us * ops.kernels + work
+    return np.where(ops.kernels > 0, time, 0.0)
+
+
+def host_us(ops: OpArrays, host: dict[str, dict[str, float]], spec: DeviceSpec) -> np.ndarray:
+    """Host-side cost per op (µs): the measured cost of its phase and op class, scaled."""
+    out = np.empty(len(ops.phase))
+    for i, (p, c) in enumerate(zip(ops.phase, ops.op_class)):
+        table = host.get(p, {})
+        out[i] = table.get(c, table.get("default", 0.0))
+    return out * spec.host_scale
+
+
+def timeline(duration: np.ndarray, host: np.ndarray, sync_after: int = -1) -> tuple[np.ndarray, np.ndarray]:
+    """GPU start of every op and the ETS gap after each; see the module docstring."""
+    n = len(duration)
+    start = np.zeros(n)
+    h0 = g0 = 0.0
+    bounds = [0, sync_after + 1, n] if 0 <= sync_after < n - 1 else [0, n]
+    for a, b in zip(bounds, bounds[1:]):
+        d = duration[a:b]
+        issued = h0 + np.cumsum(host[a:b])
+        before = np.concatenate(([0.0], np.cumsum(d)[:-1]))
+        s = before + np.maximum(g0, np.maximum.accumulate(issued - before))
+        start[a:b] = s
+        g0 = s[-1] + d[-1]
+        h0 = max(issued[-1], g0)  # the host waits for the GPU (loss read-out / end of step)
+    gap = np.zeros(n)
+    busy = np.flatnonzero(duration > 0)
+    if len(busy) > 1:
+        # the GPU runs one op at a time, so a gap is >= 0; clipping removes float rounding only
+        gap[busy[:-1]] = np.maximum(start[busy[1:]] - (start[busy[:-1]] + duration[busy[:-1]]), 0.0)
+    return start, gap
+
+
+def iteration_us(ops: OpArrays, spec: DeviceSpec, host: dict[str, dict[str, float]],
+                 class_eff: dict[str, float] | None = None) -> float:
+    """Noise-free iteration time (µs) = Σ(duration + gap)."""
+    d = kernel_us(ops, spec, class_factors(class_eff or {}))
+    _, gap = timeline(d, host_us(ops, host, spec), ops.sync_after)
+    return float(d.sum() + gap.sum())
+
+
+def emulate(trace: pd.DataFrame, device: str, params: DeviceParams, *, seed: int = 0,
+            noise: bool = True) -> pd.DataFrame:
+    """The execution trace of one op sequence (one config_id) on an emulated device."""
+    if trace["config_id"].nunique() != 1:
+        raise ValueError("emulate takes the op sequence of one config; got "
+                         f"{trace['config_id'].nunique()} configs")
+    trace = trace.sort_values("idx").reset_index(drop=True)
+    spec = params.device(device)
+    ops = OpArrays.from_trace(trace)
+    d = kernel_us(ops, spec, class_factors(params.class_eff))
+    h = host_us(ops, params.host_us, spec)
+    if noise:
+        rng = np.random.default_rng(stable_int(str(trace["config_id"].iloc[0]), spec.name, seed))
+        d = d * np.exp(KERNEL_NOISE * rng.standard_normal(len(d)))
+        h = h * np.exp(HOST_NOISE * rng.standard_normal(len(h)))
+    _, gap = timeline(d, h, ops.sync_after)
+    out = trace.copy()
+    out["device"] = spec.emulated_name
+    out["duration_us"] = d
+    out["gap_us"] = gap
+    out["cpu_us"] = h
+    out["kernels"] = ops.kernels
+    out["source"] = f"{spec.emulated_name} (params {params.version}, seed {seed})"
+    return validate(out, f"{trace['config_id'].iloc[0]} on {spec.emulated_name}")
