@@ -16,7 +16,10 @@ Procedure:
    prior pulling them towards the priors so that a device with few targets stays sane), and one
    step overhead per (device, measurement source): the time Gavel's and Sia's step times spend
    outside the execution trace (input pipeline, copies, loss read-out). ETS targets have none:
-   their iteration time is the trace itself.
+   their iteration time is the trace itself. The host belongs to the measurement, not to the
+   GPU: the device's ``host_scale`` is that of its primary source (the one with most targets:
+   the ETS machine for T4 and 2080Ti), and each other source gets its own host multiplier
+   (weak prior at 1), reported with the overheads.
 4. Leave-one-model-out: refit without each workload in turn and predict it; per device the
    median and mean absolute relative error, in-sample and held-out.
 5. Op level (ETS traces): per file, the kernel time summed per (phase, op class), emulated
@@ -142,13 +145,16 @@ def measured_targets(calibration_dir: str | Path) -> list[Target]:
 
 
 def predict_seconds(spec: DeviceSpec, targets: list[Target], overhead_ms: dict[str, float],
-                    factors: np.ndarray, class_ratios: list | None = None) -> np.ndarray:
+                    factors: np.ndarray, class_ratios: list | None = None,
+                    host_mult: dict[str, float] | None = None) -> np.ndarray:
     """Predicted seconds per target; appends log(emulated / real) of ETS class sums to
-    ``class_ratios`` when given."""
+    ``class_ratios`` when given. ``host_mult``: the host speed of a measurement source relative
+    to the device's own (``spec.host_scale``), for sources other than the device's primary one."""
     out = np.empty(len(targets))
     for i, t in enumerate(targets):
         d = kernel_us(t.ops, spec, factors)
-        _, gap = timeline(d, t.host_base * spec.host_scale, t.ops.sync_after)
+        scale = spec.host_scale * (host_mult or {}).get(t.source, 1.0)
+        _, gap = timeline(d, t.host_base * scale, t.ops.sync_after)
         out[i] = (d.sum() + gap.sum()) / 1e6 + overhead_ms.get(t.source, 0.0) / 1e3
         if class_ratios is not None and t.class_masks:
             emulated = np.array([d[m].sum() for m in t.class_masks])
@@ -162,46 +168,66 @@ class DeviceFit:
     overhead_ms: dict[str, float]
     class_eff: dict[str, float]
     cost: float
+    primary: str = ""
+    host_mult: dict[str, float] = field(default_factory=dict)
 
     @property
     def factors(self) -> np.ndarray:
         return class_factors(self.class_eff)
 
+    def predict(self, targets: list[Target], class_ratios: list | None = None) -> np.ndarray:
+        return predict_seconds(self.spec, targets, self.overhead_ms, self.factors, class_ratios, self.host_mult)
+
+
+def primary_source(targets: list[Target]) -> str:
+    """The source whose host the device's ``host_scale`` describes: the one with most targets."""
+    counts: dict[str, int] = {}
+    for t in targets:
+        counts[t.source] = counts.get(t.source, 0) + 1
+    return max(sorted(counts), key=lambda s: counts[s])
+
 
 def fit_device(prior: DeviceSpec, targets: list[Target], class_eff: dict[str, float] | None = None) -> DeviceFit:
     """Least-squares fit of one device's parameters (see the module docstring, step 3). With
     ``class_eff`` None the per-class efficiencies are fitted too (on ETS op-level targets)."""
+    primary = primary_source(targets)
     sources = sorted({t.source for t in targets if t.source != "ets"})
+    others = sorted({t.source for t in targets} - {primary})
     free_classes = class_eff is None
     n_dev = len(FITTED_FIELDS)
     n_cls = len(FREE_CLASSES) if free_classes else 0
-    x0 = np.concatenate([np.log([getattr(prior, f) for f in FITTED_FIELDS]), np.zeros(n_cls)])
-    lo = np.array([math.log(BOUNDS[f][0]) for f in FITTED_FIELDS] + [math.log(0.05)] * n_cls + [0.0] * len(sources))
-    hi = np.array([math.log(BOUNDS[f][1]) for f in FITTED_FIELDS] + [math.log(20.0)] * n_cls
+    n_host = len(others)
+    x0 = np.concatenate([np.log([getattr(prior, f) for f in FITTED_FIELDS]), np.zeros(n_cls + n_host)])
+    lo = np.array([math.log(BOUNDS[f][0]) for f in FITTED_FIELDS] + [math.log(0.05)] * (n_cls + n_host)
+                  + [0.0] * len(sources))
+    hi = np.array([math.log(BOUNDS[f][1]) for f in FITTED_FIELDS] + [math.log(20.0)] * (n_cls + n_host)
                   + [2000.0] * len(sources))
     x_start = np.concatenate([np.clip(x0, lo[:len(x0)] + 1e-9, hi[:len(x0)] - 1e-9), np.full(len(sources), 1.0)])
     measured = np.array([t.seconds for t in targets])
 
-    def unpack(x: np.ndarray) -> tuple[DeviceSpec, dict[str, float], dict[str, float]]:
+    def unpack(x: np.ndarray) -> DeviceFit:
         spec = prior.with_fitted(dict(zip(FITTED_FIELDS, np.exp(x[:n_dev]))), "fit")
         classes = ({c: 1.0 for c in REFERENCE_CLASSES} | dict(zip(FREE_CLASSES, np.exp(x[n_dev:n_dev + n_cls])))
                    if free_classes else class_eff)
-        return spec, classes, dict(zip(sources, x[n_dev + n_cls:]))
+        host = dict(zip(others, np.exp(x[n_dev + n_cls:len(x0)])))
+        return DeviceFit(spec, dict(zip(sources, x[len(x0):])), classes, 0.0, primary, host)
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        spec, classes, overhead = unpack(x)
         ratios: list[np.ndarray] = []
-        pred = predict_seconds(spec, targets, overhead, class_factors(classes), ratios)
+        pred = unpack(x).predict(targets, ratios)
         return np.concatenate([np.log(pred / measured), *ratios, PRIOR_WEIGHT * (x[:len(x0)] - x0)])
 
     result = least_squares(residuals, x_start, bounds=(lo, hi), x_scale=1.0, max_nfev=400)
-    spec, classes, overhead = unpack(result.x)
-    return DeviceFit(spec, {k: round(float(v), 3) for k, v in overhead.items()},
-                     {k: round(float(v), 4) for k, v in classes.items()}, float(result.cost))
+    fit = unpack(result.x)
+    fit.cost = float(result.cost)
+    fit.overhead_ms = {k: round(float(v), 3) for k, v in fit.overhead_ms.items()}
+    fit.class_eff = {k: round(float(v), 4) for k, v in fit.class_eff.items()}
+    fit.host_mult = {k: round(float(v), 4) for k, v in fit.host_mult.items()}
+    return fit
 
 
 def relative_errors(fit: DeviceFit, targets: list[Target]) -> np.ndarray:
-    pred = predict_seconds(fit.spec, targets, fit.overhead_ms, fit.factors)
+    pred = fit.predict(targets)
     return np.abs(pred - np.array([t.seconds for t in targets])) / np.array([t.seconds for t in targets])
 
 
@@ -222,7 +248,7 @@ def leave_one_model_out(prior: DeviceSpec, targets: list[Target],
 def class_errors(fit: DeviceFit, targets: list[Target]) -> np.ndarray:
     """|emulated − real| / real of the kernel time per ETS file and comparable (phase, op class)."""
     ratios: list[np.ndarray] = []
-    predict_seconds(fit.spec, targets, {}, fit.factors, ratios)
+    fit.predict(targets, ratios)
     return np.abs(np.exp(np.concatenate(ratios)) - 1) if ratios else np.array([])
 
 
@@ -252,9 +278,11 @@ def calibrate(targets: list[Target], sequences: dict[str, pd.DataFrame], host: d
         group = by_device[name]
         fit = fits[name] = fit_device(SPEC_SHEETS[name], group, class_eff)
         sources = sorted({t.source for t in group})
-        devices[name] = fit.spec.with_fitted({}, f"{len(group)} targets: " + ", ".join(sources))
+        devices[name] = fit.spec.with_fitted({}, f"{len(group)} targets: " + ", ".join(sources)
+                                             + f"; host of {fit.primary}")
         entry = {"targets": len(group), "workloads": len({t.workload for t in group}), "sources": sources,
-                 "step_overhead_ms": fit.overhead_ms, "in_sample": _summary(relative_errors(fit, group)),
+                 "step_overhead_ms": fit.overhead_ms, "host_source": fit.primary, "host_mult": fit.host_mult,
+                 "in_sample": _summary(relative_errors(fit, group)),
                  "params": {f: round(getattr(fit.spec, f), 5) for f in FITTED_FIELDS}}
         if lomo:
             held = leave_one_model_out(SPEC_SHEETS[name], group, class_eff)
@@ -281,8 +309,7 @@ def ratio_table(targets: list[Target], fits: dict[str, DeviceFit]) -> list[dict]
         for i, a in enumerate(names):
             for b in names[i + 1:]:
                 ta, tb = by_device[a], by_device[b]
-                pa = predict_seconds(fits[a].spec, [ta], fits[a].overhead_ms, fits[a].factors)[0]
-                pb = predict_seconds(fits[b].spec, [tb], fits[b].overhead_ms, fits[b].factors)[0]
+                pa, pb = fits[a].predict([ta])[0], fits[b].predict([tb])[0]
                 measured, emulated = ta.seconds / tb.seconds, pa / pb
                 rows.append({"source": source, "workload": workload, "batch": batch, "a": a, "b": b,
                              "measured": round(measured, 4), "emulated": round(float(emulated), 4),

@@ -46,7 +46,8 @@ import pandas as pd
 from predictor.zoo.config import ModelConfig
 
 COLUMNS = ("source", "device", "workload", "batch", "seconds", "origin")
-WORKLOADS = ("resnet18_cifar", "resnet50_imagenet", "transformer_multi30k", "lstm_wikitext2", "bert_base_squad")
+WORKLOADS = ("resnet18_cifar", "resnet50_imagenet", "resnet50_imagenet_amp", "transformer_multi30k", "lstm_wikitext2",
+             "bert_base_squad")
 
 GAVEL_FILE = "gavel_physical_cluster_throughputs.json"
 GAVEL_DEVICES = {"k80": "K80", "p100": "P100", "v100": "V100"}
@@ -59,7 +60,9 @@ GAVEL_SKIPPED = ("A3C", "Recommendation", "CycleGAN")
 _GAVEL_JOB = re.compile(r"^(?P<name>.*\S) \(batch size (?P<batch>\d+)\)$")
 
 SIA_DIR = "sia_placements"
-SIA_MODELS = {"cifar10": "resnet18_cifar", "imagenet": "resnet50_imagenet", "bert": "bert_base_squad"}
+# Pollux's ImageNet benchmark (adaptdl/benchmark/models/imagenet) trains with apex AMP, so its
+# convolutions and GEMMs run in half precision: a workload of its own
+SIA_MODELS = {"cifar10": "resnet18_cifar", "imagenet": "resnet50_imagenet_amp", "bert": "bert_base_squad"}
 SIA_DEVICES = {"aws": "T4", "azure": "V100", "dgx-ext": "A100", "quad": "RTX6000", "rtx": "RTX2080Ti"}
 SIA_COLUMNS = ("placement", "local_bsz", "step_time")
 
@@ -306,6 +309,9 @@ def workload_config(workload: str, batch: int) -> ModelConfig:
     * ``resnet18_cifar``: CIFAR-10 ResNet-18 as Gavel and Pollux/Sia train it (kuangliu/pytorch-
       cifar: 3x3 stride-1 stem, no max-pool, stages 64/128/256/512), 32x32, 10 classes; SGD.
     * ``resnet50_imagenet``: torchvision resnet50, 224x224, 1000 classes; SGD.
+    * ``resnet50_imagenet_amp``: the same in float16, for Pollux/Sia's ImageNet benchmark, which
+      trains with apex AMP (half-precision convolutions and GEMMs; AMP's float32 master weights
+      and loss scaling are not modelled).
     * ``transformer_multi30k``: ``transformer_seq2seq`` base (6+6 layers, d 512, 8 heads, ff
       2048) as in Gavel's attention-is-all-you-need job; Adam. Approximations: Multi30k sentences
       are short and vary in length, taken as a fixed 32 tokens for source and target; one shared
@@ -325,6 +331,8 @@ def workload_config(workload: str, batch: int) -> ModelConfig:
         return ModelConfig("vision", "resnet", "resnet18_cifar", batch, 32, num_classes=10)
     if workload == "resnet50_imagenet":
         return ModelConfig("vision", "resnet", "resnet50", batch, 224, num_classes=1000)
+    if workload == "resnet50_imagenet_amp":
+        return ModelConfig("vision", "resnet", "resnet50", batch, 224, dtype="float16", num_classes=1000)
     if workload == "transformer_multi30k":
         return nlp.config_for("transformer_seq2seq", "base", batch, 32, optimizer="adam", vocab=10000)
     if workload == "lstm_wikitext2":

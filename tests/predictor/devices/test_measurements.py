@@ -54,7 +54,7 @@ def test_load_sia_fixture_exact_rows():
         ("sia", "T4", "resnet18_cifar", 64, 0.06, "sia_placements/cifar10/placements-aws.csv:4"),
         ("sia", "RTX6000", "resnet18_cifar", 32, 0.041, "sia_placements/cifar10/placements-quad.csv:2"),
         ("sia", "RTX6000", "resnet18_cifar", 128, 0.061, "sia_placements/cifar10/placements-quad.csv:4"),
-        ("sia", "T4", "resnet50_imagenet", 163, 0.7624, "sia_placements/imagenet/placements-aws.csv:2"),
+        ("sia", "T4", "resnet50_imagenet_amp", 163, 0.7624, "sia_placements/imagenet/placements-aws.csv:2"),
     ]  # placements-dgx.csv is skipped (dgx-ext is the A100 profile)
     assert df.attrs["excluded"] == []
     assert len(df.attrs["missing"]) == 15 - 3 and "bert/placements-aws.csv" in df.attrs["missing"]
@@ -201,7 +201,7 @@ def test_real_values_match_the_readme(real):
     v100 = one("gavel", "V100", "resnet18_cifar", 16)
     assert v100.seconds == pytest.approx(0.0309, abs=5e-5)
     assert v100.origin == f"{GAVEL_NAME}:v100:('ResNet-18 (batch size 16)', 1)"
-    t4 = one("sia", "T4", "resnet50_imagenet", 163)
+    t4 = one("sia", "T4", "resnet50_imagenet_amp", 163)
     assert t4.seconds == pytest.approx(0.7624, abs=5e-5)
     assert t4.origin.startswith("sia_placements/imagenet/placements-aws.csv:")
 
@@ -239,6 +239,7 @@ def test_workload_config_shapes():
     assert (seq.input_size, seq.num_classes, seq.get("layers"), seq.get("d_model")) == (32, 10000, 6, 512)
     r50 = workload_config("resnet50_imagenet", 8)
     assert (r50.model, r50.input_size, r50.num_classes) == ("resnet50", 224, 1000)
+    assert workload_config("resnet50_imagenet_amp", 8).dtype == "float16"
 
 
 def test_unknown_workload_names_the_known_ones():

@@ -1,0 +1,78 @@
+"""Train / validation / test splits of an execution-trace table, by model family.
+
+Why: a predictor is only useful on models it has not seen, so families in the test split never
+appear in training (ETS splits by model variant; we hold out whole families, which is harder).
+RandWire networks form one family of many independent random graphs, so they split by graph:
+all configs of one graph (batch sizes, image sizes) land in the same split.
+
+Units are families (or RandWire graphs). They are shuffled with the seed; test units are taken
+until they hold ``test_fraction`` of the configs, then validation units until ``val_fraction``;
+the rest train. ``test_families`` pins the test families instead (validation still drawn).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class Split:
+    train: tuple[str, ...]  # config_ids
+    val: tuple[str, ...]
+    test: tuple[str, ...]
+    test_units: tuple[str, ...]
+    val_units: tuple[str, ...]
+
+    def part(self, traces: pd.DataFrame, name: str) -> pd.DataFrame:
+        return traces[traces["config_id"].isin(set(getattr(self, name)))]
+
+    def to_dict(self) -> dict:
+        return {"train": len(self.train), "val": len(self.val), "test": len(self.test),
+                "test_units": list(self.test_units), "val_units": list(self.val_units)}
+
+
+def unit_of(family: str, config_id: str) -> str:
+    """The split unit: the family, or for RandWire the graph (model + graph hash)."""
+    if family == "randwire":
+        parts = str(config_id).split(":")
+        return f"randwire:{parts[0]}:{parts[-1]}"
+    return family
+
+
+def split_by_family(traces: pd.DataFrame, *, test_fraction: float = 0.25, val_fraction: float = 0.15,
+                    seed: int = 0, test_families: list[str] | None = None) -> Split:
+    configs = traces.groupby("config_id", sort=True)["family"].first()
+    units = pd.Series([unit_of(f, c) for c, f in configs.items()], index=configs.index)
+    sizes = units.value_counts()
+    order = sorted(sizes.index)
+    rng = np.random.default_rng(seed)
+    order = [order[i] for i in rng.permutation(len(order))]
+    total = len(configs)
+
+    def take(candidates: list[str], fraction: float) -> list[str]:
+        chosen, count = [], 0
+        for unit in candidates:
+            if count >= fraction * total:
+                break
+            chosen.append(unit)
+            count += sizes[unit]
+        return chosen
+
+    if test_families is not None:
+        unknown = {f for f in test_families if f not in set(configs.values)}
+        if unknown:
+            raise ValueError(f"test families not in the data: {', '.join(sorted(unknown))}; "
+                             f"present: {', '.join(sorted(set(configs.values)))}")
+        test = [u for u in order if u in set(test_families) or (u.startswith("randwire:") and "randwire" in test_families)]
+    else:
+        test = take(order, test_fraction)
+    rest = [u for u in order if u not in set(test)]
+    val = take(rest, val_fraction)
+    if len(rest) - len(val) < 1:
+        raise ValueError(f"only {len(sizes)} families/graphs: nothing left to train on")
+    parts = {name: tuple(sorted(units.index[units.isin(set(members))])) for name, members in
+             (("test", test), ("val", val), ("train", [u for u in rest if u not in set(val)]))}
+    return Split(parts["train"], parts["val"], parts["test"], tuple(sorted(test)), tuple(sorted(val)))

@@ -1,0 +1,304 @@
+"""The ETS predictor: sliding windows over an execution trace into a bidirectional LSTM that
+predicts every op's (duration, gap); overlapping windows averaged; summed to the iteration time.
+
+Why: this is the method of the paper (predictors.md §1.4): a window of neighbouring ops gives the
+context that decides how much framework overhead follows an op (a small kernel between small
+kernels leaves the GPU idle; the same kernel between big ones does not).
+
+* Model: ``arch`` "lstm" (default; 4 layers, bidirectional, hidden = feature dimension unless
+  set), or the ablation alternatives "gru", "transformer" (encoder over the window with learned
+  positions and a padding mask) and "mlp" (on the flattened window); a linear head gives
+  (duration, gap) per step.
+* Training: MAE on the normalised targets over real (non-padding) slots; Adam; mini-batches of
+  windows drawn with a seeded generator; after each epoch the validation MRE of iteration times;
+  the best epoch's weights are kept; stop after ``patience`` epochs without improvement or when
+  ``max_minutes`` have passed. ``history`` records wall time and validation MRE per epoch (the
+  convergence curve).
+* Inference: every window of every trace in one batched pass (chunked), normalisation undone,
+  each op's predictions averaged over its windows (padding masked), then summed: iteration time
+  with its per-phase and duration/gap breakdown.
+* Checkpoint (``torch.save``): weights, feature spec with scalers, training config, device,
+  package version, dataset fingerprint, split and history. :func:`load` checks the format and
+  that the weights match the spec, and names what does not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from predictor.features import FeatureSpec, decode_targets, encode, encode_targets, fit_features
+from predictor.windows import average_windows, first_window_only, window_index
+
+CHECKPOINT_FORMAT = 1
+ARCHS = ("lstm", "gru", "transformer", "mlp")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used with this code or this data; the message says why."""
+
+
+@dataclass
+class TrainConfig:
+    width: int = 12
+    stride: int = 4
+    arch: str = "lstm"
+    layers: int = 4
+    hidden: int | None = None  # None: the feature dimension (the authors' choice)
+    top_k: int = 25
+    norm: str = "global"
+    lr: float = 2e-3
+    batch_size: int = 256
+    max_epochs: int = 200
+    patience: int = 8
+    max_minutes: float = 15.0
+    seed: int = 0
+    overlap: bool = True  # average overlapping windows (False: the no-overlap ablation)
+
+
+class WindowModel(nn.Module):
+    def __init__(self, dim: int, config: TrainConfig) -> None:
+        super().__init__()
+        if config.arch not in ARCHS:
+            raise ValueError(f"arch must be one of {ARCHS}, got {config.arch!r}")
+        self.arch, self.width = config.arch, config.width
+        hidden = config.hidden or dim
+        if config.arch in ("lstm", "gru"):
+            rnn = nn.LSTM if config.arch == "lstm" else nn.GRU
+            self.body = rnn(dim, hidden, num_layers=config.layers, batch_first=True, bidirectional=True)
+            self.head = nn.Linear(2 * hidden, 2)
+        elif config.arch == "transformer":
+            d = max(8, (hidden // 4) * 4)
+            self.embed = nn.Linear(dim, d)
+            self.position = nn.Parameter(torch.zeros(1, config.width, d))
+            layer = nn.TransformerEncoderLayer(d, nhead=4, dim_feedforward=2 * d, dropout=0.0, batch_first=True)
+            self.body = nn.TransformerEncoder(layer, num_layers=config.layers, enable_nested_tensor=False)
+            self.head = nn.Linear(d, 2)
+        else:
+            self.body = nn.Sequential(nn.Linear(config.width * dim, 4 * hidden), nn.ReLU(),
+                                      nn.Linear(4 * hidden, 4 * hidden), nn.ReLU())
+            self.head = nn.Linear(4 * hidden, config.width * 2)
+
+    def forward(self, x: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
+        """x [B, W, F], pad [B, W] (True = padding) -> [B, W, 2]."""
+        if self.arch in ("lstm", "gru"):
+            return self.head(self.body(x)[0])
+        if self.arch == "transformer":
+            h = self.embed(x) + self.position[:, : x.shape[1]]
+            return self.head(self.body(h, src_key_padding_mask=pad))
+        return self.head(self.body(x.flatten(1))).view(x.shape[0], x.shape[1], 2)
+
+
+@dataclass
+class Windows:
+    """Every window of a set of traces, as indices into one op-feature matrix."""
+
+    features: np.ndarray  # [ops, F]
+    targets: np.ndarray | None  # [ops, 2] normalised
+    index: np.ndarray  # [windows, W] global op index, -1 padding
+    trace_of_window: np.ndarray  # [windows]
+    offsets: np.ndarray  # [traces + 1] op offsets of each trace
+    traces: list[pd.DataFrame] = field(repr=False)
+
+
+def sorted_traces(traces: pd.DataFrame) -> list[pd.DataFrame]:
+    return [t.sort_values("idx").reset_index(drop=True) for _, t in traces.groupby("config_id", sort=True)]
+
+
+def make_windows(spec: FeatureSpec, traces: pd.DataFrame, width: int, stride: int,
+                 with_targets: bool = True) -> Windows:
+    parts = sorted_traces(traces)
+    ordered = pd.concat(parts, ignore_index=True)
+    features = encode(spec, ordered)
+    targets = encode_targets(spec, ordered) if with_targets else None
+    offsets = np.concatenate([[0], np.cumsum([len(t) for t in parts])])
+    index, owner = [], []
+    for i, t in enumerate(parts):
+        local = window_index(len(t), width, stride)
+        index.append(np.where(local >= 0, local + offsets[i], -1))
+        owner.append(np.full(len(local), i))
+    return Windows(features, targets, np.concatenate(index), np.concatenate(owner), offsets, parts)
+
+
+def _batch(w: Windows, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    index = w.index[rows]
+    pad = index < 0
+    safe = np.maximum(index, 0)
+    x = torch.from_numpy(w.features[safe])
+    x[torch.from_numpy(pad)] = 0
+    y = torch.from_numpy(w.targets[safe]) if w.targets is not None else None
+    return x, torch.from_numpy(pad), y
+
+
+def fingerprint(traces: pd.DataFrame) -> str:
+    """A short hash of which traces (and how many ops and how much time) a model was trained on."""
+    summary = traces.groupby(["device", "config_id"]).agg(n=("idx", "size"), d=("duration_us", "sum"),
+                                                          g=("gap_us", "sum"))
+    text = summary.round(3).to_csv()
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+class EtsPredictor:
+    """A trained window model with everything needed to use it on new traces."""
+
+    def __init__(self, spec: FeatureSpec, config: TrainConfig, model: WindowModel, device: str,
+                 fingerprint: str = "", history: list[dict] | None = None, split: dict | None = None) -> None:
+        self.spec, self.config, self.model, self.device = spec, config, model, device
+        self.fingerprint, self.history, self.split = fingerprint, history or [], split or {}
+
+    # --- inference ---------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def _predict_windows(self, w: Windows, chunk: int = 4096) -> np.ndarray:
+        self.model.eval()
+        out = np.empty((len(w.index), w.index.shape[1], 2), dtype=np.float32)
+        for start in range(0, len(w.index), chunk):
+            rows = np.arange(start, min(start + chunk, len(w.index)))
+            x, pad, _ = _batch(w, rows)
+            out[rows] = self.model(x, pad).numpy()
+        return out
+
+    def predict_ops(self, traces: pd.DataFrame) -> pd.DataFrame:
+        """Per op: predicted duration_us and gap_us (plus the trace's own columns)."""
+        w = make_windows(self.spec, traces, self.config.width, self.config.stride, with_targets=False)
+        return self._ops_from_windows(w, self._predict_windows(w))
+
+    def _ops_from_windows(self, w: Windows, predictions: np.ndarray) -> pd.DataFrame:
+        total = int(w.offsets[-1])
+        combine = average_windows if self.config.overlap else first_window_only
+        normalised = combine(predictions, w.index, total)
+        ordered = pd.concat(w.traces, ignore_index=True)
+        micro = decode_targets(self.spec, ordered["op"], normalised)
+        return ordered.assign(pred_duration_us=micro[:, 0], pred_gap_us=micro[:, 1])
+
+    def iteration_times(self, traces: pd.DataFrame) -> pd.DataFrame:
+        """Per trace: predicted iteration time with its breakdown, and the truth when present."""
+        return summarize(self.predict_ops(traces))
+
+    # --- persistence -------------------------------------------------------------------------
+
+    def save(self, path: str | Path) -> Path:
+        from predictor import __version__
+
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save({"format": CHECKPOINT_FORMAT, "method": "ets", "version": __version__,
+                    "state_dict": self.model.state_dict(), "spec": self.spec.to_dict(),
+                    "config": asdict(self.config), "device": self.device, "fingerprint": self.fingerprint,
+                    "history": self.history, "split": self.split, "dim": self.spec.dim}, path)
+        return path
+
+
+def load(path: str | Path) -> EtsPredictor:
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such checkpoint")
+    try:
+        body = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:  # a truncated or foreign file: say so instead of a pickle traceback
+        raise CheckpointError(f"{path}: not a readable checkpoint ({type(exc).__name__}: {exc})") from None
+    if not isinstance(body, dict) or body.get("format") != CHECKPOINT_FORMAT:
+        found = body.get("format") if isinstance(body, dict) else type(body).__name__
+        raise CheckpointError(f"{path}: checkpoint format {found!r}, this version reads {CHECKPOINT_FORMAT}")
+    if body.get("method") != "ets":
+        raise CheckpointError(f"{path}: a {body.get('method')!r} checkpoint, not an ETS one")
+    spec = FeatureSpec.from_dict(body["spec"])
+    if spec.dim != body.get("dim"):
+        raise CheckpointError(f"{path}: feature spec gives {spec.dim} features but the model was built for "
+                              f"{body.get('dim')}: the checkpoint was written by an incompatible version")
+    config = TrainConfig(**body["config"])
+    model = WindowModel(spec.dim, config)
+    try:
+        model.load_state_dict(body["state_dict"])
+    except RuntimeError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise CheckpointError(f"{path}: weights do not match the feature spec / architecture ({first})") from None
+    return EtsPredictor(spec, config, model, body["device"], body.get("fingerprint", ""), body.get("history"),
+                        body.get("split"))
+
+
+def summarize(ops: pd.DataFrame) -> pd.DataFrame:
+    """Per-trace iteration time (µs) from per-op predictions, per phase and duration/gap."""
+    ops = ops.assign(pred_total=ops["pred_duration_us"] + ops["pred_gap_us"])
+    out = ops.groupby("config_id", sort=True).agg(
+        device=("device", "first"), family=("family", "first"), model=("model", "first"), ops=("idx", "size"),
+        pred_us=("pred_total", "sum"), pred_duration_us=("pred_duration_us", "sum"), pred_gap_us=("pred_gap_us", "sum"))
+    for phase in ("forward", "backward", "update"):
+        out[f"pred_{phase}_us"] = ops[ops["phase"] == phase].groupby("config_id")["pred_total"].sum() \
+            .reindex(out.index).fillna(0.0)
+    if "duration_us" in ops and ops["duration_us"].notna().all():
+        out["true_us"] = (ops["duration_us"] + ops["gap_us"]).groupby(ops["config_id"]).sum()
+    return out.reset_index()
+
+
+def iteration_mre(summary: pd.DataFrame) -> float:
+    return float((np.abs(summary["pred_us"] - summary["true_us"]) / summary["true_us"]).mean())
+
+
+def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: TrainConfig | None = None, *,
+          device: str | None = None, split: dict | None = None, progress: bool = True,
+          log=None) -> EtsPredictor:
+    """Fit a window model on ``train_traces``; early stopping on ``val_traces``' iteration MRE."""
+    from tqdm import tqdm
+
+    config = config or TrainConfig()
+    if train_traces.empty or val_traces.empty:
+        raise ValueError("training and validation splits must both hold traces")
+    devices = sorted(set(train_traces["device"]) | set(val_traces["device"]))
+    if device is None:
+        if len(devices) != 1:
+            raise ValueError(f"traces of several devices ({', '.join(devices)}): train one model per device")
+        device = devices[0]
+    torch.manual_seed(config.seed)
+    rng = np.random.default_rng(config.seed)
+    spec = fit_features(train_traces, top_k=config.top_k, norm=config.norm)
+    model = WindowModel(spec.dim, config)
+    predictor = EtsPredictor(spec, config, model, device, fingerprint(pd.concat([train_traces, val_traces])),
+                             [], split)
+    tw = make_windows(spec, train_traces, config.width, config.stride)
+    vw = make_windows(spec, val_traces, config.width, config.stride, with_targets=False)
+    val_truth = summarize(pd.concat(vw.traces, ignore_index=True).assign(pred_duration_us=0.0, pred_gap_us=0.0))
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
+    best, best_state, stale = np.inf, None, 0
+    started = time.perf_counter()
+    bar = tqdm(total=config.max_epochs, desc="train ets", unit="epoch", disable=not progress)
+    for epoch in range(config.max_epochs):
+        model.train()
+        order = rng.permutation(len(tw.index))
+        losses = []
+        for start in range(0, len(order), config.batch_size):
+            x, pad, y = _batch(tw, order[start:start + config.batch_size])
+            real = ~pad
+            loss = (model(x, pad) - y).abs()[real].mean()
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            losses.append(float(loss))
+        summary = summarize(predictor._ops_from_windows(vw, predictor._predict_windows(vw)))
+        summary["true_us"] = val_truth["true_us"].to_numpy()
+        mre = iteration_mre(summary)
+        elapsed = time.perf_counter() - started
+        predictor.history.append({"epoch": epoch + 1, "wall_s": round(elapsed, 2),
+                                  "train_loss": round(float(np.mean(losses)), 5), "val_mre": round(mre, 5)})
+        bar.update(1)
+        bar.set_postfix(loss=f"{np.mean(losses):.4f}", val_mre=f"{mre:.3%}")
+        if log is not None:
+            log(predictor.history[-1])
+        if mre < best - 1e-5:
+            best, stale = mre, 0
+            best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        else:
+            stale += 1
+        if stale >= config.patience or elapsed > config.max_minutes * 60:
+            break
+    bar.close()
+    model.load_state_dict(best_state)
+    return predictor
+

@@ -1,0 +1,168 @@
+"""Per-op feature vectors and targets for the ETS predictor, with their normalisation.
+
+Why: the model sees each op as one vector; the encoding and its scalers are part of the model
+(stored in the checkpoint), fitted on the training split only, so an evaluation never leaks.
+
+Feature vector of an op (ETS §3, predictors.md §1.3), in this order:
+
+* op type: one-hot over the ``top_k`` most frequent op names of the training split plus one
+  "others" slot (the split chosen by frequency: frequent ops get their own slot);
+* phase one-hot (forward, backward, update); dtype one-hot (float32, float16, bfloat16, float64);
+  optimizer one-hot (sgd, adam: read from the zoo's ``config_id``; imported traces count as sgd,
+  which is what the ETS authors and the profiled examples ran);
+* batch, input size, log(1 + FLOPs), log(1 + bytes);
+* the op's ``params`` (up to 30 integers) as log(1 + x), zero-padded.
+
+Normalisation: z-score of the continuous columns (everything after the one-hots) and of the
+targets (duration_us, gap_us), either ``global`` (one mean/std per column over all training
+ops, the authors' code) or ``per-op`` (per op type, for types with at least
+:data:`MIN_PER_OP_ROWS` training rows; rarer and unseen types use the global statistics).
+Negative gaps (overlapping kernels in real traces) are clamped to 0 in the targets, as the
+authors' trainer does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from predictor.trace_table import MAX_PARAMS
+
+PHASES = ("forward", "backward", "update")
+DTYPES = ("float32", "float16", "bfloat16", "float64")
+OPTIMIZERS = ("sgd", "adam")
+OTHERS = "others"
+MIN_PER_OP_ROWS = 50
+NORMS = ("global", "per-op")
+
+
+def optimizer_of(config_id: str) -> str:
+    parts = str(config_id).split(":")
+    return "adam" if "adam" in parts else "sgd"
+
+
+@dataclass
+class FeatureSpec:
+    """The encoding and its fitted scalers (JSON-serialisable through ``to_dict``)."""
+
+    ops: list[str]
+    norm: str = "global"
+    mean: list[float] = field(default_factory=list)  # continuous columns, global
+    std: list[float] = field(default_factory=list)
+    target_mean: list[float] = field(default_factory=list)  # (duration, gap), global
+    target_std: list[float] = field(default_factory=list)
+    per_op: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # op -> mean/std/target_mean/target_std
+
+    @property
+    def n_onehot(self) -> int:
+        return len(self.ops) + 1 + len(PHASES) + len(DTYPES) + len(OPTIMIZERS)
+
+    @property
+    def n_continuous(self) -> int:
+        return 4 + MAX_PARAMS
+
+    @property
+    def dim(self) -> int:
+        return self.n_onehot + self.n_continuous
+
+    def to_dict(self) -> dict:
+        return {"ops": self.ops, "norm": self.norm, "mean": self.mean, "std": self.std,
+                "target_mean": self.target_mean, "target_std": self.target_std, "per_op": self.per_op}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "FeatureSpec":
+        return cls(**d)
+
+    def op_slot(self, ops: pd.Series) -> np.ndarray:
+        lookup = {op: i for i, op in enumerate(self.ops)}
+        return ops.map(lambda o: lookup.get(o, len(self.ops))).to_numpy(dtype=np.int64)
+
+    def _stats(self, ops: pd.Series, key: str, fallback: list[float]) -> np.ndarray:
+        """Per-row statistics: per-op where fitted, else the global ones."""
+        base = np.asarray(fallback, dtype=np.float64)
+        out = np.broadcast_to(base, (len(ops), len(base))).copy()
+        if self.norm == "per-op" and self.per_op:
+            values = ops.to_numpy()
+            for op, stats in self.per_op.items():
+                rows = values == op
+                if rows.any():
+                    out[rows] = stats[key]
+        return out
+
+
+def _continuous(traces: pd.DataFrame) -> np.ndarray:
+    params = np.zeros((len(traces), MAX_PARAMS))
+    for i, p in enumerate(traces["params"]):
+        values = np.asarray(p, dtype=np.float64)[:MAX_PARAMS]
+        params[i, :len(values)] = np.log1p(np.maximum(values, 0))
+    scalars = np.column_stack([traces["batch"].to_numpy(np.float64), traces["input_size"].to_numpy(np.float64),
+                               np.log1p(np.maximum(traces["flops"].to_numpy(np.float64), 0)),
+                               np.log1p(np.maximum(traces["bytes"].to_numpy(np.float64), 0))])
+    return np.hstack([scalars, params])
+
+
+def raw_targets(traces: pd.DataFrame) -> np.ndarray:
+    return np.column_stack([traces["duration_us"].to_numpy(np.float64),
+                            np.maximum(traces["gap_us"].to_numpy(np.float64), 0.0)])
+
+
+def _safe_std(x: np.ndarray) -> np.ndarray:
+    std = x.std(axis=0)
+    return np.where(std > 1e-9, std, 1.0)
+
+
+def fit_features(train: pd.DataFrame, top_k: int = 25, norm: str = "global") -> FeatureSpec:
+    """Vocabulary and scalers from the training split's ops."""
+    if norm not in NORMS:
+        raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
+    if train.empty:
+        raise ValueError("cannot fit features on an empty training split")
+    counts = train["op"].value_counts()
+    ops = sorted(counts.index[:top_k], key=lambda o: (-counts[o], o))
+    cont, targets = _continuous(train), raw_targets(train)
+    spec = FeatureSpec(ops, norm, cont.mean(axis=0).tolist(), _safe_std(cont).tolist(),
+                       targets.mean(axis=0).tolist(), _safe_std(targets).tolist())
+    if norm == "per-op":
+        values = train["op"].to_numpy()
+        for op, n in counts.items():
+            if n >= MIN_PER_OP_ROWS:
+                rows = values == op
+                spec.per_op[str(op)] = {"mean": cont[rows].mean(axis=0).tolist(), "std": _safe_std(cont[rows]).tolist(),
+                                        "target_mean": targets[rows].mean(axis=0).tolist(),
+                                        "target_std": _safe_std(targets[rows]).tolist()}
+    return spec
+
+
+def encode(spec: FeatureSpec, traces: pd.DataFrame) -> np.ndarray:
+    """[rows, spec.dim] float32 features of ``traces``' ops, in row order."""
+    n = len(traces)
+    onehot = np.zeros((n, spec.n_onehot), dtype=np.float32)
+    rows = np.arange(n)
+    onehot[rows, spec.op_slot(traces["op"])] = 1
+    offset = len(spec.ops) + 1
+    for values, names in ((traces["phase"], PHASES), (traces["dtype"], DTYPES),
+                          (traces["config_id"].map(optimizer_of), OPTIMIZERS)):
+        index = values.map({v: i for i, v in enumerate(names)})
+        if index.isna().any():
+            bad = values[index.isna()].iloc[0]
+            raise ValueError(f"value {bad!r} not encodable; known: {', '.join(names)}")
+        onehot[rows, offset + index.to_numpy(dtype=np.int64)] = 1
+        offset += len(names)
+    cont = _continuous(traces)
+    cont = (cont - spec._stats(traces["op"], "mean", spec.mean)) / spec._stats(traces["op"], "std", spec.std)
+    return np.hstack([onehot, cont.astype(np.float32)])
+
+
+def encode_targets(spec: FeatureSpec, traces: pd.DataFrame) -> np.ndarray:
+    """[rows, 2] normalised (duration, gap)."""
+    t = raw_targets(traces)
+    return ((t - spec._stats(traces["op"], "target_mean", spec.target_mean))
+            / spec._stats(traces["op"], "target_std", spec.target_std)).astype(np.float32)
+
+
+def decode_targets(spec: FeatureSpec, ops: pd.Series, normalised: np.ndarray) -> np.ndarray:
+    """Normalised predictions back to µs (negative predictions clipped to 0)."""
+    out = normalised * spec._stats(ops, "target_std", spec.target_std) + spec._stats(ops, "target_mean", spec.target_mean)
+    return np.maximum(out, 0.0)
