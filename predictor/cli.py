@@ -169,3 +169,10 @@ def devices_calibrate(calibration_dir: Path | None, ets_dir: Path | None, cache:
     (report_dir / "report.json").write_text(json.dumps(report, indent=1) + "\n")
     click.echo(table)
     click.echo(f"parameters {version} -> {path}; report in {report_dir}")
+
+
+from predictor.model_cli import evaluate_cmd, predict_cmd, train_cmd  # noqa: E402  (commands live there)
+
+main.add_command(train_cmd)
+main.add_command(evaluate_cmd)
+main.add_command(predict_cmd)

@@ -280,7 +280,7 @@ def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: TrainCon
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-            losses.append(float(loss))
+            losses.append(float(loss.detach()))
         summary = summarize(predictor._ops_from_windows(vw, predictor._predict_windows(vw)))
         summary["true_us"] = val_truth["true_us"].to_numpy()
         mre = iteration_mre(summary)

@@ -1,0 +1,204 @@
+"""``ets train | evaluate | predict``: fit a predictor on a dataset, measure it, use it.
+
+Why a module of its own: :mod:`predictor.cli` handles datasets and devices; these commands
+handle models. Both stay thin: options in, calls out, user errors as one-line messages.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+import pandas as pd
+
+from predictor.trace_table import TraceFormatError, read_dataset
+
+TRACE_SUFFIXES = {".csv": "ets-csv", ".json": "kineto", ".gz": "kineto", ".sqlite": "nsys"}
+
+
+def _device_rows(traces: pd.DataFrame, device: str | None, what: str) -> pd.DataFrame:
+    devices = sorted(traces["device"].unique())
+    if device is None:
+        if len(devices) != 1:
+            raise click.ClickException(f"{what} holds traces of {len(devices)} devices ({', '.join(devices)}); "
+                                       "pick one with --device")
+        return traces
+    rows = traces[traces["device"] == device]
+    if rows.empty:
+        raise click.ClickException(f"{what} has no traces of device {device!r}; it has: {', '.join(devices)}")
+    return rows
+
+
+def _load_checkpoint(path: Path):
+    from predictor.ets import CheckpointError, load
+
+    try:
+        return load(path)
+    except CheckpointError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _print_evaluation(result, as_json: bool, extra: dict) -> None:
+    from predictor.evaluate import markdown
+
+    if as_json:
+        click.echo(json.dumps({**extra, **result.to_dict()}, indent=1, default=float))
+        return
+    h = result.headline()
+    click.echo(f"{h['traces']} traces: MRE {h['mre']:.2%}, RMSE {h['rmse_ms']:.2f} ms, WAPE {h['wape']:.2%}")
+    click.echo("by op count:\n" + markdown(result.by_bucket()))
+    click.echo("by phase (duration and gap WAPE):\n" + markdown(result.by_group(["phase"])))
+    click.echo("largest op types:\n" + markdown(result.by_group(["op", "phase"], top=10)))
+
+
+@click.command("train")
+@click.option("--data", "data_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Dataset directory (`ets collect` / `ets import`).")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Checkpoint file to write.")
+@click.option("--device", help="Device whose traces to learn [default: the only one in the data].")
+@click.option("--window", type=click.IntRange(1), default=12, show_default=True)
+@click.option("--stride", type=click.IntRange(1), default=4, show_default=True)
+@click.option("--arch", type=click.Choice(["lstm", "gru", "transformer", "mlp"]), default="lstm", show_default=True)
+@click.option("--layers", type=click.IntRange(1), default=4, show_default=True)
+@click.option("--hidden", type=click.IntRange(1), help="Hidden size [default: the feature dimension].")
+@click.option("--norm", type=click.Choice(["global", "per-op"]), default="global", show_default=True,
+              help="Z-score the features and targets over all training ops, or per op type.")
+@click.option("--epochs", type=click.IntRange(1), default=200, show_default=True)
+@click.option("--patience", type=click.IntRange(1), default=8, show_default=True,
+              help="Stop after this many epochs without a better validation MRE.")
+@click.option("--minutes", type=float, default=15.0, show_default=True, help="Wall-time limit for training.")
+@click.option("--lr", type=float, default=2e-3, show_default=True)
+@click.option("--batch-size", type=click.IntRange(1), default=256, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--test-families", help="Comma-separated families held out for testing [default: drawn by seed].")
+@click.option("--test-fraction", type=click.FloatRange(0, 0.9), default=0.25, show_default=True)
+@click.option("--val-fraction", type=click.FloatRange(0.01, 0.9), default=0.15, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the test evaluation as one JSON object.")
+def train_cmd(data_dir: Path, out: Path, device: str | None, window: int, stride: int, arch: str, layers: int,
+              hidden: int | None, norm: str, epochs: int, patience: int, minutes: float, lr: float,
+              batch_size: int, seed: int, test_families: str | None, test_fraction: float, val_fraction: float,
+              as_json: bool) -> None:
+    """Train ETS on a dataset with a family-disjoint split; save the checkpoint; evaluate on the
+    held-out families."""
+    from predictor import ets
+    from predictor.dataset import split_by_family
+    from predictor.evaluate import evaluate
+
+    try:
+        traces = _device_rows(read_dataset(data_dir), device, str(data_dir))
+        split = split_by_family(traces, test_fraction=test_fraction, val_fraction=val_fraction, seed=seed,
+                                test_families=test_families.split(",") if test_families else None)
+        config = ets.TrainConfig(width=window, stride=stride, arch=arch, layers=layers, hidden=hidden, norm=norm,
+                                 lr=lr, batch_size=batch_size, max_epochs=epochs, patience=patience,
+                                 max_minutes=minutes, seed=seed)
+        model = ets.train(split.part(traces, "train"), split.part(traces, "val"), config, split=split.to_dict())
+    except (TraceFormatError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+    path = model.save(out)
+    best = min(model.history, key=lambda h: h["val_mre"])
+    if not as_json:
+        click.echo(f"checkpoint {path}: {model.device}, {len(model.history)} epochs in "
+                   f"{model.history[-1]['wall_s']:.0f} s, best validation MRE {best['val_mre']:.2%} "
+                   f"(epoch {best['epoch']}); test families: {', '.join(split.test_units) or '-'}")
+    test = split.part(traces, "test")
+    if test.empty:
+        click.echo("no test traces (--test-fraction 0)")
+        return
+    _print_evaluation(evaluate(model, test), as_json, {"checkpoint": str(path), "device": model.device,
+                                                       "split": split.to_dict()})
+
+
+@click.command("evaluate")
+@click.option("--ckpt", type=click.Path(dir_okay=False, path_type=Path), required=True)
+@click.option("--data", "data_dir", type=click.Path(file_okay=False, path_type=Path), required=True)
+@click.option("--split", "which", type=click.Choice(["test", "all"]), default="test", show_default=True,
+              help="test: only the families the checkpoint held out (when it records a split).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (traces, mre, rmse_ms, wape, ...).")
+def evaluate_cmd(ckpt: Path, data_dir: Path, which: str, as_json: bool) -> None:
+    """Evaluate a checkpoint on a dataset: MRE, RMSE, WAPE and where the error comes from."""
+    from predictor.dataset import unit_of
+    from predictor.evaluate import evaluate
+
+    model = _load_checkpoint(ckpt)
+    try:
+        traces = _device_rows(read_dataset(data_dir), model.device, str(data_dir))
+    except TraceFormatError as exc:
+        raise click.ClickException(str(exc)) from None
+    held_out = set((model.split or {}).get("test_units", []))
+    if which == "test" and held_out:
+        configs = traces.groupby("config_id")["family"].first()
+        keep = {c for c, f in configs.items() if unit_of(f, c) in held_out}
+        traces = traces[traces["config_id"].isin(keep)]
+        if traces.empty:
+            raise click.ClickException(f"{data_dir} has no traces of the held-out families "
+                                       f"({', '.join(sorted(held_out))}); use --split all")
+    _print_evaluation(evaluate(model, traces), as_json, {"checkpoint": str(ckpt), "device": model.device})
+
+
+@click.command("predict")
+@click.option("--ckpt", type=click.Path(dir_okay=False, path_type=Path), required=True)
+@click.argument("target")
+@click.option("--batch", type=click.IntRange(1), default=32, show_default=True, help="For a model name.")
+@click.option("--size", type=click.IntRange(1), default=224, show_default=True,
+              help="Image size or sequence length, for a model name.")
+@click.option("--json", "as_json", is_flag=True)
+def predict_cmd(ckpt: Path, target: str, batch: int, size: int, as_json: bool) -> None:
+    """Predict the iteration time of TARGET: a zoo config id (resnet50:b32:s224:float32:sgd:c1000),
+    a model name (resnet50, with --batch/--size), or a trace file (.parquet, ETS .csv, Kineto
+    .json[.gz], nsys .sqlite)."""
+    model = _load_checkpoint(ckpt)
+    try:
+        traces = _target_traces(target, batch, size)
+    except (TraceFormatError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+    summary = model.iteration_times(traces)
+    rows = summary.to_dict("records")
+    if as_json:
+        click.echo(json.dumps({"device": model.device, "predictions": rows}, indent=1, default=float))
+        return
+    for r in rows:
+        truth = f"; measured {r['true_us'] / 1e3:.2f} ms" if "true_us" in r and r["true_us"] > 0 else ""
+        click.echo(f"{r['config_id']} on {model.device}: {r['pred_us'] / 1e3:.2f} ms per iteration "
+                   f"(kernels {r['pred_duration_us'] / 1e3:.2f} ms + overhead {r['pred_gap_us'] / 1e3:.2f} ms; "
+                   f"forward {r['pred_forward_us'] / 1e3:.2f}, backward {r['pred_backward_us'] / 1e3:.2f}, "
+                   f"update {r['pred_update_us'] / 1e3:.2f} ms; {r['ops']} ops){truth}")
+
+
+def _target_traces(target: str, batch: int, size: int) -> pd.DataFrame:
+    from predictor.capture.importers import import_traces
+    from predictor.capture.opseq import capture
+    from predictor.zoo.config import ModelBuildError
+
+    path = Path(target)
+    if path.exists():
+        if path.suffix == ".parquet":
+            return pd.read_parquet(path)
+        kind = TRACE_SUFFIXES.get(path.suffix)
+        if kind is None:
+            raise ValueError(f"{path}: unknown trace file type {path.suffix!r}; "
+                             f"known: .parquet, {', '.join(TRACE_SUFFIXES)}")
+        return import_traces(kind, path)
+    try:
+        return capture(_config(target, batch, size), "meta")
+    except ModelBuildError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _config(target: str, batch: int, size: int):
+    from predictor.families import family_of
+    from predictor.zoo.config import ModelConfig
+    from predictor.zoo.registry import zoo_configs
+
+    if ":" in target:
+        for c in zoo_configs("all"):
+            if c.config_id == target:
+                return c
+        parts = target.split(":")
+        if len(parts) >= 6 and not parts[-1].startswith("x"):  # a vision id outside the sampled zoo
+            model, b, s, dtype, opt, classes = parts[:6]
+            return ModelConfig(kind="vision", family=family_of(model), model=model, batch=int(b[1:]),
+                               input_size=int(s[1:]), dtype=dtype, optimizer=opt, num_classes=int(classes[1:]))
+        raise ValueError(f"{target!r} is neither a file nor a zoo config id")
+    return ModelConfig(kind="vision", family=family_of(target), model=target, batch=batch, input_size=size,
+                       num_classes=1000)

@@ -1,0 +1,145 @@
+"""ETS: features, splits, training (a tiny model overfits tiny data), inference, checkpoints."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from predictor import ets
+from predictor.dataset import split_by_family, unit_of
+from predictor.evaluate import evaluate, headline_metrics
+from predictor.features import DTYPES, OPTIMIZERS, PHASES, encode, encode_targets, fit_features
+from tests.predictor.ets_data import tiny_traces
+
+FAST = dict(hidden=16, layers=2, lr=1e-2, batch_size=64, max_minutes=2.0)
+
+
+@pytest.fixture(scope="module")
+def traces():
+    return tiny_traces()
+
+
+@pytest.fixture(scope="module")
+def overfit(traces):
+    alexnet = traces[traces["family"] == "alexnet"]
+    config = ets.TrainConfig(max_epochs=150, patience=150, seed=0, **FAST)
+    return ets.train(alexnet, alexnet, config, progress=False), alexnet
+
+
+def test_features_layout_and_train_only_scalers(traces):
+    train = traces[traces["family"] != "vgg"]
+    spec = fit_features(train, top_k=5)
+    x = encode(spec, traces)
+    assert x.shape == (len(traces), spec.dim) and spec.dim == 6 + len(PHASES) + len(DTYPES) + len(OPTIMIZERS) + 34
+    assert (x[:, :6].sum(axis=1) == 1).all()  # exactly one op slot (5 frequent + others)
+    top = train["op"].value_counts().index[0]
+    assert spec.ops[0] == top and (x[(traces["op"] == top).to_numpy(), 0] == 1).all()
+    # continuous columns z-scored with the training rows' statistics, not the full data's
+    z = encode(spec, train)[:, -34:]
+    assert np.allclose(z.mean(axis=0), 0, atol=1e-4)
+    assert not np.allclose(x[:, -34:].mean(axis=0), 0, atol=1e-3)
+    y = encode_targets(spec, train)
+    assert np.allclose(y.mean(axis=0), 0, atol=1e-4) and np.allclose(y.std(axis=0), 1, atol=1e-3)
+
+
+def test_per_op_normalisation_uses_each_op_types_statistics(traces):
+    spec = fit_features(traces, norm="per-op")
+    op = traces["op"].value_counts().index[0]
+    rows = traces[traces["op"] == op]
+    y = encode_targets(spec, rows)
+    assert op in spec.per_op and np.allclose(y.mean(axis=0), 0, atol=1e-4)
+
+
+def test_unencodable_dtype_is_named(traces):
+    spec = fit_features(traces)
+    with pytest.raises(ValueError, match="'int8' not encodable"):
+        encode(spec, traces.head(3).assign(dtype="int8"))
+
+
+def test_split_is_family_disjoint_and_randwire_splits_by_graph(traces):
+    split = split_by_family(traces, test_fraction=0.3, val_fraction=0.2, seed=1)
+    fam = traces.groupby("config_id")["family"].first()
+    parts = {p: set(fam[list(getattr(split, p))]) for p in ("train", "val", "test")}
+    assert parts["train"] and parts["val"] and parts["test"]
+    assert not (parts["train"] & parts["test"]) and not (parts["train"] & parts["val"])
+    assert len(split.train) + len(split.val) + len(split.test) == fam.size
+    assert unit_of("randwire", "randwire_ws:b16:s64:float32:sgd:c412:x1f0c9a3e") == "randwire:randwire_ws:x1f0c9a3e"
+    pinned = split_by_family(traces, test_families=["vgg"], seed=1)
+    assert pinned.test_units == ("vgg",)
+    with pytest.raises(ValueError, match="not in the data: gpt"):
+        split_by_family(traces, test_families=["gpt"])
+
+
+def test_a_tiny_model_overfits_a_tiny_dataset(overfit):
+    model, data = overfit
+    losses = [h["train_loss"] for h in model.history]
+    assert losses[-1] < 0.1 < losses[0]
+    result = evaluate(model, data).headline()
+    assert result["mre"] < 0.05 and result["traces"] == 3
+
+
+def test_iteration_time_is_the_sum_of_op_predictions(overfit):
+    model, data = overfit
+    ops = model.predict_ops(data)
+    summary = model.iteration_times(data)
+    per_trace = (ops["pred_duration_us"] + ops["pred_gap_us"]).groupby(ops["config_id"]).sum()
+    assert np.allclose(summary.set_index("config_id")["pred_us"], per_trace)
+    phases = summary[["pred_forward_us", "pred_backward_us", "pred_update_us"]].sum(axis=1)
+    assert np.allclose(phases, summary["pred_us"])
+    assert np.allclose(summary["pred_duration_us"] + summary["pred_gap_us"], summary["pred_us"])
+    assert (ops["pred_duration_us"] >= 0).all() and (ops["pred_gap_us"] >= 0).all()
+
+
+def test_checkpoint_round_trip_gives_identical_predictions(overfit, tmp_path):
+    model, data = overfit
+    path = model.save(tmp_path / "m.pt")
+    again = ets.load(path)
+    assert again.device == "emulated:T4" and again.fingerprint == model.fingerprint
+    pd.testing.assert_frame_equal(again.iteration_times(data), model.iteration_times(data))
+
+
+def test_mismatched_checkpoints_are_refused_with_a_reason(overfit, tmp_path):
+    model, _ = overfit
+    path = model.save(tmp_path / "m.pt")
+    body = torch.load(path, weights_only=False)
+    body["spec"]["ops"] = body["spec"]["ops"][:-1]  # one op type fewer: the weights no longer fit
+    torch.save(body, tmp_path / "spec.pt")
+    with pytest.raises(ets.CheckpointError, match="spec.pt.*incompatible"):
+        ets.load(tmp_path / "spec.pt")
+    body = torch.load(path, weights_only=False)
+    body["config"]["hidden"] = 8
+    torch.save(body, tmp_path / "arch.pt")
+    with pytest.raises(ets.CheckpointError, match="arch.pt.*weights do not match"):
+        ets.load(tmp_path / "arch.pt")
+    body["format"] = 0
+    torch.save(body, tmp_path / "old.pt")
+    with pytest.raises(ets.CheckpointError, match="old.pt.*format 0"):
+        ets.load(tmp_path / "old.pt")
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(ets.CheckpointError, match="junk.pt.*not a readable checkpoint"):
+        ets.load(tmp_path / "junk.pt")
+
+
+@pytest.mark.parametrize("arch", ["gru", "transformer", "mlp"])
+def test_ablation_architectures_train(traces, arch):
+    data = traces[traces["family"] == "resnet"]
+    config = ets.TrainConfig(arch=arch, max_epochs=3, patience=3, seed=0, **FAST)
+    model = ets.train(data, data, config, progress=False)
+    assert len(model.history) == 3 and np.isfinite(model.history[-1]["val_mre"])
+
+
+def test_training_is_seeded(traces):
+    data = traces[traces["family"] == "squeezenet"]
+    config = ets.TrainConfig(max_epochs=2, patience=2, seed=3, **FAST)
+    a = ets.train(data, data, config, progress=False).iteration_times(data)
+    b = ets.train(data, data, config, progress=False).iteration_times(data)
+    pd.testing.assert_frame_equal(a, b)
+
+
+def test_headline_metrics_match_their_formulas():
+    m = headline_metrics(np.array([110.0, 1800.0]), np.array([100.0, 2000.0]))
+    assert m["mre"] == pytest.approx((0.1 + 0.1) / 2)
+    assert m["rmse_ms"] == pytest.approx(np.sqrt((0.01 ** 2 + 0.2 ** 2) / 2))
+    assert m["wape"] == pytest.approx(210 / 2100)
