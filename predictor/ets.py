@@ -10,8 +10,9 @@ kernels leaves the GPU idle; the same kernel between big ones does not).
   positions and a padding mask) and "mlp" (on the flattened window); a linear head gives
   (duration, gap) per step.
 * Training: MAE on the normalised targets over real (non-padding) slots; Adam; mini-batches of
-  windows drawn with a seeded generator; after each epoch the validation MRE of iteration times;
-  the best epoch's weights are kept; stop after ``patience`` epochs without improvement or when
+  windows drawn with a seeded generator; after each epoch the validation MRE of iteration times,
+  which also halves the learning rate after 2 epochs without improvement; the best epoch's
+  weights are kept; stop after ``patience`` epochs without improvement or when
   ``max_minutes`` have passed. ``history`` records wall time and validation MRE per epoch (the
   convergence curve).
 * Inference: every window of every trace in one batched pass (chunked), normalisation undone,
@@ -54,6 +55,7 @@ class TrainConfig:
     hidden: int | None = None  # None: the feature dimension (the authors' choice)
     top_k: int = 25
     norm: str = "global"
+    target_transform: str = "log"
     lr: float = 2e-3
     batch_size: int = 256
     max_epochs: int = 200
@@ -258,7 +260,7 @@ def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: TrainCon
         device = devices[0]
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
-    spec = fit_features(train_traces, top_k=config.top_k, norm=config.norm)
+    spec = fit_features(train_traces, top_k=config.top_k, norm=config.norm, target_transform=config.target_transform)
     model = WindowModel(spec.dim, config)
     predictor = EtsPredictor(spec, config, model, device, fingerprint(pd.concat([train_traces, val_traces])),
                              [], split)
@@ -266,6 +268,7 @@ def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: TrainCon
     vw = make_windows(spec, val_traces, config.width, config.stride, with_targets=False)
     val_truth = summarize(pd.concat(vw.traces, ignore_index=True).assign(pred_duration_us=0.0, pred_gap_us=0.0))
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
+    schedule = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="min", factor=0.5, patience=2)
     best, best_state, stale = np.inf, None, 0
     started = time.perf_counter()
     bar = tqdm(total=config.max_epochs, desc="train ets", unit="epoch", disable=not progress)
@@ -284,6 +287,7 @@ def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: TrainCon
         summary = summarize(predictor._ops_from_windows(vw, predictor._predict_windows(vw)))
         summary["true_us"] = val_truth["true_us"].to_numpy()
         mre = iteration_mre(summary)
+        schedule.step(mre)
         elapsed = time.perf_counter() - started
         predictor.history.append({"epoch": epoch + 1, "wall_s": round(elapsed, 2),
                                   "train_loss": round(float(np.mean(losses)), 5), "val_mre": round(mre, 5)})

@@ -64,6 +64,8 @@ def _print_evaluation(result, as_json: bool, extra: dict) -> None:
 @click.option("--hidden", type=click.IntRange(1), help="Hidden size [default: the feature dimension].")
 @click.option("--norm", type=click.Choice(["global", "per-op"]), default="global", show_default=True,
               help="Z-score the features and targets over all training ops, or per op type.")
+@click.option("--target-transform", type=click.Choice(["log", "none"]), default="log", show_default=True,
+              help="log: z-score log(1 + µs) targets (relative accuracy per op); none: raw µs, as the authors.")
 @click.option("--epochs", type=click.IntRange(1), default=200, show_default=True)
 @click.option("--patience", type=click.IntRange(1), default=8, show_default=True,
               help="Stop after this many epochs without a better validation MRE.")
@@ -76,7 +78,7 @@ def _print_evaluation(result, as_json: bool, extra: dict) -> None:
 @click.option("--val-fraction", type=click.FloatRange(0.01, 0.9), default=0.15, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the test evaluation as one JSON object.")
 def train_cmd(data_dir: Path, out: Path, device: str | None, window: int, stride: int, arch: str, layers: int,
-              hidden: int | None, norm: str, epochs: int, patience: int, minutes: float, lr: float,
+              hidden: int | None, norm: str, target_transform: str, epochs: int, patience: int, minutes: float, lr: float,
               batch_size: int, seed: int, test_families: str | None, test_fraction: float, val_fraction: float,
               as_json: bool) -> None:
     """Train ETS on a dataset with a family-disjoint split; save the checkpoint; evaluate on the
@@ -90,8 +92,8 @@ def train_cmd(data_dir: Path, out: Path, device: str | None, window: int, stride
         split = split_by_family(traces, test_fraction=test_fraction, val_fraction=val_fraction, seed=seed,
                                 test_families=test_families.split(",") if test_families else None)
         config = ets.TrainConfig(width=window, stride=stride, arch=arch, layers=layers, hidden=hidden, norm=norm,
-                                 lr=lr, batch_size=batch_size, max_epochs=epochs, patience=patience,
-                                 max_minutes=minutes, seed=seed)
+                                 target_transform=target_transform, lr=lr, batch_size=batch_size,
+                                 max_epochs=epochs, patience=patience, max_minutes=minutes, seed=seed)
         model = ets.train(split.part(traces, "train"), split.part(traces, "val"), config, split=split.to_dict())
     except (TraceFormatError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None

@@ -143,3 +143,14 @@ def test_headline_metrics_match_their_formulas():
     assert m["mre"] == pytest.approx((0.1 + 0.1) / 2)
     assert m["rmse_ms"] == pytest.approx(np.sqrt((0.01 ** 2 + 0.2 ** 2) / 2))
     assert m["wape"] == pytest.approx(210 / 2100)
+
+
+def test_log_target_transform_round_trips(traces):
+    from predictor.features import decode_targets, raw_targets
+
+    for transform in ("log", "none"):
+        spec = fit_features(traces, target_transform=transform)
+        back = decode_targets(spec, traces["op"], encode_targets(spec, traces))
+        assert np.allclose(back, raw_targets(traces), rtol=1e-4, atol=1e-2), transform
+    with pytest.raises(ValueError, match="target_transform"):
+        fit_features(traces, target_transform="sqrt")
