@@ -8,7 +8,8 @@ only, and Bi-LSTM against GRU, a transformer encoder and an MLP on the flattened
     python -m experiments.ablations --data reports/pretrain/data --device emulated:V100
                                     [--configs 150] [--minutes 1.5] [--out reports/ablations]
 
-Every point trains on the same family split (seed 0) of the first ``--configs`` configs and is
+Every point trains on the same family split (seed 0) of the first ``--configs`` configs (in zoo
+order, which interleaves the families) and is
 scored on the test families. Results are appended to ``results.csv`` point by point, so an
 interrupted run resumes; ``table.md`` and ``window_stride.png``/``.pdf`` are rewritten at the end.
 """
@@ -26,6 +27,7 @@ from predictor import ets
 from predictor.dataset import split_by_family
 from predictor.evaluate import evaluate, markdown
 from predictor.trace_table import device_file
+from predictor.zoo.registry import zoo_configs
 
 WIDTHS = (4, 8, 12, 16, 24)
 STRIDES = (1, 2, 3, 4, 6, 8)
@@ -77,7 +79,8 @@ def plot(results: pd.DataFrame, out: Path) -> None:
               show_default=True)
 def main(data_dir: Path, device: str, configs: int, minutes: float, out: Path) -> None:
     data = pd.read_parquet(device_file(data_dir, device))
-    keep = sorted(data["config_id"].unique())[:configs]
+    present = set(data["config_id"])
+    keep = [c.config_id for c in zoo_configs("all") if c.config_id in present][:configs]  # stratified by family
     data = data[data["config_id"].isin(keep)]
     split = split_by_family(data, seed=0)
     out.mkdir(parents=True, exist_ok=True)

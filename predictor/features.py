@@ -85,8 +85,7 @@ class FeatureSpec:
         return cls(**d)
 
     def op_slot(self, ops: pd.Series) -> np.ndarray:
-        lookup = {op: i for i, op in enumerate(self.ops)}
-        return ops.map(lambda o: lookup.get(o, len(self.ops))).to_numpy(dtype=np.int64)
+        return _lookup(ops, self.ops, default=len(self.ops))
 
     def _stats(self, ops: pd.Series, key: str, fallback: list[float]) -> np.ndarray:
         """Per-row statistics: per-op where fitted, else the global ones."""
@@ -99,6 +98,14 @@ class FeatureSpec:
                 if rows.any():
                     out[rows] = stats[key]
         return out
+
+
+def _lookup(values: pd.Series, names, default: int = -1) -> np.ndarray:
+    """Index of each value in ``names`` (``default`` when absent), via the distinct values only."""
+    codes, uniques = pd.factorize(values)
+    position = {name: i for i, name in enumerate(names)}
+    table = np.array([position.get(u, default) for u in uniques] + [default], dtype=np.int64)
+    return table[codes]  # code -1 (missing value) picks the trailing default
 
 
 def _continuous(traces: pd.DataFrame) -> np.ndarray:
@@ -155,13 +162,14 @@ def encode(spec: FeatureSpec, traces: pd.DataFrame) -> np.ndarray:
     rows = np.arange(n)
     onehot[rows, spec.op_slot(traces["op"])] = 1
     offset = len(spec.ops) + 1
-    for values, names in ((traces["phase"], PHASES), (traces["dtype"], DTYPES),
-                          (traces["config_id"].map(optimizer_of), OPTIMIZERS)):
-        index = values.map({v: i for i, v in enumerate(names)})
-        if index.isna().any():
-            bad = values[index.isna()].iloc[0]
+    codes, ids = pd.factorize(traces["config_id"])
+    optimizers = pd.Series([optimizer_of(c) for c in ids], dtype=object)[codes].reset_index(drop=True)
+    for values, names in ((traces["phase"], PHASES), (traces["dtype"], DTYPES), (optimizers, OPTIMIZERS)):
+        index = _lookup(values, names)
+        if (index < 0).any():
+            bad = values.iloc[int(np.flatnonzero(index < 0)[0])]
             raise ValueError(f"value {bad!r} not encodable; known: {', '.join(names)}")
-        onehot[rows, offset + index.to_numpy(dtype=np.int64)] = 1
+        onehot[rows, offset + index] = 1
         offset += len(names)
     cont = _continuous(traces)
     cont = (cont - spec._stats(traces["op"], "mean", spec.mean)) / spec._stats(traces["op"], "std", spec.std)
