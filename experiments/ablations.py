@@ -11,7 +11,7 @@ only, and Bi-LSTM against GRU, a transformer encoder and an MLP on the flattened
 Every point trains on the same family split (seed 0) of the first ``--configs`` configs (in zoo
 order, which interleaves the families) and is
 scored on the test families. Results are appended to ``results.csv`` point by point, so an
-interrupted run resumes; ``table.md`` and ``window_stride.png``/``.pdf`` are rewritten at the end.
+interrupted run resumes; ``table.md`` and ``window_stride.png``/``.pdf`` are rewritten after each.
 """
 
 from __future__ import annotations
@@ -97,11 +97,17 @@ def main(data_dir: Path, device: str, configs: int, minutes: float, out: Path) -
                "epochs": len(model.history), "train_s": round(time.perf_counter() - started, 1)}
         pd.DataFrame([row]).to_csv(results_file, mode="a", header=not results_file.exists(), index=False)
         click.echo(f"{key(p)}: test MRE {row['mre']:.2%} ({row['epochs']} epochs, {row['train_s']:.0f} s)")
-    results = pd.read_csv(results_file)
-    table = results[["study", "width", "stride", "arch", "overlap", "mre", "rmse_ms", "wape", "epochs", "train_s"]]
-    (out / "table.md").write_text(markdown(table) + "\n")
+        write_report(out)  # after every point: an interrupted sweep still leaves its table and plot
+    click.echo(write_report(out))
+
+
+def write_report(out: Path) -> str:
+    results = pd.read_csv(out / "results.csv")
+    table = markdown(results[["study", "width", "stride", "arch", "overlap", "mre", "rmse_ms", "wape", "epochs",
+                              "train_s"]])
+    (out / "table.md").write_text(table + "\n")
     plot(results, out)
-    click.echo(markdown(table))
+    return table
 
 
 if __name__ == "__main__":

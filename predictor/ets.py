@@ -316,6 +316,9 @@ def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: TrainCon
         if stale >= config.patience or elapsed > config.max_minutes * 60:
             break
     bar.close()
+    if best_state is None:
+        raise ValueError(f"validation MRE was never finite ({predictor.history[-1]['val_mre']}): "
+                         "check the validation traces' iteration times")
     model.load_state_dict(best_state)
     return predictor
 
