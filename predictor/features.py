@@ -39,7 +39,6 @@ from predictor.trace_table import MAX_PARAMS
 PHASES = ("forward", "backward", "update")
 DTYPES = ("float32", "float16", "bfloat16", "float64")
 OPTIMIZERS = ("sgd", "adam")
-OTHERS = "others"
 MIN_PER_OP_ROWS = 50
 NORMS = ("global", "per-op")
 TARGET_TRANSFORMS = ("log", "none")

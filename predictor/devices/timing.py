@@ -30,7 +30,7 @@ Timeline: the host issues op i at H_i = Σ_{j≤i} host_j; the GPU starts it at
 s_i = max(s_{i-1} + d_{i-1}, H_i). Synchronisation points: after the last forward op (loss
 read-out) the host waits for the GPU; the iteration ends when the GPU is done. Within a segment
 the recursion has the closed form s = D + cummax(H − D) (D the exclusive prefix sum of kernel
-times), which keeps calibration fast. Output per ETS: ``duration_us`` = kernel time; ``gap_us`` =
+times), which keeps calibration (:mod:`predictor.devices.calibrate`) fast. Output per ETS: ``duration_us`` = kernel time; ``gap_us`` =
 next kernel-running op's start − (this op's start + duration), 0 for the last one and for
 kernel-free ops; iteration = Σ(duration + gap).
 
@@ -57,7 +57,6 @@ KERNEL_NOISE = 0.02
 HOST_NOISE = 0.05
 GEMM_CLASSES = ("conv", "matmul", "lstm")
 HALF = ("float16", "bfloat16")
-PHASES = ("forward", "backward", "update")
 KERNEL_FREE = re.compile(
     r"^(view|_unsafe_view|reshape|t|transpose|permute|expand|expand_as|slice|select|unsqueeze|squeeze|"
     r"flatten|unflatten|chunk|split|split_with_sizes|unbind|narrow|detach|alias|as_strided|view_as|"
@@ -152,14 +151,6 @@ def timeline(duration: np.ndarray, host: np.ndarray, sync_after: int = -1) -> tu
         # the GPU runs one op at a time, so a gap is >= 0; clipping removes float rounding only
         gap[busy[:-1]] = np.maximum(start[busy[1:]] - (start[busy[:-1]] + duration[busy[:-1]]), 0.0)
     return start, gap
-
-
-def iteration_us(ops: OpArrays, spec: DeviceSpec, host: dict[str, dict[str, float]],
-                 class_eff: dict[str, float] | None = None) -> float:
-    """Noise-free iteration time (µs) = Σ(duration + gap)."""
-    d = kernel_us(ops, spec, class_factors(class_eff or {}))
-    _, gap = timeline(d, host_us(ops, host, spec), ops.sync_after)
-    return float(d.sum() + gap.sum())
 
 
 def emulate(trace: pd.DataFrame, device: str, params: DeviceParams, *, seed: int = 0,
