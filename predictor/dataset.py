@@ -3,11 +3,15 @@
 Why: a predictor is only useful on models it has not seen, so families in the test split never
 appear in training (ETS splits by model variant; we hold out whole families, which is harder).
 RandWire networks form one family of many independent random graphs, so they split by graph:
-all configs of one graph (batch sizes, image sizes) land in the same split.
+all configs of one graph (batch sizes, image sizes) land in the same split. The transformer and
+LSTM families each hold structurally different models (an encoder and a seq2seq model; a
+language model and a speech model), so they split by model: that way a held-out split can
+contain language and speech models while training still sees attention and LSTM ops.
 
 Units are families (or RandWire graphs). They are shuffled with the seed; test units are taken
 until they hold ``test_fraction`` of the configs, then validation units until ``val_fraction``;
-the rest train. ``test_families`` pins the test families instead (validation still drawn).
+the rest train. ``test_families`` pins the test families (or units) instead (validation still
+drawn).
 """
 
 from __future__ import annotations
@@ -34,11 +38,17 @@ class Split:
                 "test_units": list(self.test_units), "val_units": list(self.val_units)}
 
 
+MODEL_LEVEL_FAMILIES = ("transformer", "lstm")
+
+
 def unit_of(family: str, config_id: str) -> str:
-    """The split unit: the family, or for RandWire the graph (model + graph hash)."""
+    """The split unit: the family; for RandWire the graph (model + graph hash); for the
+    transformer and LSTM families the model."""
+    parts = str(config_id).split(":")
     if family == "randwire":
-        parts = str(config_id).split(":")
         return f"randwire:{parts[0]}:{parts[-1]}"
+    if family in MODEL_LEVEL_FAMILIES:
+        return f"{family}:{parts[0]}"
     return family
 
 
@@ -62,11 +72,11 @@ def split_by_family(traces: pd.DataFrame, *, test_fraction: float = 0.25, val_fr
         return chosen
 
     if test_families is not None:
-        unknown = {f for f in test_families if f not in set(configs.values)}
+        unknown = {f for f in test_families if f not in set(configs.values) and f not in set(units.values)}
         if unknown:
             raise ValueError(f"test families not in the data: {', '.join(sorted(unknown))}; "
                              f"present: {', '.join(sorted(set(configs.values)))}")
-        test = [u for u in order if u in set(test_families) or (u.startswith("randwire:") and "randwire" in test_families)]
+        test = [u for u in order if u in set(test_families) or u.split(":")[0] in set(test_families)]
     else:
         test = take(order, test_fraction)
     rest = [u for u in order if u not in set(test)]

@@ -26,7 +26,6 @@ kernels leaves the GPU idle; the same kernel between big ones does not).
 from __future__ import annotations
 
 import hashlib
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -36,14 +35,11 @@ import torch
 from torch import nn
 
 from predictor.features import FeatureSpec, decode_targets, encode, encode_targets, fit_features
+from predictor.training import (CHECKPOINT_FORMAT, CheckpointError, EarlyStopping, device_rows, load_weights,
+                                read_checkpoint)
 from predictor.windows import average_windows, first_window_only, window_index
 
-CHECKPOINT_FORMAT = 1
 ARCHS = ("lstm", "gru", "transformer", "mlp")
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be used with this code or this data; the message says why."""
 
 
 @dataclass
@@ -63,6 +59,7 @@ class TrainConfig:
     max_minutes: float = 15.0
     seed: int = 0
     overlap: bool = True  # average overlapping windows (False: the no-overlap ablation)
+    skip: bool = True  # add a linear map of each op's own features to the output (see WindowModel)
 
 
 class WindowModel(nn.Module):
@@ -87,15 +84,26 @@ class WindowModel(nn.Module):
             self.body = nn.Sequential(nn.Linear(config.width * dim, 4 * hidden), nn.ReLU(),
                                       nn.Linear(4 * hidden, 4 * hidden), nn.ReLU())
             self.head = nn.Linear(4 * hidden, config.width * 2)
+        self.skip = nn.Linear(dim, 2, bias=False) if config.skip else None
+        if self.skip is not None:
+            nn.init.zeros_(self.skip.weight)  # start as the plain window model
 
     def forward(self, x: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
-        """x [B, W, F], pad [B, W] (True = padding) -> [B, W, 2]."""
+        """x [B, W, F], pad [B, W] (True = padding) -> [B, W, 2].
+
+        The optional skip adds a linear function of each op's own features: the recurrent path
+        ends in tanh-bounded states, so alone it cannot predict an op larger than any seen in
+        training (a 128-GFLOP RegNet at 768² was under-predicted by 59 %); log time is close to
+        linear in log FLOPs and log bytes, so the linear path extrapolates and the window
+        learns the correction (context, overhead)."""
         if self.arch in ("lstm", "gru"):
-            return self.head(self.body(x)[0])
-        if self.arch == "transformer":
+            out = self.head(self.body(x)[0])
+        elif self.arch == "transformer":
             h = self.embed(x) + self.position[:, : x.shape[1]]
-            return self.head(self.body(h, src_key_padding_mask=pad))
-        return self.head(self.body(x.flatten(1))).view(x.shape[0], x.shape[1], 2)
+            out = self.head(self.body(h, src_key_padding_mask=pad))
+        else:
+            out = self.head(self.body(x.flatten(1))).view(x.shape[0], x.shape[1], 2)
+        return out + self.skip(x) if self.skip is not None else out
 
 
 @dataclass
@@ -150,6 +158,8 @@ def fingerprint(traces: pd.DataFrame) -> str:
 class EtsPredictor:
     """A trained window model with everything needed to use it on new traces."""
 
+    method = "ets"
+
     def __init__(self, spec: FeatureSpec, config: TrainConfig, model: WindowModel, device: str,
                  fingerprint: str = "", history: list[dict] | None = None, split: dict | None = None) -> None:
         self.spec, self.config, self.model, self.device = spec, config, model, device
@@ -199,29 +209,14 @@ class EtsPredictor:
 
 
 def load(path: str | Path) -> EtsPredictor:
-    path = Path(path)
-    if not path.exists():
-        raise CheckpointError(f"{path}: no such checkpoint")
-    try:
-        body = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as exc:  # a truncated or foreign file: say so instead of a pickle traceback
-        raise CheckpointError(f"{path}: not a readable checkpoint ({type(exc).__name__}: {exc})") from None
-    if not isinstance(body, dict) or body.get("format") != CHECKPOINT_FORMAT:
-        found = body.get("format") if isinstance(body, dict) else type(body).__name__
-        raise CheckpointError(f"{path}: checkpoint format {found!r}, this version reads {CHECKPOINT_FORMAT}")
-    if body.get("method") != "ets":
-        raise CheckpointError(f"{path}: a {body.get('method')!r} checkpoint, not an ETS one")
+    body = read_checkpoint(path, "ets")
     spec = FeatureSpec.from_dict(body["spec"])
     if spec.dim != body.get("dim"):
         raise CheckpointError(f"{path}: feature spec gives {spec.dim} features but the model was built for "
                               f"{body.get('dim')}: the checkpoint was written by an incompatible version")
     config = TrainConfig(**body["config"])
     model = WindowModel(spec.dim, config)
-    try:
-        model.load_state_dict(body["state_dict"])
-    except RuntimeError as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise CheckpointError(f"{path}: weights do not match the feature spec / architecture ({first})") from None
+    load_weights(path, model, body["state_dict"])
     return EtsPredictor(spec, config, model, body["device"], body.get("fingerprint", ""), body.get("history"),
                         body.get("split"))
 
@@ -261,16 +256,8 @@ def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: TrainCon
           device: str | None = None, split: dict | None = None, progress: bool = True,
           log=None) -> EtsPredictor:
     """Fit a window model on ``train_traces``; early stopping on ``val_traces``' iteration MRE."""
-    from tqdm import tqdm
-
     config = config or TrainConfig()
-    if train_traces.empty or val_traces.empty:
-        raise ValueError("training and validation splits must both hold traces")
-    devices = sorted(set(train_traces["device"]) | set(val_traces["device"]))
-    if device is None:
-        if len(devices) != 1:
-            raise ValueError(f"traces of several devices ({', '.join(devices)}): train one model per device")
-        device = devices[0]
+    device, train_traces, val_traces = device_rows(train_traces, val_traces, device)
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
     spec = fit_features(train_traces, top_k=config.top_k, norm=config.norm, target_transform=config.target_transform)
@@ -281,11 +268,8 @@ def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: TrainCon
     vw = make_windows(spec, val_traces, config.width, config.stride, with_targets=False)
     val_truth = summarize(pd.concat(vw.traces, ignore_index=True).assign(pred_duration_us=0.0, pred_gap_us=0.0))
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
-    schedule = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="min", factor=0.5, patience=2)
-    best, best_state, stale = np.inf, None, 0
-    started = time.perf_counter()
-    bar = tqdm(total=config.max_epochs, desc="train ets", unit="epoch", disable=not progress)
-    for epoch in range(config.max_epochs):
+    stop = EarlyStopping(model, predictor.history, config, "train ets", optimizer=optimizer, progress=progress, log=log)
+    for _ in stop.epochs():
         model.train()
         order = rng.permutation(len(tw.index))
         losses = []
@@ -299,26 +283,7 @@ def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: TrainCon
             losses.append(float(loss.detach()))
         summary = summarize(predictor._ops_from_windows(vw, predictor._predict_windows(vw)))
         summary["true_us"] = val_truth["true_us"].to_numpy()
-        mre = iteration_mre(summary)
-        schedule.step(mre)
-        elapsed = time.perf_counter() - started
-        predictor.history.append({"epoch": epoch + 1, "wall_s": round(elapsed, 2),
-                                  "train_loss": round(float(np.mean(losses)), 5), "val_mre": round(mre, 5)})
-        bar.update(1)
-        bar.set_postfix(loss=f"{np.mean(losses):.4f}", val_mre=f"{mre:.3%}")
-        if log is not None:
-            log(predictor.history[-1])
-        if mre < best - 1e-5:
-            best, stale = mre, 0
-            best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        else:
-            stale += 1
-        if stale >= config.patience or elapsed > config.max_minutes * 60:
+        if stop.end_epoch(losses, iteration_mre(summary)):
             break
-    bar.close()
-    if best_state is None:
-        raise ValueError(f"validation MRE was never finite ({predictor.history[-1]['val_mre']}): "
-                         "check the validation traces' iteration times")
-    model.load_state_dict(best_state)
+    stop.restore()
     return predictor
-

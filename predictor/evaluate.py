@@ -6,8 +6,10 @@ op-count bucket (the paper's 0–250, 250–550, 550–800, 800+), by phase and 
 duration and gap separately (as WAPE over the ops of the group, because single tiny ops make
 per-op relative errors meaningless), and the convergence curve stored with the model.
 
-Any model with ``predict_ops(traces)`` returning the trace rows plus ``pred_duration_us`` and
-``pred_gap_us`` can be evaluated (ETS and the baselines alike).
+Any predictor of :mod:`predictor.methods` can be evaluated: per-op ones through
+``predict_ops(traces)`` (the trace rows plus ``pred_duration_us`` and ``pred_gap_us``, which also
+gives the per-op breakdowns), whole-iteration ones (DNNPerf-style) through
+``iteration_times(traces)``. The truth is always computed here, from the traces themselves.
 """
 
 from __future__ import annotations
@@ -35,17 +37,9 @@ def headline_metrics(pred_us: np.ndarray, true_us: np.ndarray) -> dict:
 
 @dataclass
 class Evaluation:
-    ops: pd.DataFrame  # per op: trace columns + pred_duration_us, pred_gap_us
+    per_trace: pd.DataFrame  # per config: family, model, ops, pred_us, true_us, rel_err
+    ops: pd.DataFrame | None = None  # per op (per-op methods only): trace columns + pred_duration_us, pred_gap_us
     history: list[dict] = field(default_factory=list)
-
-    @property
-    def per_trace(self) -> pd.DataFrame:
-        ops = self.ops
-        out = ops.groupby("config_id", sort=True).agg(
-            family=("family", "first"), model=("model", "first"), ops=("idx", "size"),
-            pred_us=("pred_total", "sum"), true_us=("true_total", "sum"))
-        out["rel_err"] = (out["pred_us"] - out["true_us"]) / out["true_us"]
-        return out.reset_index()
 
     def headline(self) -> dict:
         t = self.per_trace
@@ -66,7 +60,10 @@ class Evaluation:
                              for f, g in t.groupby("family", sort=True)])
 
     def by_group(self, keys: list[str], top: int | None = None) -> pd.DataFrame:
-        """Duration and gap WAPE per group of ops (e.g. ["phase"] or ["op", "phase"])."""
+        """Duration and gap WAPE per group of ops (e.g. ["phase"] or ["op", "phase"]); empty for
+        methods without per-op predictions (DNNPerf-style) or without per-op truth."""
+        if self.ops is None:
+            return pd.DataFrame(columns=[*keys, "ops", "true_ms", "duration_wape", "gap_wape"])
         rows = []
         for key, g in self.ops.groupby(keys, sort=True):
             key = key if isinstance(key, tuple) else (key,)
@@ -84,14 +81,43 @@ class Evaluation:
                 "convergence": self.history}
 
 
+def iteration_truth(traces: pd.DataFrame) -> pd.DataFrame:
+    """Per config: family, model, op count and the measured iteration time (Σ duration + gap)."""
+    out = traces.groupby("config_id", sort=True).agg(
+        family=("family", "first"), model=("model", "first"), ops=("idx", "size"),
+        duration=("duration_us", "sum"), gap=("gap_us", "sum"))
+    out["true_us"] = out.pop("duration") + out.pop("gap")
+    return out.reset_index()
+
+
 def evaluate(model, traces: pd.DataFrame) -> Evaluation:
-    """Predict every trace of ``traces`` with ``model`` and keep what the metrics need."""
-    if traces.empty:
-        raise ValueError("no traces to evaluate")
-    ops = model.predict_ops(traces)
-    ops = ops.assign(pred_total=ops["pred_duration_us"] + ops["pred_gap_us"],
-                     true_total=ops["duration_us"] + ops["gap_us"])
-    return Evaluation(ops, list(getattr(model, "history", []) or []))
+    """Predict every trace of ``traces`` with ``model`` and keep what the metrics need.
+
+    The truth is the traces of the model's device; ``traces`` may hold other devices' rows too
+    (a Habitat-style model reads its source device's traces from them)."""
+    target = traces[traces["device"] == model.device]
+    if target.empty:
+        have = ", ".join(sorted(traces["device"].unique())) or "none"
+        raise ValueError(f"no traces of {model.device} to evaluate against (have: {have})")
+    if target["duration_us"].isna().any():
+        raise ValueError(f"traces of {model.device} without measured durations cannot be evaluated")
+    truth = iteration_truth(target)
+    ops = None
+    if hasattr(model, "predict_ops"):
+        ops = model.predict_ops(traces)
+        ops = ops.assign(pred_total=ops["pred_duration_us"] + ops["pred_gap_us"],
+                         true_total=ops["duration_us"] + ops["gap_us"])
+        pred = ops.groupby("config_id", sort=True)["pred_total"].sum().rename("pred_us").reset_index()
+        if ops["true_total"].isna().any():  # per-op truth not aligned (e.g. two real GPUs' traces)
+            ops = None
+    else:
+        pred = model.iteration_times(traces)[["config_id", "pred_us"]]
+    per_trace = truth.merge(pred, on="config_id", how="inner", validate="one_to_one")
+    missing = sorted(set(truth["config_id"]) - set(per_trace["config_id"]))
+    if missing:
+        raise ValueError(f"{model.device}: {len(missing)} traces got no prediction, e.g. {', '.join(missing[:3])}")
+    per_trace["rel_err"] = (per_trace["pred_us"] - per_trace["true_us"]) / per_trace["true_us"]
+    return Evaluation(per_trace, ops, list(getattr(model, "history", []) or []))
 
 
 def markdown(table: pd.DataFrame, digits: int = 4) -> str:

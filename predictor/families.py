@@ -44,3 +44,15 @@ def family_of(model: str) -> str:
         if re.match(pattern, name):
             return family
     return name
+
+
+JOB_CLASSES = ("image", "language", "speech")
+
+
+def job_class(family: str, model: str) -> str:
+    """The job class a cluster trace's job may be bound to: speech (LSTM speech models),
+    language (transformers, LSTM language models) or image (everything else: the vision families
+    and RandWire)."""
+    if family == "lstm":
+        return "speech" if "speech" in model else "language"
+    return "language" if family == "transformer" else "image"

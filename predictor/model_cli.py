@@ -31,7 +31,8 @@ def _device_rows(traces: pd.DataFrame, device: str | None, what: str) -> pd.Data
 
 
 def _load_checkpoint(path: Path):
-    from predictor.ets import CheckpointError, load
+    from predictor.ets import CheckpointError
+    from predictor.methods import load
 
     try:
         return load(path)
@@ -53,62 +54,78 @@ def _print_evaluation(result, as_json: bool, extra: dict) -> None:
 
 
 @click.command("train")
+@click.option("--method", type=click.Choice(["ets", "opbased", "habitat", "dnnperf"]), default="ets",
+              show_default=True, help="ETS, or a baseline: operator-based MLP, Habitat-style, DNNPerf-style GNN.")
 @click.option("--data", "data_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Dataset directory (`ets collect` / `ets import`).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Checkpoint file to write.")
 @click.option("--device", help="Device whose traces to learn [default: the only one in the data].")
-@click.option("--window", type=click.IntRange(1), default=12, show_default=True)
-@click.option("--stride", type=click.IntRange(1), default=4, show_default=True)
-@click.option("--arch", type=click.Choice(["lstm", "gru", "transformer", "mlp"]), default="lstm", show_default=True)
-@click.option("--layers", type=click.IntRange(1), default=4, show_default=True)
-@click.option("--hidden", type=click.IntRange(1), help="Hidden size [default: the feature dimension].")
-@click.option("--norm", type=click.Choice(["global", "per-op"]), default="global", show_default=True,
-              help="Z-score the features and targets over all training ops, or per op type.")
-@click.option("--target-transform", type=click.Choice(["log", "none"]), default="log", show_default=True,
-              help="log: z-score log(1 + µs) targets (relative accuracy per op); none: raw µs, as the authors.")
-@click.option("--epochs", type=click.IntRange(1), default=200, show_default=True)
-@click.option("--patience", type=click.IntRange(1), default=8, show_default=True,
-              help="Stop after this many epochs without a better validation MRE.")
+@click.option("--source-device", help="habitat: the device whose measured traces it scales to --device.")
+@click.option("--window", type=click.IntRange(1), help="ets: window width [12].")
+@click.option("--stride", type=click.IntRange(1), help="ets: window stride [4].")
+@click.option("--arch", type=click.Choice(["lstm", "gru", "transformer", "mlp"]), help="ets: window model [lstm].")
+@click.option("--layers", type=click.IntRange(1), help="Layers [method default].")
+@click.option("--hidden", type=click.IntRange(1), help="Hidden size [method default; ets: the feature dimension].")
+@click.option("--norm", type=click.Choice(["global", "per-op"]),
+              help="Z-score the features over all training ops, or per op type [global].")
+@click.option("--target-transform", type=click.Choice(["log", "none"]),
+              help="ets/opbased: z-score log(1 + µs) targets (default), or raw µs as the authors.")
+@click.option("--epochs", type=click.IntRange(1), help="Maximum epochs [200].")
+@click.option("--patience", type=click.IntRange(1), help="Stop after this many epochs without a better validation MRE.")
 @click.option("--minutes", type=float, default=15.0, show_default=True, help="Wall-time limit for training.")
-@click.option("--lr", type=float, default=2e-3, show_default=True)
-@click.option("--batch-size", type=click.IntRange(1), default=256, show_default=True)
+@click.option("--lr", type=float, help="Learning rate [method default].")
+@click.option("--batch-size", type=click.IntRange(1), help="Batch size [method default].")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--test-families", help="Comma-separated families held out for testing [default: drawn by seed].")
 @click.option("--test-fraction", type=click.FloatRange(0, 0.9), default=0.25, show_default=True)
 @click.option("--val-fraction", type=click.FloatRange(0.01, 0.9), default=0.15, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the test evaluation as one JSON object.")
-def train_cmd(data_dir: Path, out: Path, device: str | None, window: int, stride: int, arch: str, layers: int,
-              hidden: int | None, norm: str, target_transform: str, epochs: int, patience: int, minutes: float, lr: float,
-              batch_size: int, seed: int, test_families: str | None, test_fraction: float, val_fraction: float,
-              as_json: bool) -> None:
-    """Train ETS on a dataset with a family-disjoint split; save the checkpoint; evaluate on the
-    held-out families."""
-    from predictor import ets
+def train_cmd(method: str, data_dir: Path, out: Path, device: str | None, source_device: str | None,
+              window: int | None, stride: int | None, arch: str | None, layers: int | None, hidden: int | None,
+              norm: str | None, target_transform: str | None, epochs: int | None, patience: int | None,
+              minutes: float, lr: float | None, batch_size: int | None, seed: int, test_families: str | None,
+              test_fraction: float, val_fraction: float, as_json: bool) -> None:
+    """Train a predictor on a dataset with a family-disjoint split; save the checkpoint; evaluate
+    on the held-out families. Habitat-style learns from every device in the data and predicts
+    --device from --source-device traces."""
+    from predictor import methods
     from predictor.dataset import split_by_family
     from predictor.evaluate import evaluate
 
     try:
-        traces = _device_rows(read_dataset(data_dir), device, str(data_dir))
-        split = split_by_family(traces, test_fraction=test_fraction, val_fraction=val_fraction, seed=seed,
+        data = read_dataset(data_dir)
+        if method == "habitat" and not source_device:
+            raise ValueError("--method habitat needs --source-device (the device whose traces it scales)")
+        if method != "habitat" and source_device:
+            raise ValueError("--source-device applies to --method habitat only")
+        target = _device_rows(data, device, str(data_dir))
+        traces = data if method == "habitat" else target
+        split = split_by_family(target, test_fraction=test_fraction, val_fraction=val_fraction, seed=seed,
                                 test_families=test_families.split(",") if test_families else None)
-        config = ets.TrainConfig(width=window, stride=stride, arch=arch, layers=layers, hidden=hidden, norm=norm,
-                                 target_transform=target_transform, lr=lr, batch_size=batch_size,
-                                 max_epochs=epochs, patience=patience, max_minutes=minutes, seed=seed)
-        model = ets.train(split.part(traces, "train"), split.part(traces, "val"), config, split=split.to_dict())
+        config = methods.make_config(
+            method, width=window, stride=stride, arch=arch, layers=layers, hidden=hidden, norm=norm,
+            target_transform=target_transform, lr=lr, batch_size=batch_size, max_epochs=epochs, patience=patience,
+            max_minutes=minutes, seed=seed, source_device=source_device)
+        model = methods.module(method).train(split.part(traces, "train"), split.part(traces, "val"), config,
+                                             device=str(target["device"].iloc[0]), split=split.to_dict())
     except (TraceFormatError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     path = model.save(out)
     best = min(model.history, key=lambda h: h["val_mre"])
     if not as_json:
-        click.echo(f"checkpoint {path}: {model.device}, {len(model.history)} epochs in "
+        click.echo(f"checkpoint {path}: {method} for {model.device}, {len(model.history)} epochs in "
                    f"{model.history[-1]['wall_s']:.0f} s, best validation MRE {best['val_mre']:.2%} "
                    f"(epoch {best['epoch']}); test families: {', '.join(split.test_units) or '-'}")
     test = split.part(traces, "test")
     if test.empty:
         click.echo("no test traces (--test-fraction 0)")
         return
-    _print_evaluation(evaluate(model, test), as_json, {"checkpoint": str(path), "device": model.device,
-                                                       "split": split.to_dict()})
+    try:
+        result = evaluate(model, test)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    _print_evaluation(result, as_json, {"checkpoint": str(path), "method": method, "device": model.device,
+                                        "split": split.to_dict()})
 
 
 @click.command("evaluate")
@@ -124,9 +141,12 @@ def evaluate_cmd(ckpt: Path, data_dir: Path, which: str, as_json: bool) -> None:
 
     model = _load_checkpoint(ckpt)
     try:
-        traces = _device_rows(read_dataset(data_dir), model.device, str(data_dir))
+        data = read_dataset(data_dir)
+        traces = _device_rows(data, model.device, str(data_dir))
     except TraceFormatError as exc:
         raise click.ClickException(str(exc)) from None
+    if model.method == "habitat":  # it reads its source device's traces too
+        traces = data[data["config_id"].isin(set(traces["config_id"]))]
     held_out = set((model.split or {}).get("test_units", []))
     if which == "test" and held_out:
         configs = traces.groupby("config_id")["family"].first()
@@ -135,7 +155,11 @@ def evaluate_cmd(ckpt: Path, data_dir: Path, which: str, as_json: bool) -> None:
         if traces.empty:
             raise click.ClickException(f"{data_dir} has no traces of the held-out families "
                                        f"({', '.join(sorted(held_out))}); use --split all")
-    _print_evaluation(evaluate(model, traces), as_json, {"checkpoint": str(ckpt), "device": model.device})
+    try:
+        result = evaluate(model, traces)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    _print_evaluation(result, as_json, {"checkpoint": str(ckpt), "method": model.method, "device": model.device})
 
 
 @click.command("predict")
@@ -154,17 +178,22 @@ def predict_cmd(ckpt: Path, target: str, batch: int, size: int, as_json: bool) -
         traces = _target_traces(target, batch, size)
     except (TraceFormatError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
-    summary = model.iteration_times(traces)
+    try:
+        summary = model.iteration_times(traces)
+    except ValueError as exc:  # e.g. a Habitat-style model given no trace of its source device
+        raise click.ClickException(str(exc)) from None
     rows = summary.to_dict("records")
     if as_json:
         click.echo(json.dumps({"device": model.device, "predictions": rows}, indent=1, default=float))
         return
     for r in rows:
         truth = f"; measured {r['true_us'] / 1e3:.2f} ms" if "true_us" in r and r["true_us"] > 0 else ""
+        breakdown = "" if pd.isna(r["pred_duration_us"]) else (
+            f"kernels {r['pred_duration_us'] / 1e3:.2f} ms + overhead {r['pred_gap_us'] / 1e3:.2f} ms; "
+            f"forward {r['pred_forward_us'] / 1e3:.2f}, backward {r['pred_backward_us'] / 1e3:.2f}, "
+            f"update {r['pred_update_us'] / 1e3:.2f} ms; ")
         click.echo(f"{r['config_id']} on {model.device}: {r['pred_us'] / 1e3:.2f} ms per iteration "
-                   f"(kernels {r['pred_duration_us'] / 1e3:.2f} ms + overhead {r['pred_gap_us'] / 1e3:.2f} ms; "
-                   f"forward {r['pred_forward_us'] / 1e3:.2f}, backward {r['pred_backward_us'] / 1e3:.2f}, "
-                   f"update {r['pred_update_us'] / 1e3:.2f} ms; {r['ops']} ops){truth}")
+                   f"({breakdown}{r['ops']} ops){truth}")
 
 
 def _target_traces(target: str, batch: int, size: int) -> pd.DataFrame:

@@ -43,6 +43,7 @@ class RunConfig:
     seed: int = 0
     deadline_fraction: float = 0.2
     reference_gpu: str | None = None
+    load_scale: float = 1.0           # >1 compresses inter-arrival times (more load), <1 stretches them
 
 
 def load_workload(config: RunConfig) -> JobTrace:
@@ -65,6 +66,10 @@ def load_workload(config: RunConfig) -> JobTrace:
             trace = generate(kind, n, seed=config.seed)
         except ValueError as exc:
             raise WorkloadSpecError(f"--workload {config.workload!r}: {exc}") from None
+    if not config.load_scale > 0:
+        raise WorkloadSpecError(f"load scale must be > 0, got {config.load_scale}")
+    if config.load_scale != 1.0:
+        trace = trace.scaled_load(config.load_scale)
     if config.limit is not None:
         if config.limit < 1:
             raise WorkloadSpecError(f"--limit must be >= 1, got {config.limit}")

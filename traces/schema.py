@@ -79,6 +79,16 @@ class JobTrace:
         """The first n jobs in submit order (the table is kept sorted by submit time)."""
         return JobTrace(self.jobs.iloc[:n].reset_index(drop=True), self.source, self.kind, dict(self.excluded))
 
+    def scaled_load(self, factor: float) -> "JobTrace":
+        """Arrivals ``factor`` times as dense (offsets from the first submit divided by it); each
+        deadline keeps its slack after its job's submit time."""
+        jobs = self.jobs.copy()
+        start = jobs["submit_s"].min() if len(jobs) else 0.0
+        submit = start + (jobs["submit_s"] - start) / factor
+        jobs["deadline_s"] = submit + (jobs["deadline_s"] - jobs["submit_s"])
+        jobs["submit_s"] = submit
+        return JobTrace(jobs, self.source, self.kind, dict(self.excluded))
+
 
 def require_columns(df: pd.DataFrame, needed: list[str], path: str | Path) -> None:
     missing = [c for c in needed if c not in df.columns]

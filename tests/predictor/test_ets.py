@@ -24,7 +24,7 @@ def traces():
 @pytest.fixture(scope="module")
 def overfit(traces):
     alexnet = traces[traces["family"] == "alexnet"]
-    config = ets.TrainConfig(max_epochs=150, patience=150, seed=0, **FAST)
+    config = ets.TrainConfig(max_epochs=150, patience=150, seed=0, **{**FAST, "lr": 3e-2})
     return ets.train(alexnet, alexnet, config, progress=False), alexnet
 
 

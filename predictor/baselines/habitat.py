@@ -1,0 +1,450 @@
+"""Habitat-style cross-device prediction ("habitat"): the iteration time on a target GPU from a
+trace measured on a source GPU.
+
+Why: Habitat (Yu et al., USENIX ATC'21; predictors.md §2) is the best-known runtime-based
+predictor and the ETS paper's cross-device comparison. It scales each measured op from the
+source to the target GPU and carries the framework overhead over unchanged — exactly the
+assumption ETS questions, since the overhead left visible depends on how fast the kernels run.
+
+What it does, per op of the source trace (gap and kernel time recorded separately, as our trace
+table does):
+
+* **Kernel-varying ops** (Habitat's SPECIAL_OPERATIONS, whose kernels and algorithms change with
+  the GPU): conv2d, linear, bmm, lstm. In our traces these are the ops the cost model counts as
+  GEMMs (:func:`predictor.capture.costs.op_class` "conv", "matmul", "lstm"), forward and backward,
+  mapped to Habitat's groups by :func:`kernel_group`: conv2d/convolution/ConvolutionBackward0 →
+  conv2d; linear, addmm, mm, addmv, mv, dot, AddmmBackward0, MmBackward0 → linear; bmm, baddbmm,
+  matmul (batched in our zoo's attention and in the ETS swin traces), BmmBackward0 → bmm; lstm,
+  MkldnnRnnLayerBackward0 → lstm. The ETS CSV import names backward ops like their forward op
+  ("conv2d" with phase backward); the phase one-hot tells them apart. scaled_dot_product_attention
+  and SafeSoftmaxBackward0 stay kernel-alike: our cost model (and the emulator) count them as
+  element-wise (fused flash kernels), not as GEMMs.
+  Prediction = T_source × MLP(op, target) / MLP(op, source) (Habitat's ratio scaling), with an MLP
+  regressing log(duration_us) from the op's features (group, phase and dtype one-hots; log1p of
+  batch, FLOPs, bytes and the 30 params) and 4 device features [memory GB, memory bandwidth
+  GB/s, SMs, peak FP32 TFLOPS], all continuous inputs z-scored with training statistics; MAE in
+  log space (Habitat uses MAPE on the time; MAE of the log is its scale-free counterpart and the
+  ETS loss). It learns from the kernel-varying rows of every device in the training traces.
+  **One MLP with a group one-hot** instead of Habitat's four: Habitat's per-op MLPs each read an
+  op-specific argument list, while ours share one generic feature layout; our zoo holds very
+  unequal numbers of rows per group (tens of thousands of convolutions, a few hundred LSTM
+  rows), and a shared trunk lets the rare groups borrow how GEMM-like kernels scale with SMs,
+  clock and bandwidth. Habitat's MLP is 1024 wide with 8 hidden layers; on our 2-CPU machines
+  the default is 256 × 4 (``hidden``/``layers`` configurable).
+* **Kernel-alike ops** (everything else): Habitat's roofline wave scaling with the arithmetic
+  intensity from our per-op ``flops``/``bytes`` instead of CUPTI metrics: γ from I = flops/bytes
+  relative to the target's ridge point R = peak FP32 FLOP/s ÷ memory bandwidth (γ = 1 − 0.5·I/R
+  for I ≤ R, 0.5·R/I above; 1 when the op has no FLOPs, 0 when it has FLOPs but no bytes), then
+  T_d = T_o · (BW_o/BW_d)^γ · (clk_o/clk_d)^(1−γ) · (SM_o/SM_d)^(1−γ). Our traces hold one time
+  per op, not per kernel, and no block counts, so the sub-wave branch (kernels that fill less
+  than one wave on both GPUs) cannot be applied. Habitat's metric-free fallback keeps small
+  kernels unchanged; ``small_kernel_us`` does the same for ops faster than it on the source, but
+  defaults to 0 (scale every op) because that was the more accurate choice: on emulated T4 → V100
+  test configs, keeping ops under 12 µs unchanged raised the kernel-alike per-op error from 22 %
+  to 61 % (the emulated GPUs' launch latencies differ: 7.3 µs on the T4, 4.1 µs on the V100),
+  and on the real ETS 2080Ti → T4 pairs the small kernels took 1.9× longer on the T4 (per-op
+  error 30 % scaled, 43 % kept). Keeping them lowered the iteration MRE slightly (11.8 → 11.0 %
+  emulated) only by offsetting the gap that the method carries over too small.
+* **Framework overhead is carried over unchanged**: an op's predicted gap is the source trace's
+  ``gap_us``, exactly.
+
+Training (:func:`train`): the MLP learns from the training traces of every device present (at
+least the source and the target); Adam; after each epoch the target's iteration times are
+predicted from the validation configs' source traces, and training stops early on their MRE
+(best weights kept, ``patience``, ``max_minutes``). Limits that stay: the roofline uses the FP32
+peak for every dtype (no tensor-core or FP64 rates), and the MLP sees a device only through its
+4 features, so it extrapolates poorly to GPUs far from those it was trained on.
+
+The iteration time is the sum over ops, as in Habitat. Device constants: peak FP32 TFLOPS and
+memory bandwidth from :data:`predictor.devices.specs.SPEC_SHEETS`; SMs, boost clock and memory
+size from :data:`GPU_EXTRAS`. Device names resolve through :func:`predictor.devices.specs.device_key`
+("emulated:T4", "T4", "Tesla T4", the ETS import's "2080Ti" all work), so a model trained on
+emulated traces predicts real ones, and the simulator can predict a GPU a config was never
+measured on from its source trace alone.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+import torch
+
+from predictor.baselines.opbased import mlp, mre, run_mlp
+from predictor.capture.costs import op_class
+from predictor.devices.specs import SPEC_SHEETS, DeviceParamsError, device_key
+from predictor.ets import fingerprint, sorted_traces, summarize
+from predictor.trace_table import MAX_PARAMS
+from predictor.training import (CHECKPOINT_FORMAT, CheckpointError, EarlyStopping, load_weights,
+                                read_checkpoint)
+
+METHOD = "habitat"
+GROUPS = ("conv2d", "linear", "bmm", "lstm")
+PHASES = ("forward", "backward", "update")
+DTYPES = ("float32", "float16", "bfloat16", "float64")
+N_ONEHOT = len(GROUPS) + len(PHASES) + len(DTYPES)
+N_CONTINUOUS = 3 + MAX_PARAMS + 4  # batch, flops, bytes, params, 4 device features
+N_FEATURES = N_ONEHOT + N_CONTINUOUS
+
+# SMs, boost clock (MHz), memory (GB) from the vendors' spec sheets / architecture whitepapers,
+# the same parts as SPEC_SHEETS: K80 one GK210 die (13 SMX, 875 MHz boost, 12 of the board's
+# 24 GB); P100 SXM2 (56 SMs, 1480 MHz, 16 GB); P40 (30, 1531, 24); T4 (40, 1590, 16); V100 SXM2
+# (80, 1530, 16); RTX 2080 Ti reference (68, 1545, 11); Quadro RTX 6000 (72, 1770, 24);
+# RTX 3080 Ti (80, 1665, 12); A100 SXM4 40 GB (108, 1410, 40); H100 SXM5 (132, 1980, 80).
+# Check: SMs × FP32 lanes per SM × 2 × clock reproduces each SPEC_SHEETS FP32 peak.
+GPU_EXTRAS: dict[str, tuple[int, float, float]] = {
+    "K80": (13, 875.0, 12.0), "P100": (56, 1480.0, 16.0), "P40": (30, 1531.0, 24.0),
+    "T4": (40, 1590.0, 16.0), "V100": (80, 1530.0, 16.0), "RTX2080Ti": (68, 1545.0, 11.0),
+    "RTX6000": (72, 1770.0, 24.0), "RTX3080Ti": (80, 1665.0, 12.0), "A100": (108, 1410.0, 40.0),
+    "H100": (132, 1980.0, 80.0),
+}
+_VENDOR_WORDS = re.compile(r"\b(nvidia|tesla|geforce|quadro)\b", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Gpu:
+    key: str
+    sms: int
+    clock_mhz: float
+    mem_gb: float
+    mem_gbs: float
+    fp32_tflops: float
+
+    @property
+    def ridge(self) -> float:
+        """Ridge point of the FP32 roofline, FLOP per byte."""
+        return self.fp32_tflops * 1e12 / (self.mem_gbs * 1e9)
+
+    @property
+    def features(self) -> list[float]:
+        """Habitat's MLP device features: memory GB, bandwidth GB/s, SMs, FP32 TFLOPS."""
+        return [self.mem_gb, self.mem_gbs, float(self.sms), self.fp32_tflops]
+
+
+def _key(name: str) -> str:
+    """The spec-sheet key of a device name; also accepts vendor prefixes and part suffixes
+    ("Tesla T4", "Tesla V100-SXM2-16GB", "NVIDIA A100-SXM4-40GB")."""
+    try:
+        return device_key(name)
+    except DeviceParamsError:
+        pass
+    bare = _VENDOR_WORDS.sub(" ", name.removeprefix("emulated:")).strip()
+    for candidate in dict.fromkeys([bare, bare.split("-")[0].strip(), bare.split(" ")[0]]):
+        try:
+            return device_key(candidate)
+        except DeviceParamsError:
+            continue
+    raise ValueError(f"unknown GPU {name!r} for Habitat; known: {', '.join(SPEC_SHEETS)} "
+                     "(optionally prefixed 'emulated:')")
+
+
+def gpu(name: str) -> Gpu:
+    """The device constants of a GPU name; ValueError naming it and the known ones when unknown."""
+    key = _key(name)
+    sms, clock, memory = GPU_EXTRAS[key]
+    sheet = SPEC_SHEETS[key]
+    return Gpu(key, sms, clock, memory, sheet.mem_gbs, sheet.fp32_tflops)
+
+
+def kernel_group(op: str) -> str | None:
+    """Habitat's kernel-varying group of an op name, None for kernel-alike ops."""
+    cls = op_class(op)
+    if cls == "conv":
+        return "conv2d"
+    if cls == "lstm":
+        return "lstm"
+    if cls == "matmul":
+        return "bmm" if re.search(r"bmm|matmul", op.lower()) else "linear"
+    return None
+
+
+# --- kernel-alike ops: roofline wave scaling -------------------------------------------------
+
+def roofline_gamma(flops: np.ndarray, nbytes: np.ndarray, ridge: float) -> np.ndarray:
+    """Habitat's γ (1: memory-bound, 0: compute-bound) from the arithmetic intensity."""
+    flops, nbytes = np.asarray(flops, dtype=np.float64), np.asarray(nbytes, dtype=np.float64)
+    intensity = np.divide(flops, nbytes, out=np.full(flops.shape, np.inf), where=nbytes > 0)
+    gamma = np.where(intensity <= ridge, 1.0 - 0.5 * intensity / ridge,
+                     0.5 * ridge / np.maximum(intensity, 1e-300))
+    gamma = np.where(nbytes <= 0, 0.0, gamma)
+    return np.where(flops < 1.0, 1.0, gamma)
+
+
+def wave_scale(duration_us: np.ndarray, flops: np.ndarray, nbytes: np.ndarray, source: Gpu, target: Gpu,
+               small_kernel_us: float = 0.0) -> np.ndarray:
+    """Kernel-alike op times on ``target`` from their times on ``source`` (µs); ops faster than
+    ``small_kernel_us`` on the source are kept unchanged."""
+    duration = np.asarray(duration_us, dtype=np.float64)
+    gamma = roofline_gamma(flops, nbytes, target.ridge)
+    factor = ((source.mem_gbs / target.mem_gbs) ** gamma
+              * (source.clock_mhz / target.clock_mhz) ** (1 - gamma)
+              * (source.sms / target.sms) ** (1 - gamma))
+    return np.where(duration < small_kernel_us, duration, duration * factor)
+
+
+# --- kernel-varying ops: the MLP ----------------------------------------------------------------
+
+def _onehot(values: pd.Series, names: tuple[str, ...], what: str) -> np.ndarray:
+    position = {n: i for i, n in enumerate(names)}
+    index = np.array([position.get(v, -1) for v in values], dtype=np.int64)
+    if (index < 0).any():
+        bad = values.iloc[int(np.flatnonzero(index < 0)[0])]
+        raise ValueError(f"{what} {bad!r} not encodable; known: {', '.join(names)}")
+    out = np.zeros((len(values), len(names)), dtype=np.float64)
+    out[np.arange(len(values)), index] = 1
+    return out
+
+
+def raw_features(ops: pd.DataFrame, groups: pd.Series, device: Gpu | list[Gpu]) -> np.ndarray:
+    """[rows, N_FEATURES] unscaled MLP inputs: one-hots, then the continuous columns (log1p of
+    batch, FLOPs, bytes and params; the 4 device features). ``device``: one GPU for all rows or
+    one per row."""
+    params = np.zeros((len(ops), MAX_PARAMS))
+    for i, p in enumerate(ops["params"]):
+        values = np.asarray(p, dtype=np.float64)[:MAX_PARAMS]
+        params[i, :len(values)] = np.log1p(np.maximum(values, 0))
+    gpus = device if isinstance(device, list) else [device] * len(ops)
+    scalars = np.log1p(np.maximum(ops[["batch", "flops", "bytes"]].to_numpy(np.float64), 0))
+    return np.hstack([_onehot(groups, GROUPS, "kernel group"), _onehot(ops["phase"], PHASES, "phase"),
+                      _onehot(ops["dtype"], DTYPES, "dtype"), scalars, params,
+                      np.array([g.features for g in gpus], dtype=np.float64).reshape(len(ops), 4)])
+
+
+@dataclass
+class Scaler:
+    """z-score of the continuous MLP inputs (the one-hots pass through)."""
+
+    mean: list[float]
+    std: list[float]
+
+    @classmethod
+    def fit(cls, raw: np.ndarray) -> "Scaler":
+        cont = raw[:, N_ONEHOT:]
+        std = cont.std(axis=0)
+        return cls(cont.mean(axis=0).tolist(), np.where(std > 1e-9, std, 1.0).tolist())
+
+    def __call__(self, raw: np.ndarray) -> np.ndarray:
+        out = raw.copy()
+        out[:, N_ONEHOT:] = (raw[:, N_ONEHOT:] - np.asarray(self.mean)) / np.asarray(self.std)
+        return out.astype(np.float32)
+
+
+@dataclass
+class HabitatConfig:
+    source_device: str = ""  # the GPU the traces to predict were measured on (required)
+    hidden: int = 256  # Habitat: 1024
+    layers: int = 4  # Habitat: 8 hidden layers
+    lr: float = 5e-4
+    batch_size: int = 512
+    max_epochs: int = 80
+    patience: int = 8
+    max_minutes: float = 15.0
+    seed: int = 0
+    small_kernel_us: float = 0.0  # kernel-alike ops faster than this (µs) keep their source time
+
+
+@dataclass
+class _Prepared:
+    """Source ops of some configs with everything but the MLP's output precomputed."""
+
+    ops: pd.DataFrame  # source rows, sorted by config and idx
+    varying: np.ndarray  # bool: kernel-varying op with a positive source time
+    x_source: np.ndarray  # scaled MLP inputs of the varying ops on the source GPU
+    x_target: np.ndarray  # ... and on the target GPU
+    alike_us: np.ndarray  # wave-scaled times (valid where not varying)
+
+
+class HabitatPredictor:
+    """Wave scaling + the kernel-varying MLP; predicts ``device`` from ``config.source_device`` traces."""
+
+    method = METHOD
+
+    def __init__(self, config: HabitatConfig, model: torch.nn.Module, scaler: Scaler, device: str,
+                 fingerprint: str = "", history: list[dict] | None = None, split: dict | None = None) -> None:
+        self.config, self.model, self.scaler, self.device = config, model, scaler, device
+        self.source, self.target = gpu(config.source_device), gpu(device)
+        self.fingerprint, self.history, self.split = fingerprint, history or [], split or {}
+
+    # --- inference ---------------------------------------------------------------------------
+
+    def _prepare(self, source_ops: pd.DataFrame) -> _Prepared:
+        groups = source_ops["op"].map(kernel_group)
+        duration = source_ops["duration_us"].to_numpy(np.float64)
+        varying = groups.notna().to_numpy() & (duration > 0)
+        rows, row_groups = source_ops[varying], groups[varying]
+        alike = wave_scale(duration, source_ops["flops"].to_numpy(np.float64), source_ops["bytes"].to_numpy(np.float64),
+                           self.source, self.target, self.config.small_kernel_us)
+        return _Prepared(source_ops, varying, self.scaler(raw_features(rows, row_groups, self.source)),
+                         self.scaler(raw_features(rows, row_groups, self.target)), alike)
+
+    def _durations(self, prepared: _Prepared) -> np.ndarray:
+        out = prepared.alike_us.copy()
+        if prepared.varying.any():
+            log_ratio = run_mlp(self.model, prepared.x_target) - run_mlp(self.model, prepared.x_source)
+            source_us = prepared.ops["duration_us"].to_numpy(np.float64)[prepared.varying]
+            out[prepared.varying] = source_us * np.exp(np.clip(log_ratio, -30.0, 30.0))
+        return out
+
+    def _split_devices(self, traces: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """The source-device and target-device rows of ``traces`` (device names compared by GPU)."""
+        keys = {}
+        for name in traces["device"].unique():
+            try:
+                keys[name] = _key(str(name))
+            except ValueError:
+                keys[name] = None  # not a GPU we know: neither source nor target
+        parts = []
+        for role, gpu_key in (("source", self.source.key), ("target", self.target.key)):
+            names = sorted(n for n, k in keys.items() if k == gpu_key)
+            if len(names) > 1:
+                raise ValueError(f"traces hold several devices that are the {role} GPU {gpu_key} "
+                                 f"({', '.join(names)}): pass one of them")
+            parts.append(traces[traces["device"].isin(names)])
+        return parts[0], parts[1]
+
+    def predict_ops(self, traces: pd.DataFrame) -> pd.DataFrame:
+        """One row per source op (sorted by config and idx) with device = the target, the
+        predicted duration and gap (= the source's gap), the source's times (source_duration_us,
+        source_gap_us), and duration_us/gap_us = the target's truth where the target trace aligns
+        op for op with the source one (same length and op names), NaN otherwise."""
+        source, target = self._split_devices(traces)
+        if source.empty:
+            raise ValueError(f"no traces of the source device {self.config.source_device!r} to predict "
+                             f"{self.device!r} from; devices present: {', '.join(map(str, traces['device'].unique()))}")
+        missing = sorted(set(target["config_id"]) - set(source["config_id"]))
+        if missing and self.source.key != self.target.key:
+            raise ValueError(f"{len(missing)} config(s) have {self.device!r} rows but no source "
+                             f"({self.config.source_device!r}) trace: {', '.join(missing[:5])}"
+                             + (" ..." if len(missing) > 5 else ""))
+        ordered = pd.concat(sorted_traces(source), ignore_index=True)
+        duration = self._durations(self._prepare(ordered))
+        out = ordered.assign(device=self.device, source_duration_us=ordered["duration_us"],
+                             source_gap_us=ordered["gap_us"], pred_duration_us=duration,
+                             pred_gap_us=ordered["gap_us"].to_numpy(np.float64))
+        out["duration_us"], out["gap_us"] = _aligned_truth(ordered, target)
+        return out
+
+    def iteration_times(self, traces: pd.DataFrame) -> pd.DataFrame:
+        return summarize(self.predict_ops(traces))
+
+    # --- persistence -------------------------------------------------------------------------
+
+    def save(self, path: str | Path) -> Path:
+        from predictor import __version__
+
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save({"format": CHECKPOINT_FORMAT, "method": METHOD, "version": __version__, "device": self.device,
+                    "config": asdict(self.config), "state_dict": self.model.state_dict(),
+                    "history": self.history, "split": self.split, "fingerprint": self.fingerprint,
+                    "scaler": asdict(self.scaler), "n_features": N_FEATURES}, path)
+        return path
+
+
+def _aligned_truth(source: pd.DataFrame, target: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per source row (``source`` sorted by config and idx): the target trace's duration and gap
+    where that config's target trace has the same op sequence, else NaN."""
+    duration = np.full(len(source), np.nan)
+    gap = np.full(len(source), np.nan)
+    truth = {t["config_id"].iloc[0]: t for t in sorted_traces(target)} if len(target) else {}
+    start = 0
+    for config_id, n in source.groupby("config_id", sort=True).size().items():
+        t = truth.get(config_id)
+        if t is not None and len(t) == n and (t["op"].to_numpy() == source["op"].to_numpy()[start:start + n]).all():
+            duration[start:start + n] = t["duration_us"].to_numpy(np.float64)
+            gap[start:start + n] = t["gap_us"].to_numpy(np.float64)
+        start += n
+    return duration, gap
+
+
+def load(path: str | Path) -> HabitatPredictor:
+    body = read_checkpoint(path, METHOD)
+    if body.get("n_features") != N_FEATURES:
+        raise CheckpointError(f"{path}: the model reads {body.get('n_features')} features but this version "
+                              f"builds {N_FEATURES}: the checkpoint was written by an incompatible version")
+    config = HabitatConfig(**body["config"])
+    model = mlp(N_FEATURES, config.hidden, config.layers)
+    load_weights(path, model, body["state_dict"])
+    return HabitatPredictor(config, model, Scaler(**body["scaler"]), body["device"], body.get("fingerprint", ""),
+                            body.get("history"), body.get("split"))
+
+
+# --- training ----------------------------------------------------------------------------------
+
+def _training_rows(traces: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Unscaled MLP inputs and log(duration) of every kernel-varying op with a positive time,
+    on every device of ``traces``."""
+    groups = traces["op"].map(kernel_group)
+    keep = groups.notna().to_numpy() & (traces["duration_us"].to_numpy(np.float64) > 0)
+    rows = traces[keep]
+    gpus = {name: gpu(str(name)) for name in rows["device"].unique()}
+    raw = raw_features(rows, groups[keep], [gpus[d] for d in rows["device"]])
+    return raw, np.log(rows["duration_us"].to_numpy(np.float64))
+
+
+def _check_devices(train_traces: pd.DataFrame, val_traces: pd.DataFrame, source: Gpu, target: Gpu,
+                   config: HabitatConfig, device: str) -> None:
+    if train_traces.empty or val_traces.empty:
+        raise ValueError("training and validation splits must both hold traces")
+    present = {name: _key(str(name)) for name in train_traces["device"].unique()}  # unknown GPUs: ValueError
+    for role, name, g in (("source", config.source_device, source), ("target", device, target)):
+        if g.key not in present.values():
+            raise ValueError(f"the training traces hold no rows of the {role} device {name!r} "
+                             f"(present: {', '.join(sorted(map(str, present)))})")
+
+
+def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: HabitatConfig | None = None, *,
+          device: str | None = None, split: dict | None = None, progress: bool = True,
+          log: Callable[[dict], None] | None = None) -> HabitatPredictor:
+    """Fit the kernel-varying MLP on every device's rows of ``train_traces`` and return a predictor
+    of ``device`` (the target, required) from ``config.source_device`` traces; early stopping on
+    the iteration MRE of the target predicted from the validation configs' source traces."""
+    config = config or HabitatConfig()
+    if not config.source_device:
+        raise ValueError("HabitatConfig.source_device must name the GPU the traces were measured on")
+    if device is None:
+        raise ValueError("habitat predicts one target device from another: pass device=<target GPU>")
+    source, target = gpu(config.source_device), gpu(device)
+    _check_devices(train_traces, val_traces, source, target, config, device)
+    torch.manual_seed(config.seed)
+    rng = np.random.default_rng(config.seed)
+    raw, log_us = _training_rows(train_traces)
+    if len(raw) == 0:
+        raise ValueError(f"the training traces hold no kernel-varying ops ({', '.join(GROUPS)}) with a kernel time")
+    scaler = Scaler.fit(raw)
+    x, y = torch.from_numpy(scaler(raw)), torch.from_numpy(log_us.astype(np.float32))
+    model = mlp(N_FEATURES, config.hidden, config.layers)
+    predictor = HabitatPredictor(config, model, scaler, device, fingerprint(pd.concat([train_traces, val_traces])),
+                                 [], split)
+    val_source, val_target = predictor._split_devices(val_traces)
+    both = sorted(set(val_source["config_id"]) & set(val_target["config_id"]))
+    if not both:
+        raise ValueError(f"the validation split needs configs measured on both the source {config.source_device!r} "
+                         f"and the target {device!r}")
+    val_ops = pd.concat(sorted_traces(val_source[val_source["config_id"].isin(both)]), ignore_index=True)
+    prepared = predictor._prepare(val_ops)
+    codes = pd.factorize(val_ops["config_id"])[0]
+    val_gap = np.bincount(codes, val_ops["gap_us"].to_numpy(np.float64))
+    truth_rows = val_target[val_target["config_id"].isin(both)]
+    val_truth = (truth_rows["duration_us"] + truth_rows["gap_us"]).groupby(truth_rows["config_id"]).sum().loc[both].to_numpy()
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
+    stop = EarlyStopping(model, predictor.history, config, "train habitat", progress=progress, log=log)
+    for _ in stop.epochs():
+        model.train()
+        order = torch.from_numpy(rng.permutation(len(x)))
+        losses = []
+        for start in range(0, len(order), config.batch_size):
+            rows = order[start:start + config.batch_size]
+            loss = (model(x[rows]).squeeze(1) - y[rows]).abs().mean()
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            losses.append(float(loss.detach()))
+        if stop.end_epoch(losses, mre(np.bincount(codes, predictor._durations(prepared)) + val_gap, val_truth)):
+            break
+    stop.restore()
+    return predictor

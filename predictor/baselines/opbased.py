@@ -1,0 +1,167 @@
+"""The operator-based baseline ("opbased"): regress each op's kernel duration from its own
+features, predict no framework overhead, and sum the ops to the iteration time.
+
+Why: this is the comparison the ETS authors make (HPDC'24, predictors.md §1) to show what
+ignoring framework overhead costs. Per-op predictors in the literature (and Habitat on a single
+device) model kernel time only; on small models, where the GPU idles between kernels, they
+miss most of the iteration. Everything but its two defining choices (no context window, no gap) is shared with ETS
+so that the comparison isolates them:
+
+* the same per-op feature vectors and scalers (:mod:`predictor.features`, fitted on the
+  training split only) and the same normalised target (log(1 + µs), z-scored) with an MAE loss;
+* no context window: an MLP sees one op at a time (``layers`` hidden layers of ``hidden``
+  units, ReLU; the authors do not publish theirs, 3 × 256 is our default);
+* the gap (framework overhead after an op) is predicted as 0 — the point of the comparison;
+* training as ETS: Adam with the learning rate halved after 2 epochs without improvement,
+  early stopping on the validation iteration MRE against the true iteration time
+  (duration + gap), the best epoch's weights kept, ``patience`` and ``max_minutes`` budgets.
+  The criterion is the one every method of this package stops on; for a method that cannot
+  predict the gaps it favours epochs that over-predict durations (which fills part of the
+  missing overhead), which can flatter its iteration error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from predictor.ets import fingerprint, sorted_traces, summarize
+from predictor.features import FeatureSpec, decode_targets, encode, encode_targets, fit_features
+from predictor.training import (CHECKPOINT_FORMAT, CheckpointError, EarlyStopping, device_rows, load_weights,
+                                read_checkpoint)
+
+METHOD = "opbased"
+
+
+@dataclass
+class OpBasedConfig:
+    hidden: int = 256
+    layers: int = 3  # hidden layers
+    lr: float = 1e-3
+    batch_size: int = 512
+    max_epochs: int = 200
+    patience: int = 8
+    max_minutes: float = 15.0
+    seed: int = 0
+    top_k: int = 25
+    norm: str = "global"
+    target_transform: str = "log"
+
+
+def mlp(inputs: int, hidden: int, layers: int) -> nn.Sequential:
+    """``layers`` hidden ReLU layers of ``hidden`` units and one linear output."""
+    if layers < 1 or hidden < 1:
+        raise ValueError(f"an MLP needs at least one hidden layer of one unit, got {layers} x {hidden}")
+    body: list[nn.Module] = []
+    width = inputs
+    for _ in range(layers):
+        body += [nn.Linear(width, hidden), nn.ReLU()]
+        width = hidden
+    return nn.Sequential(*body, nn.Linear(width, 1))
+
+
+@torch.no_grad()
+def run_mlp(model: nn.Module, x: np.ndarray, chunk: int = 65536) -> np.ndarray:
+    """Model output for every row of ``x`` (evaluation mode, chunked), as a 1-D float64 array."""
+    model.eval()
+    out = [model(torch.from_numpy(x[i:i + chunk])).squeeze(1).numpy() for i in range(0, len(x), chunk)]
+    return np.concatenate(out).astype(np.float64) if out else np.zeros(0)
+
+
+def mre(pred: np.ndarray, truth: np.ndarray) -> float:
+    return float(np.mean(np.abs(pred - truth) / truth))
+
+
+class OpBasedPredictor:
+    """A per-op duration MLP with its feature spec; gaps are always predicted as 0."""
+
+    method = METHOD
+
+    def __init__(self, spec: FeatureSpec, config: OpBasedConfig, model: nn.Module, device: str,
+                 fingerprint: str = "", history: list[dict] | None = None, split: dict | None = None) -> None:
+        self.spec, self.config, self.model, self.device = spec, config, model, device
+        self.fingerprint, self.history, self.split = fingerprint, history or [], split or {}
+
+    def _durations(self, ordered: pd.DataFrame, features: np.ndarray) -> np.ndarray:
+        normalised = run_mlp(self.model, features)
+        both = np.column_stack([normalised, np.zeros_like(normalised)])
+        return decode_targets(self.spec, ordered["op"], both)[:, 0]
+
+    def predict_ops(self, traces: pd.DataFrame) -> pd.DataFrame:
+        """The trace rows (sorted by config and idx) with pred_duration_us and pred_gap_us (= 0)."""
+        if traces.empty:
+            raise ValueError("no traces to predict")
+        ordered = pd.concat(sorted_traces(traces), ignore_index=True)
+        duration = self._durations(ordered, encode(self.spec, ordered))
+        return ordered.assign(pred_duration_us=duration, pred_gap_us=0.0)
+
+    def iteration_times(self, traces: pd.DataFrame) -> pd.DataFrame:
+        return summarize(self.predict_ops(traces))
+
+    def save(self, path: str | Path) -> Path:
+        from predictor import __version__
+
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save({"format": CHECKPOINT_FORMAT, "method": METHOD, "version": __version__, "device": self.device,
+                    "config": asdict(self.config), "state_dict": self.model.state_dict(),
+                    "history": self.history, "split": self.split, "fingerprint": self.fingerprint,
+                    "spec": self.spec.to_dict(), "dim": self.spec.dim}, path)
+        return path
+
+
+def load(path: str | Path) -> OpBasedPredictor:
+    body = read_checkpoint(path, METHOD)
+    spec = FeatureSpec.from_dict(body["spec"])
+    if spec.dim != body.get("dim"):
+        raise CheckpointError(f"{path}: feature spec gives {spec.dim} features but the model was built for "
+                              f"{body.get('dim')}: the checkpoint was written by an incompatible version")
+    config = OpBasedConfig(**body["config"])
+    model = mlp(spec.dim, config.hidden, config.layers)
+    load_weights(path, model, body["state_dict"])
+    return OpBasedPredictor(spec, config, model, body["device"], body.get("fingerprint", ""),
+                            body.get("history"), body.get("split"))
+
+
+def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: OpBasedConfig | None = None, *,
+          device: str | None = None, split: dict | None = None, progress: bool = True,
+          log: Callable[[dict], None] | None = None) -> OpBasedPredictor:
+    """Fit the per-op duration MLP on ``train_traces``; early stopping on ``val_traces``' iteration MRE."""
+    config = config or OpBasedConfig()
+    device, train_traces, val_traces = device_rows(train_traces, val_traces, device)
+    torch.manual_seed(config.seed)
+    rng = np.random.default_rng(config.seed)
+    spec = fit_features(train_traces, top_k=config.top_k, norm=config.norm, target_transform=config.target_transform)
+    model = mlp(spec.dim, config.hidden, config.layers)
+    predictor = OpBasedPredictor(spec, config, model, device, fingerprint(pd.concat([train_traces, val_traces])),
+                                 [], split)
+    x = torch.from_numpy(encode(spec, train_traces))
+    y = torch.from_numpy(encode_targets(spec, train_traces)[:, 0])
+    val = pd.concat(sorted_traces(val_traces), ignore_index=True)
+    val_x = encode(spec, val)
+    codes = pd.factorize(val["config_id"])[0]
+    val_truth = np.bincount(codes, (val["duration_us"] + val["gap_us"]).to_numpy(np.float64))
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
+    stop = EarlyStopping(model, predictor.history, config, "train opbased", optimizer=optimizer, progress=progress,
+                         log=log)
+    for _ in stop.epochs():
+        model.train()
+        order = torch.from_numpy(rng.permutation(len(x)))
+        losses = []
+        for start in range(0, len(order), config.batch_size):
+            rows = order[start:start + config.batch_size]
+            loss = (model(x[rows]).squeeze(1) - y[rows]).abs().mean()
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            losses.append(float(loss.detach()))
+        if stop.end_epoch(losses, mre(np.bincount(codes, predictor._durations(val, val_x)), val_truth)):
+            break
+    stop.restore()
+    return predictor

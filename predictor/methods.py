@@ -1,0 +1,71 @@
+"""Every iteration-time predictor by name: train one, load any checkpoint.
+
+Why: ETS and its baselines share the data, the splits, the metrics, the CLI and the simulator's
+iteration-time tables, so callers name a method instead of importing its module. Each method
+module offers ``train(train, val, config, *, device, split, progress, log)``, a config dataclass
+and ``load(path)``; its predictors offer ``iteration_times``, ``save``, ``device``, ``history``
+and ``split`` (per-op methods also ``predict_ops``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import fields
+from pathlib import Path
+from types import ModuleType
+
+from predictor.ets import CheckpointError
+
+# method -> (module, config class)
+METHODS: dict[str, tuple[str, str]] = {
+    "ets": ("predictor.ets", "TrainConfig"),
+    "opbased": ("predictor.baselines.opbased", "OpBasedConfig"),
+    "habitat": ("predictor.baselines.habitat", "HabitatConfig"),
+    "dnnperf": ("predictor.baselines.dnnperf", "DnnPerfConfig"),
+}
+
+
+def module(method: str) -> ModuleType:
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; known: {', '.join(METHODS)}")
+    return importlib.import_module(METHODS[method][0])
+
+
+def config_class(method: str) -> type:
+    return getattr(module(method), METHODS[method][1])
+
+
+def make_config(method: str, **options):
+    """The method's config from the options it takes; ``None`` values keep its defaults, and an
+    option the method does not have is refused by name."""
+    cls = config_class(method)
+    known = {f.name for f in fields(cls)}
+    given = {k: v for k, v in options.items() if v is not None}
+    foreign = sorted(set(given) - known)
+    if foreign:
+        raise ValueError(f"method {method!r} has no option {', '.join(foreign)} "
+                         f"(its options: {', '.join(sorted(known))})")
+    return cls(**given)
+
+
+def checkpoint_method(path: str | Path) -> str:
+    """Which method wrote a checkpoint (CheckpointError for a missing or foreign file)."""
+    import torch
+
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such checkpoint")
+    try:
+        body = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:  # a truncated or foreign file: say so instead of a pickle traceback
+        raise CheckpointError(f"{path}: not a readable checkpoint ({type(exc).__name__}: {exc})") from None
+    method = body.get("method") if isinstance(body, dict) else None
+    if method not in METHODS:
+        raise CheckpointError(f"{path}: not a predictor checkpoint of a known method "
+                              f"(method {method!r}; known: {', '.join(METHODS)})")
+    return method
+
+
+def load(path: str | Path):
+    """Any method's checkpoint."""
+    return module(checkpoint_method(path)).load(path)

@@ -1,0 +1,124 @@
+"""What every predictor's training and checkpoints share: device selection, early stopping on the
+validation iteration MRE with a convergence history, and checked checkpoint reading.
+
+Why one module: ETS and the three baselines are compared on wall time to their best validation
+MRE (the paper's convergence figure), so they must stop by the same rule and record the same
+history; and a bad checkpoint must be refused with the same messages whichever method wrote it.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+CHECKPOINT_FORMAT = 1
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used with this code or this data; the message says why."""
+
+
+def read_checkpoint(path: str | Path, method: str) -> dict:
+    """The body of a checkpoint written by ``method``; CheckpointError naming the path and the reason."""
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such checkpoint")
+    try:
+        body = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:  # a truncated or foreign file: say so instead of a pickle traceback
+        raise CheckpointError(f"{path}: not a readable checkpoint ({type(exc).__name__}: {exc})") from None
+    if not isinstance(body, dict) or body.get("format") != CHECKPOINT_FORMAT:
+        found = body.get("format") if isinstance(body, dict) else type(body).__name__
+        raise CheckpointError(f"{path}: checkpoint format {found!r}, this version reads {CHECKPOINT_FORMAT}")
+    if body.get("method") != method:
+        raise CheckpointError(f"{path}: a {body.get('method')!r} checkpoint, not a {method!r} one")
+    return body
+
+
+def load_weights(path: str | Path, model: nn.Module, state_dict: dict) -> None:
+    try:
+        model.load_state_dict(state_dict)
+    except (RuntimeError, ValueError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise CheckpointError(f"{path}: weights do not match the stored feature spec / architecture ({first})") from None
+
+
+def device_rows(train_traces: pd.DataFrame, val_traces: pd.DataFrame,
+                device: str | None) -> tuple[str, pd.DataFrame, pd.DataFrame]:
+    """The device to model and both splits' rows of it; ValueError for empty or ambiguous input."""
+    if train_traces.empty or val_traces.empty:
+        raise ValueError("training and validation splits must both hold traces")
+    devices = sorted(set(train_traces["device"]) | set(val_traces["device"]))
+    if device is None:
+        if len(devices) != 1:
+            raise ValueError(f"traces of several devices ({', '.join(devices)}): train one model per device")
+        device = devices[0]
+    train_rows, val_rows = (t[t["device"] == device] for t in (train_traces, val_traces))
+    for name, rows in (("training", train_rows), ("validation", val_rows)):
+        if rows.empty:
+            raise ValueError(f"the {name} split holds no traces of device {device!r}; present: {', '.join(devices)}")
+    return device, train_rows, val_rows
+
+
+class EarlyStopping:
+    """Epoch bookkeeping: history (wall time, loss, validation MRE), the best weights, the
+    learning-rate schedule (halve after 2 epochs without improvement, down to 1/16 of the initial
+    rate: a noisy validation MRE must not freeze training), patience and time budget.
+
+        stop = EarlyStopping(model, history, config, "train ets", optimizer=opt)
+        for epoch in stop.epochs():
+            ...
+            if stop.end_epoch(losses, val_mre):
+                break
+        stop.restore()
+    """
+
+    def __init__(self, model: nn.Module, history: list[dict], config, desc: str, *,
+                 optimizer: torch.optim.Optimizer | None = None, progress: bool = True,
+                 log: Callable[[dict], None] | None = None) -> None:
+        from tqdm import tqdm
+
+        self.model, self.history, self.log = model, history, log
+        self.patience, self.max_seconds, self.max_epochs = config.patience, config.max_minutes * 60, config.max_epochs
+        self.schedule = (torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="min", factor=0.5, patience=2,
+                                                                     min_lr=optimizer.defaults["lr"] / 16)
+                         if optimizer is not None else None)
+        self.best, self.best_state, self.stale = np.inf, None, 0
+        self.bar = tqdm(total=self.max_epochs, desc=desc, unit="epoch", disable=not progress)
+        self.started = time.perf_counter()
+
+    def epochs(self) -> range:
+        return range(self.max_epochs)
+
+    def end_epoch(self, losses: list[float], val_mre: float) -> bool:
+        """Record the epoch; True when training should stop."""
+        if self.schedule is not None:
+            self.schedule.step(val_mre)
+        elapsed = time.perf_counter() - self.started
+        loss = float(np.mean(losses)) if losses else float("nan")
+        self.history.append({"epoch": len(self.history) + 1, "wall_s": round(elapsed, 2),
+                             "train_loss": round(loss, 5), "val_mre": round(val_mre, 5)})
+        self.bar.update(1)
+        self.bar.set_postfix(loss=f"{loss:.4f}", val_mre=f"{val_mre:.3%}")
+        if self.log is not None:
+            self.log(self.history[-1])
+        if val_mre < self.best - 1e-5:
+            self.best, self.stale = val_mre, 0
+            self.best_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        else:
+            self.stale += 1
+        return self.stale >= self.patience or elapsed > self.max_seconds
+
+    def restore(self) -> None:
+        """Load the best epoch's weights (ValueError when no epoch had a finite validation MRE)."""
+        self.bar.close()
+        if self.best_state is None:
+            last = self.history[-1]["val_mre"] if self.history else "no epoch"
+            raise ValueError(f"validation MRE was never finite ({last}): check the validation traces' iteration times")
+        self.model.load_state_dict(self.best_state)

@@ -1,0 +1,78 @@
+"""Every method through the same CLI and loader: `ets train --method`, evaluate, predict."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from predictor import methods
+from predictor.cli import main as ets
+from predictor.ets import CheckpointError
+from predictor.trace_table import write_traces
+from tests.predictor.baselines.multi_device_data import multi_device_traces
+
+SMALL = {"ets": ["--hidden", "8", "--layers", "1"], "opbased": ["--hidden", "16", "--layers", "1"],
+         "habitat": ["--hidden", "16", "--layers", "1", "--source-device", "emulated:T4"],
+         "dnnperf": ["--hidden", "16", "--layers", "1"]}
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("methods")
+    write_traces(root / "data", multi_device_traces())
+    return root
+
+
+@pytest.fixture(scope="module", params=list(SMALL))
+def trained(request, data_dir):
+    method = request.param
+    ckpt = data_dir / f"{method}.pt"
+    args = ["train", "--method", method, "--data", str(data_dir / "data"), "--device", "emulated:V100",
+            "--out", str(ckpt), "--test-families", "vgg", "--epochs", "3", "--json", *SMALL[method]]
+    result = CliRunner().invoke(ets, args)
+    assert result.exit_code == 0, result.output
+    return method, ckpt, json.loads(result.output[result.output.index("{"):])
+
+
+def test_every_method_trains_evaluates_and_loads_through_one_interface(trained, data_dir):
+    method, ckpt, report = trained
+    assert report["method"] == method and report["device"] == "emulated:V100"
+    assert report["traces"] == 2 and len(report["convergence"]) == 3
+    assert methods.checkpoint_method(ckpt) == method
+    model = methods.load(ckpt)
+    assert model.method == method and model.device == "emulated:V100"
+    out = CliRunner().invoke(ets, ["evaluate", "--ckpt", str(ckpt), "--data", str(data_dir / "data"), "--json"])
+    assert out.exit_code == 0, out.output
+    again = json.loads(out.output)
+    assert again["traces"] == 2 and again["mre"] == pytest.approx(report["mre"])
+    # per-op breakdowns exist exactly for the per-op methods
+    assert bool(again["by_phase"]) == (method != "dnnperf")
+
+
+def test_options_a_method_does_not_have_are_refused_by_name():
+    assert methods.make_config("ets", hidden=None, width=8).width == 8
+    with pytest.raises(ValueError, match="method 'dnnperf' has no option width"):
+        methods.make_config("dnnperf", width=8)
+    with pytest.raises(ValueError, match="unknown method 'magic'"):
+        methods.module("magic")
+
+
+def test_foreign_checkpoints_are_refused(tmp_path):
+    path = tmp_path / "x.pt"
+    torch.save({"format": 1, "method": "oracle"}, path)
+    with pytest.raises(CheckpointError, match="method 'oracle'"):
+        methods.load(path)
+    with pytest.raises(CheckpointError, match="no such checkpoint"):
+        methods.load(tmp_path / "missing.pt")
+
+
+def test_habitat_needs_its_source_device(data_dir, tmp_path):
+    out = CliRunner().invoke(ets, ["train", "--method", "habitat", "--data", str(data_dir / "data"),
+                                   "--device", "emulated:V100", "--out", str(tmp_path / "h.pt")])
+    assert out.exit_code != 0 and "needs --source-device" in out.output
+    out = CliRunner().invoke(ets, ["train", "--method", "ets", "--data", str(data_dir / "data"), "--device",
+                                   "emulated:V100", "--source-device", "emulated:T4", "--out", str(tmp_path / "e.pt")])
+    assert out.exit_code != 0 and "habitat only" in out.output
