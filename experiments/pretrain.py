@@ -1,19 +1,29 @@
-"""Build the emulated training data and the pretrained ETS checkpoints that ship with the package.
+"""Build the emulated training data, the pretrained checkpoints and the workload catalog that ship
+with the package, and the comparison of ETS against its baselines on the held-out families.
 
-Why: `simrun --predictor ets` must work right after install, so the package carries one small
-checkpoint per GPU type of the default simulator cluster (T4, P100, V100), trained here on
-emulated execution traces of zoo configs with a family-disjoint split, and evaluated on the
-held-out families.
+Why: `simrun --predictor ets|habitat|dnnperf` must work right after install, so the package
+carries one small checkpoint per method and GPU type of the default simulator cluster (T4, P100,
+V100), trained here on emulated execution traces of zoo configs, plus the op sequences of the
+held-out configs that cluster jobs are bound to.
 
-    python -m experiments.pretrain [--configs 700] [--devices T4,P100,V100] [--minutes 15]
+    python -m experiments.pretrain [--configs 700] [--devices T4,P100,V100] [--minutes 10]
+                                   [--methods ets,opbased,habitat,dnnperf]
 
 Stages (each resumable: a rerun skips what exists):
 1. op sequences of the first ``--configs`` zoo configs (all kinds, stratified by family) on the
    meta device, in ``OUT/sequences``;
 2. each sequence emulated on every device (seeded noise), in ``OUT/data`` (one Parquet per device);
-3. per device: split by family (seed 0, the same split for every device), train, save
-   ``predictor/checkpoints/ets-<GPU>.pt``, evaluate on the test families; the table goes to
-   ``OUT/report.md`` and ``OUT/report.json``.
+3. the split: the test units are pinned (:data:`TEST_UNITS`) so that every job class of the
+   cluster traces (image, language, speech) has held-out models and RandWire is held out whole
+   (the paper's random-graph test); validation units are drawn with seed 0 from the rest;
+4. per method and device: train, save ``predictor/checkpoints/<method>-<GPU>.pt``, evaluate on
+   the test units; one JSON line per result in ``OUT/results.jsonl`` (the resume point), the
+   tables in ``OUT/report.md``;
+5. the catalog: the held-out configs' op sequences, ``traces/catalog/sequences.parquet``.
+
+Budgets: ETS ``--minutes``, DNNPerf-style ``--dnnperf-minutes`` (their convergence curves are
+compared), the operator-based MLP and Habitat-style's MLP ``--baseline-minutes``. Habitat-style predicts each
+device from another one's trace: P100 and V100 from T4, T4 from V100.
 """
 
 from __future__ import annotations
@@ -25,7 +35,7 @@ import click
 import pandas as pd
 from tqdm import tqdm
 
-from predictor import ets
+from predictor import methods
 from predictor.checkpoints import CHECKPOINT_DIR, checkpoint_path
 from predictor.collect import collect
 from predictor.dataset import split_by_family
@@ -34,6 +44,12 @@ from predictor.devices.timing import emulate
 from predictor.evaluate import evaluate, markdown
 from predictor.trace_table import device_file, read_dataset, write_traces
 from predictor.zoo.registry import zoo_configs
+from traces.catalog import CATALOG_FILE, write_catalog
+
+TEST_UNITS = ["densenet", "efficientnet", "mobilenet_v3", "regnet", "randwire",
+              "transformer:transformer_seq2seq", "lstm:lstm_speech"]
+ETS_SETTINGS = {"hidden": 32, "batch_size": 512, "lr": 3e-3}  # the shipped size: see README (inference time)
+HABITAT_SOURCE = {"T4": "V100", "P100": "T4", "V100": "T4"}
 
 
 def emulated_datasets(sequences: pd.DataFrame, devices: list[str], out: Path) -> None:
@@ -48,37 +64,106 @@ def emulated_datasets(sequences: pd.DataFrame, devices: list[str], out: Path) ->
         write_traces(out, pd.concat(parts, ignore_index=True))
 
 
+def train_one(method: str, gpu: str, data: dict[str, pd.DataFrame], split, minutes: float):
+    target = EMULATED_PREFIX + gpu
+    options = {"max_minutes": minutes}
+    if method == "ets":
+        options.update(ETS_SETTINGS)
+    if method == "habitat":
+        options["source_device"] = EMULATED_PREFIX + HABITAT_SOURCE[gpu]
+        traces = pd.concat(data.values(), ignore_index=True)  # its MLPs learn from every device
+    else:
+        traces = data[target]
+    config = methods.make_config(method, **options)
+    model = methods.module(method).train(split.part(traces, "train"), split.part(traces, "val"), config,
+                                         device=target, split=split.to_dict())
+    return model, split.part(traces, "test")
+
+
 @click.command()
 @click.option("--configs", type=click.IntRange(10), default=700, show_default=True)
 @click.option("--devices", default="T4,P100,V100", show_default=True)
-@click.option("--minutes", type=float, default=15.0, show_default=True, help="Training time limit per device.")
+@click.option("--methods", "method_list", default="ets,opbased,habitat,dnnperf", show_default=True)
+@click.option("--minutes", type=float, default=10.0, show_default=True, help="ETS training time limit per device.")
+@click.option("--dnnperf-minutes", type=float, default=8.0, show_default=True,
+              help="DNNPerf-style training time limit per device.")
+@click.option("--baseline-minutes", type=float, default=2.0, show_default=True,
+              help="Training time limit for the operator-based and Habitat-style MLPs.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("reports/pretrain"),
               show_default=True)
 @click.option("--checkpoints", type=click.Path(file_okay=False, path_type=Path), default=CHECKPOINT_DIR,
               show_default=True)
+@click.option("--catalog", type=click.Path(dir_okay=False, path_type=Path), default=CATALOG_FILE, show_default=True)
 @click.option("--workers", type=click.IntRange(1), default=2, show_default=True)
-def main(configs: int, devices: str, minutes: float, out: Path, checkpoints: Path, workers: int) -> None:
+def main(configs: int, devices: str, method_list: str, minutes: float, dnnperf_minutes: float, baseline_minutes: float,
+         out: Path,
+         checkpoints: Path, catalog: Path, workers: int) -> None:
     chosen = zoo_configs("all")[:configs]
-    collect(chosen, "meta", out / "sequences", workers=workers)
-    sequences = read_dataset(out / "sequences")
-    sequences = sequences[sequences["config_id"].isin({c.config_id for c in chosen})]
     gpus = devices.split(",")
-    emulated_datasets(sequences, gpus, out / "data")
-    split = split_by_family(sequences, seed=0)
-    rows = []
+    if not _complete(out / "data", chosen, gpus):
+        collect(chosen, "meta", out / "sequences", workers=workers)
+        sequences = read_dataset(out / "sequences")
+        emulated_datasets(sequences[sequences["config_id"].isin({c.config_id for c in chosen})], gpus, out / "data")
+    data = {EMULATED_PREFIX + g: pd.read_parquet(device_file(out / "data", EMULATED_PREFIX + g)) for g in gpus}
+    split = split_by_family(next(iter(data.values())), seed=0, test_families=TEST_UNITS)
+    click.echo(f"split: {len(split.train)} train / {len(split.val)} validation / {len(split.test)} test configs; "
+               f"validation units {', '.join(split.val_units)}")
+    results_file = out / "results.jsonl"
+    done = {(r["method"], r["device"]) for r in _results(results_file)}
+    for method in method_list.split(","):
+        for gpu in gpus:
+            if (method, EMULATED_PREFIX + gpu) in done:
+                continue
+            budget = {"ets": minutes, "dnnperf": dnnperf_minutes}.get(method, baseline_minutes)
+            model, test = train_one(method, gpu, data, split, budget)
+            path = model.save(checkpoint_path(gpu, checkpoints, method))
+            result = evaluate(model, test)
+            best = min(model.history, key=lambda h: h["val_mre"])
+            row = {"method": method, "device": model.device, "checkpoint": str(path), "epochs": len(model.history),
+                   "train_minutes": round(model.history[-1]["wall_s"] / 60, 2),
+                   "best_val_mre": best["val_mre"], "best_at_minutes": round(best["wall_s"] / 60, 2),
+                   **result.headline(), "by_op_count": result.by_bucket().to_dict("records"),
+                   "randwire_by_op_count": _randwire_buckets(result)}
+            with results_file.open("a") as f:
+                f.write(json.dumps(row, default=float) + "\n")
+            click.echo(json.dumps({k: v for k, v in row.items() if not isinstance(v, list)}, default=float))
+    rows = _results(results_file)
+    (out / "split.json").write_text(json.dumps(split.to_dict(), indent=1) + "\n")
+    (out / "report.md").write_text(report(rows) + "\n")
+    test_sequences = split.part(next(iter(data.values())), "test")
+    write_catalog(test_sequences, catalog)
+    click.echo(f"report: {out / 'report.md'}; catalog: {catalog}")
+
+
+def _complete(data_dir: Path, chosen, gpus: list[str]) -> bool:
+    """Whether every device's dataset already holds every chosen config (stages 1-2 done)."""
+    ids = {c.config_id for c in chosen}
     for gpu in gpus:
-        data = pd.read_parquet(device_file(out / "data", EMULATED_PREFIX + gpu))
-        config = ets.TrainConfig(max_minutes=minutes)
-        model = ets.train(split.part(data, "train"), split.part(data, "val"), config, split=split.to_dict())
-        path = model.save(checkpoint_path(gpu, checkpoints))
-        result = evaluate(model, split.part(data, "test"))
-        rows.append({"device": model.device, "checkpoint": str(path), "epochs": len(model.history),
-                     "train_minutes": round(model.history[-1]["wall_s"] / 60, 2), **result.headline()})
-        click.echo(json.dumps(rows[-1]))
-    table = pd.DataFrame(rows)
-    (out / "report.json").write_text(json.dumps({"split": split.to_dict(), "results": rows}, indent=1) + "\n")
-    (out / "report.md").write_text(markdown(table) + "\n")
-    click.echo(markdown(table))
+        path = device_file(data_dir, EMULATED_PREFIX + gpu)
+        if not path.exists() or not set(pd.read_parquet(path, columns=["config_id"])["config_id"]) >= ids:
+            return False
+    return True
+
+
+def _results(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def _randwire_buckets(result) -> list[dict]:
+    from predictor.evaluate import Evaluation
+
+    randwire = result.per_trace[result.per_trace["family"] == "randwire"]
+    return Evaluation(randwire).by_bucket().to_dict("records") if len(randwire) else []
+
+
+def report(rows: list[dict]) -> str:
+    """The comparison tables: headline per method and device; RandWire by op-count bucket."""
+    table = pd.DataFrame([{k: r[k] for k in ("method", "device", "traces", "mre", "rmse_ms", "wape", "epochs",
+                                             "train_minutes", "best_val_mre", "best_at_minutes")} for r in rows])
+    buckets = pd.DataFrame([{"method": r["method"], "device": r["device"], **b} for r in rows
+                            for b in r["randwire_by_op_count"]])
+    return ("## Held-out families, emulated devices\n\n" + markdown(table)
+            + "\n\n## RandWire by op count\n\n" + (markdown(buckets) if len(buckets) else "(no RandWire test traces)"))
 
 
 if __name__ == "__main__":

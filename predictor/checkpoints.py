@@ -1,8 +1,9 @@
-"""The pretrained ETS checkpoints shipped in the package, one per GPU type of the default cluster.
+"""The pretrained checkpoints shipped in the package, one per method and GPU type of the default
+cluster.
 
-Why: `simrun --predictor ets` must work right after install. The checkpoints are produced by
-`python -m experiments.pretrain` (emulated traces, family-disjoint split) and live in
-``predictor/checkpoints/ets-<GPU>.pt``.
+Why: `simrun --predictor ets|habitat|dnnperf` must work right after install. The checkpoints
+are produced by `python -m experiments.pretrain` (emulated traces, family-disjoint split) and
+live in ``predictor/checkpoints/<method>-<GPU>.pt``.
 """
 
 from __future__ import annotations
@@ -14,22 +15,23 @@ from predictor.devices.specs import device_key
 CHECKPOINT_DIR = Path(__file__).with_name("checkpoints")
 
 
-def checkpoint_path(gpu: str, directory: str | Path = CHECKPOINT_DIR) -> Path:
-    return Path(directory) / f"ets-{device_key(gpu)}.pt"
+def checkpoint_path(gpu: str, directory: str | Path = CHECKPOINT_DIR, method: str = "ets") -> Path:
+    return Path(directory) / f"{method}-{device_key(gpu)}.pt"
 
 
-def available(directory: str | Path = CHECKPOINT_DIR) -> list[str]:
-    """GPU types with a pretrained checkpoint."""
-    return sorted(p.stem.removeprefix("ets-") for p in Path(directory).glob("ets-*.pt"))
+def available(directory: str | Path = CHECKPOINT_DIR, method: str = "ets") -> list[str]:
+    """GPU types with a pretrained checkpoint of ``method``."""
+    return sorted(p.stem.removeprefix(f"{method}-") for p in Path(directory).glob(f"{method}-*.pt"))
 
 
-def pretrained(gpu: str, directory: str | Path = CHECKPOINT_DIR):
-    """The shipped ETS model for ``gpu`` (a CheckpointError names the GPUs that have one)."""
-    from predictor.ets import CheckpointError, load
+def pretrained(gpu: str, directory: str | Path = CHECKPOINT_DIR, method: str = "ets"):
+    """The shipped ``method`` model for ``gpu`` (a CheckpointError names the GPUs that have one)."""
+    from predictor.ets import CheckpointError
+    from predictor.methods import load
 
-    path = checkpoint_path(gpu, directory)
+    path = checkpoint_path(gpu, directory, method)
     if not path.exists():
-        have = ", ".join(available(directory)) or "none"
-        raise CheckpointError(f"no pretrained ETS checkpoint for {gpu!r} in {directory} (have: {have}); "
+        have = ", ".join(available(directory, method)) or "none"
+        raise CheckpointError(f"no pretrained {method} checkpoint for {gpu!r} in {directory} (have: {have}); "
                               "train one with `python -m experiments.pretrain --devices ...`")
     return load(path)

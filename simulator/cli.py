@@ -119,3 +119,11 @@ def main(ctx: click.Context, policy, predictor, trace, workload, limit, cluster,
         first = m["rejected_jobs"][0]
         click.echo(f"  rejected e.g. job {first['job_id']} (line {first['line']}): {first['reason']}")
     click.echo(f"results in {out_dir}/")
+
+
+# Subcommands (simulator.cli_sweep never imports this module, so no cycle).
+from simulator.cli_sweep import plot_cmd, sweep_cmd, timeline_cmd  # noqa: E402
+
+main.add_command(sweep_cmd)
+main.add_command(plot_cmd)
+main.add_command(timeline_cmd)

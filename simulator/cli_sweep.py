@@ -1,0 +1,120 @@
+"""``simrun sweep``, ``simrun plot``, ``simrun timeline``: thin click layers over
+:mod:`simulator.sweep`, :mod:`simulator.plots` and :mod:`simulator.timeline`.
+
+Why separate from :mod:`simulator.cli`: the single-run command stays small, and the heavy imports
+(matplotlib, ray) happen only when these subcommands run. This module must not import
+:mod:`simulator.cli` (which registers these commands at its end).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import click
+
+from simulator.run import DEFAULT_CLUSTER, DEFAULT_WORKLOAD
+
+
+@click.command("sweep", context_settings={"max_content_width": 100})
+@click.option("--policies", multiple=True, required=True, metavar="SPEC,...",
+              help="Policies (comma list; NAME:k=v,k2=v2 options stay together; repeatable).")
+@click.option("--predictors", multiple=True, metavar="SPEC,...",
+              help="Predictor specs, e.g. truth,ets (comma list; repeatable).")
+@click.option("--errors", metavar="X,...",
+              help="Injected-error levels: adds predictor noisy:X for each X (0 allowed).")
+@click.option("--workloads", multiple=True, metavar="KIND:N,...",
+              help=f"Synthetic workloads, e.g. pai-like:300,philly-like:300 [default with no --traces: "
+                   f"{DEFAULT_WORKLOAD}].")
+@click.option("--traces", multiple=True, metavar="KIND:PATH,...", help="Real traces (paths made absolute).")
+@click.option("--seeds", default="1", show_default=True, metavar="N|S,...",
+              help="A single integer N = the N seeds 0..N-1; a comma list = those seeds (e.g. 0,1 or 7,).")
+@click.option("--load-scales", default="1", show_default=True, metavar="X,...",
+              help="Arrival-rate factors (>1 compresses inter-arrival times).")
+@click.option("--cluster", default=DEFAULT_CLUSTER, show_default=True, metavar="PRESET[:SCALE]|FILE")
+@click.option("--limit", type=int, metavar="N", help="Keep the first N jobs of each workload/trace.")
+@click.option("--deadline-fraction", type=click.FloatRange(0, 1), default=0.2, show_default=True)
+@click.option("--reference-gpu", metavar="TYPE")
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Sweep directory; rerunning with the same one skips finished points and retries failed ones.")
+@click.option("--workers", type=click.IntRange(1), metavar="N",
+              help="Local worker processes [default: min(2, CPUs)]; 1 runs the points in this process.")
+@click.option("--ray", "ray_address", metavar="auto|ADDRESS|local",
+              help="Run one Ray task per point: ray.init(address=...) ('local' starts a local Ray).")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def sweep_cmd(policies, predictors, errors, workloads, traces, seeds, load_scales, cluster, limit,
+              deadline_fraction, reference_gpu, out, workers, ray_address, quiet) -> None:
+    """Run a grid of simulations: policies x predictors (+ noisy:X) x workloads/traces x seeds x loads.
+
+    Each point is cached as OUT/points/<key>.parquet (config, summary metrics, status) and
+    OUT/runs/<key>/ (jobs.parquet, summary.json, manifest.json) as soon as it finishes; a failing
+    point is recorded (status error, OUT/runs/<key>/error.txt) and the others go on. At the end
+    OUT/results.parquet holds all points and a table compares each predictor with truth.
+    Exit status 1 when a point of this grid failed.
+    """
+    from simulator.sweep import SweepSpecError, config_key, format_table, plan, run_sweep, summary_table
+
+    try:
+        configs = plan(policies, predictors, errors=errors or (), workloads=workloads, traces=traces,
+                       seeds=seeds, load_scales=load_scales, cluster=cluster, limit=limit,
+                       deadline_fraction=deadline_fraction, reference_gpu=reference_gpu)
+    except SweepSpecError as exc:
+        raise click.UsageError(str(exc)) from None
+    if ray_address and importlib.util.find_spec("ray") is None:
+        raise click.ClickException("--ray needs the ray package: pip install 'ets-sim[distributed]'")
+    try:
+        table = run_sweep(configs, out, workers=workers, ray_address=ray_address,
+                          progress=not quiet, log=lambda m: click.echo(m, err=True))
+    except ConnectionError as exc:
+        raise click.ClickException(f"--ray {ray_address}: {exc}") from None
+    current = table[table["key"].isin({config_key(c) for c in configs})]
+    click.echo(format_table(summary_table(current)))
+    failed = current[current["status"] != "ok"]
+    if len(failed):
+        click.echo(f"{len(failed)} point(s) failed, e.g. {failed['policy'].iloc[0]} | "
+                   f"{failed['predictor'].iloc[0]}: {failed['error'].iloc[0]}  "
+                   f"(traceback in {out / 'runs' / failed['key'].iloc[0] / 'error.txt'}; rerun to retry)")
+    click.echo(f"results in {out / 'results.parquet'} ({len(table)} points in {out})")
+    if len(failed):
+        click.get_current_context().exit(1)
+
+
+@click.command("plot", context_settings={"max_content_width": 100})
+@click.argument("path", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+              help="Output directory [default: PATH/plots].")
+def plot_cmd(path, out) -> None:
+    """Figures (PNG + PDF) of a sweep directory, or JCT CDF + utilisation of a single run directory.
+
+    Sweep: mean JCT and total tardiness / truth per predictor and policy; mean JCT / truth against
+    the MRE of noisy:X points; JCT CDFs per predictor (seed 0, load 1); utilisation over time.
+    """
+    from simulator.plots import PlotInputError, plot
+
+    try:
+        files = plot(path, out, log=lambda m: click.echo(m, err=True))
+    except PlotInputError as exc:
+        raise click.ClickException(str(exc)) from None
+    for f in files:
+        click.echo(f)
+
+
+@click.command("timeline", context_settings={"max_content_width": 100})
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
+              help="Output JSON [default: RUN_DIR/timeline.json].")
+def timeline_cmd(run_dir, out) -> None:
+    """The schedule of one run as Chrome-trace JSON (open in ui.perfetto.dev or chrome://tracing).
+
+    One track per GPU (grouped by node), one slice per job per GPU, and a waiting-jobs counter.
+    """
+    from simulator.timeline import TimelineInputError, write_timeline
+
+    try:
+        path = write_timeline(run_dir, out)
+    except TimelineInputError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(path)
+
+
+__all__ = ["sweep_cmd", "plot_cmd", "timeline_cmd"]

@@ -1,0 +1,52 @@
+"""The workload catalog: op sequences of the model configs that cluster jobs are bound to.
+
+Why: a scheduling study with predicted run times needs jobs that are real models the predictors
+have never seen. The catalog holds the meta-device op sequences of the held-out (test-split)
+configs of the shipped checkpoints (written by ``python -m experiments.pretrain``); true and
+predicted iteration times are computed from them on demand (:mod:`traces.tables`), so the
+package ships sequences, not timings.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from predictor.families import job_class
+from predictor.trace_table import TraceFormatError, validate
+
+CATALOG_FILE = Path(__file__).with_name("sequences.parquet")
+TIMING_COLUMNS = ("duration_us", "gap_us", "cpu_us", "kernels", "source")
+
+
+def write_catalog(traces: pd.DataFrame, path: str | Path = CATALOG_FILE) -> Path:
+    """The op sequences of ``traces`` (one device's rows), without their timings."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    devices = traces["device"].unique()
+    if len(devices) != 1:
+        raise ValueError(f"the catalog takes one device's traces, got {len(devices)}")
+    seq = traces.drop(columns=list(TIMING_COLUMNS)).sort_values(["config_id", "idx"]).reset_index(drop=True)
+    seq["device"] = "meta"
+    seq.to_parquet(path, index=False, compression="zstd")
+    return path
+
+
+def read_catalog(path: str | Path = CATALOG_FILE) -> pd.DataFrame:
+    """The catalog's op sequences, with each config's job class (image / language / speech)."""
+    path = Path(path)
+    if not path.exists():
+        raise TraceFormatError(path, "no workload catalog; build one with `python -m experiments.pretrain`")
+    seq = pd.read_parquet(path)
+    seq["duration_us"], seq["gap_us"], seq["cpu_us"], seq["kernels"], seq["source"] = 0.0, 0.0, float("nan"), 0, str(path)
+    seq = validate(seq, str(path))
+    return seq
+
+
+def catalog_configs(sequences: pd.DataFrame) -> pd.DataFrame:
+    """One row per config: config_id, family, model, ops, job class."""
+    out = sequences.groupby("config_id", sort=True).agg(family=("family", "first"), model=("model", "first"),
+                                                       ops=("idx", "size")).reset_index()
+    out["job_class"] = [job_class(f, m) for f, m in zip(out["family"], out["model"])]
+    return out
