@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -19,11 +20,13 @@ from simulator.cluster import PRESETS, ClusterError
 from simulator.gpus import UnknownGpuTypeError
 from simulator.run import DEFAULT_CLUSTER, DEFAULT_WORKLOAD, RunConfig, WorkloadSpecError, execute
 from simulator.timing import PREDICTOR_HELP, PredictorSpecError
+from traces.binding import BindingError
 from traces.registry import TraceSpecError
+from traces.tables import TableError
 from traces.schema import TraceError
 
 USER_ERRORS = (TraceError, TraceSpecError, ClusterError, PolicySpecError, PredictorSpecError,
-               WorkloadSpecError, UnknownGpuTypeError)
+               WorkloadSpecError, UnknownGpuTypeError, BindingError, TableError)
 
 def format_summary(summary: dict) -> str:
     """A two-column table of the headline metrics (seconds shown also in hours where long)."""
@@ -79,12 +82,22 @@ def default_out_dir(policy: str, predictor: str) -> Path:
 @click.option("--reference-gpu", metavar="TYPE",
               help="GPU type on which traces without a GPU type were observed [default: the cluster's "
                    "most numerous type].")
+@click.option("--load-scale", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+              help="Arrival density: 2 halves every inter-arrival time, 0.5 doubles it.")
+@click.option("--bind", is_flag=True,
+              help="Bind jobs to held-out model configs even for truth/noisy (automatic for model-based "
+                   "predictors), so the run is comparable with theirs.")
+@click.option("--observe-after", type=click.IntRange(1), metavar="K",
+              help="Online feedback: once a job has run K iterations on a GPU type, the policy's estimate "
+                   "for it on that type becomes the measured truth (binds the workload).")
+@click.option("--compare-truth", is_flag=True,
+              help="Also run the truth predictor on the same workload and print the ratios.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               help="Output directory for jobs.parquet, summary.json, manifest.json [default: runs/<time>_<policy>_<predictor>].")
 @click.option("--quiet", is_flag=True, help="Print only the output directory.")
 @click.pass_context
 def main(ctx: click.Context, policy, predictor, trace, workload, limit, cluster, seed, deadline_fraction,
-         reference_gpu, out, quiet) -> None:
+         reference_gpu, load_scale, bind, observe_after, compare_truth, out, quiet) -> None:
     """Simulate a heterogeneous GPU cluster replaying a job trace under a scheduling policy.
 
     Policies plan with PREDICTED run times; jobs finish after their TRUE run times. With only
@@ -102,9 +115,12 @@ def main(ctx: click.Context, policy, predictor, trace, workload, limit, cluster,
         raise click.UsageError("--policy and --predictor are required (see --help)")
     config = RunConfig(policy=policy, predictor=predictor, trace=trace, workload=workload, limit=limit,
                        cluster=cluster, seed=seed, deadline_fraction=deadline_fraction,
-                       reference_gpu=reference_gpu)
+                       reference_gpu=reference_gpu, load_scale=load_scale, bind=bind, observe_after=observe_after)
     try:
         output = execute(config, progress=not quiet and sys.stderr.isatty())
+        truth = None
+        if compare_truth:  # the same workload (bound the same way), planned with the true run times
+            truth = execute(replace(config, predictor="truth", bind=config.bound, observe_after=None))
     except USER_ERRORS as exc:
         raise click.ClickException(str(exc)) from None
     out_dir = output.write(out or default_out_dir(policy, predictor))
@@ -118,7 +134,22 @@ def main(ctx: click.Context, policy, predictor, trace, workload, limit, cluster,
     if output.summary["rejected"]:
         first = m["rejected_jobs"][0]
         click.echo(f"  rejected e.g. job {first['job_id']} (line {first['line']}): {first['reason']}")
+    if truth is not None:
+        truth.write(out_dir / "truth")
+        click.echo(format_ratios(output.summary, truth.summary))
     click.echo(f"results in {out_dir}/")
+
+
+def format_ratios(run: dict, truth: dict) -> str:
+    """The run's headline metrics against the truth run's on the same workload."""
+    def ratio(key: str) -> str:
+        return f"{run[key] / truth[key]:.3f}x" if truth[key] > 0 else ("1.000x" if run[key] == 0 else "n/a (truth 0)")
+
+    rows = [("JCT mean", "jct_mean", "s"), ("queueing delay mean", "queue_mean", "s"),
+            ("tardiness total", "tardiness_total", "s"), ("late jobs", "late_jobs", "")]
+    lines = ["against truth (same workload, planned with true run times):"]
+    lines += [f"  {name:<20} {run[key]:>14,.1f} vs {truth[key]:>14,.1f} {unit:<1}  {ratio(key)}" for name, key, unit in rows]
+    return "\n".join(lines)
 
 
 # Subcommands (simulator.cli_sweep never imports this module, so no cycle).

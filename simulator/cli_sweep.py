@@ -35,6 +35,8 @@ from simulator.run import DEFAULT_CLUSTER, DEFAULT_WORKLOAD
 @click.option("--limit", type=int, metavar="N", help="Keep the first N jobs of each workload/trace.")
 @click.option("--deadline-fraction", type=click.FloatRange(0, 1), default=0.2, show_default=True)
 @click.option("--reference-gpu", metavar="TYPE")
+@click.option("--observe-after", type=click.IntRange(1), metavar="K",
+              help="Online feedback after K iterations on a GPU type (see simrun --help).")
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Sweep directory; rerunning with the same one skips finished points and retries failed ones.")
 @click.option("--workers", type=click.IntRange(1), metavar="N",
@@ -43,13 +45,15 @@ from simulator.run import DEFAULT_CLUSTER, DEFAULT_WORKLOAD
               help="Run one Ray task per point: ray.init(address=...) ('local' starts a local Ray).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def sweep_cmd(policies, predictors, errors, workloads, traces, seeds, load_scales, cluster, limit,
-              deadline_fraction, reference_gpu, out, workers, ray_address, quiet) -> None:
+              deadline_fraction, reference_gpu, observe_after, out, workers, ray_address, quiet) -> None:
     """Run a grid of simulations: policies x predictors (+ noisy:X) x workloads/traces x seeds x loads.
 
     Each point is cached as OUT/points/<key>.parquet (config, summary metrics, status) and
     OUT/runs/<key>/ (jobs.parquet, summary.json, manifest.json) as soon as it finishes; a failing
     point is recorded (status error, OUT/runs/<key>/error.txt) and the others go on. At the end
-    OUT/results.parquet holds all points and a table compares each predictor with truth.
+    OUT/results.parquet holds all points and a table compares each predictor with truth. With a
+    model-based predictor (ets, habitat, dnnperf, opbased) every point binds its jobs to model
+    configs, so truth and the predictors see the same jobs.
     Exit status 1 when a point of this grid failed.
     """
     from simulator.sweep import SweepSpecError, config_key, format_table, plan, run_sweep, summary_table
@@ -57,7 +61,7 @@ def sweep_cmd(policies, predictors, errors, workloads, traces, seeds, load_scale
     try:
         configs = plan(policies, predictors, errors=errors or (), workloads=workloads, traces=traces,
                        seeds=seeds, load_scales=load_scales, cluster=cluster, limit=limit,
-                       deadline_fraction=deadline_fraction, reference_gpu=reference_gpu)
+                       deadline_fraction=deadline_fraction, reference_gpu=reference_gpu, observe_after=observe_after)
     except SweepSpecError as exc:
         raise click.UsageError(str(exc)) from None
     if ray_address and importlib.util.find_spec("ray") is None:

@@ -166,7 +166,7 @@ class Simulation:
     """Replay a job trace on a cluster under a policy, with predicted and true run times."""
 
     def __init__(self, trace: JobTrace, cluster: Cluster, policy: Policy, predictor: Predictor,
-                 *, reference_type: str | None = None, progress: bool = False):
+                 *, reference_type: str | None = None, progress: bool = False, observe_after: int | None = None):
         self.trace, self.cluster, self.policy, self.predictor = trace, cluster, policy, predictor
         self.state = ClusterState(cluster)
         jobs = trace.jobs
@@ -175,6 +175,13 @@ class Simulation:
         self.predicted = predictor.runtimes(jobs, cluster.gpu_types, self.truth)
         if self.predicted.shape != self.truth.shape or not np.all(np.isfinite(self.predicted)):
             raise SimulationError(f"predictor {predictor.name!r} returned a bad run-time matrix")
+        self.initial_predicted = self.predicted.copy()
+        # Online feedback: after K iterations on a type, the policy's estimate becomes the truth.
+        self.observe_time = None
+        if observe_after is not None:
+            if "iterations" not in jobs.columns:
+                raise SimulationError("observe-after needs a workload bound to model configs (iterations per job)")
+            self.observe_time = observe_after * self.truth / jobs["iterations"].to_numpy(dtype="float64")[:, None]
         self.progress = progress
         n = len(jobs)
         self.start = np.full(n, np.nan)
@@ -263,6 +270,16 @@ class Simulation:
         self.start[job], self.type_of[job], self.gpus_of[job] = env.now, k, ids
         done = env.timeout(float(self.truth[job, k]))
         done.callbacks.append(lambda _ev, job=job: self._complete(env, job))
+        if self.observe_time is not None and self.observe_time[job, k] < self.truth[job, k]:
+            seen = env.timeout(float(self.observe_time[job, k]))
+            seen.callbacks.append(lambda _ev, job=job, k=k: self._observe(env, job, k))
+
+    def _observe(self, env: simpy.Environment, job: int, k: int) -> None:
+        """The job has run K iterations on type k: its measured time replaces the prediction."""
+        if self.predicted[job, k] != self.truth[job, k]:
+            self.predicted[job, k] = self.truth[job, k]
+            self.events += 1
+            self._request_schedule(env)
 
     def _complete(self, env: simpy.Environment, job: int) -> None:
         _, k = self.view.running.pop(job)
@@ -298,7 +315,7 @@ class Simulation:
         rows = np.arange(len(jobs))
         placed = k >= 0
         types = np.array(self.cluster.gpu_types + [""], dtype=object)
-        pred = np.where(placed, self.predicted[rows, np.where(placed, k, 0)], np.nan)
+        pred = np.where(placed, self.initial_predicted[rows, np.where(placed, k, 0)], np.nan)
         true = np.where(placed, self.truth[rows, np.where(placed, k, 0)], np.nan)
         deadline = jobs["deadline_s"].to_numpy()
         end = self.end

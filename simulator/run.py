@@ -20,7 +20,7 @@ from simulator.cluster import Cluster, resolve
 from simulator.engine import Simulation
 from simulator.gpus import SPEEDS, canonical_gpu_type
 from simulator.metrics import summarize
-from simulator.timing import make_predictor
+from simulator.timing import MODEL_PREDICTORS, ModelPredictor, make_predictor
 from traces.deadlines import assign_deadlines
 from traces.schema import JobTrace
 
@@ -44,6 +44,14 @@ class RunConfig:
     deadline_fraction: float = 0.2
     reference_gpu: str | None = None
     load_scale: float = 1.0           # >1 compresses inter-arrival times (more load), <1 stretches them
+    bind: bool = False                # bind jobs to model configs (automatic for model-based predictors)
+    observe_after: int | None = None  # K: after K iterations on a type the policy sees the true time
+
+    @property
+    def bound(self) -> bool:
+        """Whether the run binds its jobs to model configs: asked for, needed by a model-based
+        predictor, or needed by online feedback (which counts iterations)."""
+        return self.bind or self.predictor in MODEL_PREDICTORS or self.observe_after is not None
 
 
 def load_workload(config: RunConfig) -> JobTrace:
@@ -75,6 +83,25 @@ def load_workload(config: RunConfig) -> JobTrace:
             raise WorkloadSpecError(f"--limit must be >= 1, got {config.limit}")
         trace = trace.head(config.limit)
     return assign_deadlines(trace, config.deadline_fraction, seed=config.seed)
+
+
+def bind(trace: JobTrace, gpu_types: list[str], reference: str, seed: int) -> tuple[JobTrace, dict]:
+    """The trace bound to catalog configs (:mod:`traces.binding`), and what the manifest records."""
+    from traces.binding import CLASS_SHARES, assign_configs, bind_workload
+    from traces.catalog import CATALOG_FILE, catalog_configs, read_catalog
+    from traces.tables import truth_table
+
+    sequences = read_catalog()
+    configs = catalog_configs(sequences)
+    _, chosen = assign_configs(trace.jobs, configs, seed)  # only these configs need true times
+    types = sorted(set(gpu_types) | set(trace.jobs["gpu_type"]) - {""} | {reference})
+    truth = truth_table(sequences[sequences["config_id"].isin(set(chosen))], types)
+    bound = bind_workload(trace, configs, truth, gpu_types, reference, seed=seed)
+    jobs = bound.jobs
+    return bound, {"catalog": str(CATALOG_FILE), "configs": int(jobs["config_id"].nunique()),
+                   "jobs_by_class": {str(k): int(v) for k, v in jobs["job_class"].value_counts().items()},
+                   "class_shares_when_untagged": CLASS_SHARES, "truth": truth.source,
+                   "reference_gpu_for_untyped_jobs": reference}
 
 
 def versions() -> dict[str, str]:
@@ -110,7 +137,16 @@ def execute(config: RunConfig, *, trace: JobTrace | None = None, cluster: Cluste
     policy = make_policy(config.policy)
     predictor = make_predictor(config.predictor, seed=config.seed)
     reference = canonical_gpu_type(config.reference_gpu) if config.reference_gpu else None
-    sim = Simulation(trace, cluster, policy, predictor, reference_type=reference, progress=progress)
+    if isinstance(predictor, ModelPredictor):
+        predictor.check_devices(cluster.gpu_types)
+    binding = None
+    if config.bound:
+        if config.observe_after is not None and config.observe_after < 1:
+            raise WorkloadSpecError(f"--observe-after must be >= 1 iteration, got {config.observe_after}")
+        reference = reference or max(cluster.gpu_types, key=cluster.gpus_of_type)
+        trace, binding = bind(trace, cluster.gpu_types, reference, config.seed)
+    sim = Simulation(trace, cluster, policy, predictor, reference_type=reference, progress=progress,
+                     observe_after=config.observe_after)
     result = sim.run()
     summary = summarize(result.records, cluster, policy_seconds=result.policy_seconds,
                         policy_calls=result.policy_calls, wall_seconds=result.wall_seconds,
@@ -125,6 +161,7 @@ def execute(config: RunConfig, *, trace: JobTrace | None = None, cluster: Cluste
                   "measured_runtime_types": trace.runtime_types()},
         "cluster": cluster.describe(),
         "reference_gpu": sim.reference_type,
+        "binding": binding,
         "gpu_speeds": {t: {"relative_time": SPEEDS[t].relative_time, "source": SPEEDS[t].source}
                        for t in used_types},
         "rejected_jobs": result.records.loc[result.records["status"] == "rejected",

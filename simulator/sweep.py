@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.run import DEFAULT_CLUSTER, DEFAULT_WORKLOAD, RunConfig
+from simulator.timing import MODEL_PREDICTORS
 
 CONFIG_FIELDS = [f.name for f in fields(RunConfig)]
 # Columns that measure the host, not the schedule: they differ between two runs of the same config.
@@ -39,7 +40,7 @@ TIMING_COLUMNS = ("wall_seconds", "policy_seconds", "events_per_second", "point_
 # A run's identity apart from its predictor: rows sharing these are compared with the truth run.
 STRING_COLUMNS = ("policy", "predictor", "trace", "workload", "cluster", "reference_gpu", "key", "status", "error")
 MATCH_COLUMNS = ("policy", "trace", "workload", "limit", "cluster", "seed", "deadline_fraction",
-                 "reference_gpu", "load_scale")
+                 "reference_gpu", "load_scale", "bind", "observe_after")
 
 
 class SweepSpecError(ValueError):
@@ -127,12 +128,14 @@ def plan(policies: str | Sequence[str], predictors: str | Sequence[str] = (), *,
          traces: str | Sequence[str] = (), seeds: str | int | Sequence[int] = 1,
          load_scales: str | Sequence[float] = (1.0,), cluster: str = DEFAULT_CLUSTER,
          limit: int | None = None, deadline_fraction: float = 0.2,
-         reference_gpu: str | None = None) -> list[RunConfig]:
+         reference_gpu: str | None = None, observe_after: int | None = None) -> list[RunConfig]:
     """The grid policies x (predictors + noisy:<e> for e in errors) x (workloads + traces) x seeds x loads.
 
     No workload and no trace -> the embedded default workload. Trace paths are made absolute (so
     workers in another directory find them). Specs are not validated here: a bad one becomes a
-    failed point, the others still run.
+    failed point, the others still run. When any predictor is model-based (or with online
+    feedback), every point binds its jobs to model configs, so all predictors of a workload,
+    truth included, see the same jobs.
     """
     pols = split_specs(policies)
     preds = list(dict.fromkeys(split_specs(predictors)
@@ -147,9 +150,10 @@ def plan(policies: str | Sequence[str], predictors: str | Sequence[str] = (), *,
         raise SweepSpecError("no policy given (--policies)")
     if not preds:
         raise SweepSpecError("no predictor given (--predictors and/or --errors)")
+    bind = observe_after is not None or any(q in MODEL_PREDICTORS for q in preds)
     configs = [RunConfig(policy=p, predictor=q, trace=t, workload=w, limit=None if limit is None else int(limit),
                          cluster=cluster, seed=int(s), deadline_fraction=float(deadline_fraction),
-                         reference_gpu=reference_gpu, load_scale=float(ls))
+                         reference_gpu=reference_gpu, load_scale=float(ls), bind=bind, observe_after=observe_after)
                for p in pols for q in preds for t, w in sources for s in seed_list for ls in loads]
     return list(dict.fromkeys(configs))
 
@@ -377,6 +381,8 @@ def config_of(row: Any) -> RunConfig:
     values["limit"] = None if values["limit"] is None else int(values["limit"])
     values["load_scale"] = float(values["load_scale"])
     values["deadline_fraction"] = float(values["deadline_fraction"])
+    values["bind"] = bool(values["bind"])
+    values["observe_after"] = None if values["observe_after"] is None else int(values["observe_after"])
     return RunConfig(**values)
 
 

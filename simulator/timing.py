@@ -14,8 +14,10 @@ multiplies it by ``exp(sigma * z)``, z ~ N(0, 1) drawn from a hash of (seed, job
 so a job's error on a type never depends on which other jobs are in the run — with sigma solved
 from E|exp(sigma z) - 1| = exp(sigma^2 / 2) (2 Phi(sigma) - 1) = MRE, so the expected mean relative
 error is exactly MRE, predictions stay positive and the error is symmetric in log space.
-Model-based predictors (ETS, Habitat-style, DNNPerf-style) plug in through
-:class:`IterationTimeTable`: predicted run time = iterations x predicted seconds per iteration.
+Model-based predictors (ETS, Habitat-style, DNNPerf-style, operator-based) plug in through
+:class:`IterationTimeTable`: predicted run time = iterations x predicted seconds per iteration, on
+a workload bound to model configs (:mod:`traces.binding`), whose per-type true run times come from
+the same configs' true iteration times.
 """
 
 from __future__ import annotations
@@ -157,13 +159,59 @@ class TablePredictor(Predictor):
         return per_iter * jobs["iterations"].to_numpy(dtype="float64")[:, None]
 
 
-PREDICTOR_HELP = "truth | noisy:<MRE> (e.g. noisy:0.1)"
+class ModelPredictor(Predictor):
+    """A pretrained predictor (ETS or a baseline) through its iteration-time table over the bound
+    workload's configs and the cluster's GPU types (built on first use, cached on disk)."""
+
+    def __init__(self, method: str):
+        self.name = self.method = method
+        self.table: IterationTimeTable | None = None
+
+    def check_devices(self, gpu_types: list[str]) -> None:
+        """Refuse, before any work, a cluster with a GPU type that has no pretrained checkpoint."""
+        from predictor.checkpoints import available
+        from predictor.devices.specs import DeviceParamsError, device_key
+
+        have = available(method=self.method)
+        missing = []
+        for gpu in gpu_types:
+            try:
+                if device_key(gpu) not in have:
+                    missing.append(gpu)
+            except DeviceParamsError:
+                missing.append(gpu)
+        if missing:
+            raise PredictorSpecError(f"predictor {self.name!r} has no pretrained checkpoint for GPU type(s) "
+                                     f"{', '.join(missing)} (it has: {', '.join(have) or 'none'}); "
+                                     "train them with `python -m experiments.pretrain --devices ...`")
+
+    def runtimes(self, jobs, gpu_types, truth):
+        from traces.catalog import read_catalog
+        from traces.tables import method_table
+
+        for col in ("config_id", "iterations"):
+            if col not in jobs.columns:
+                raise PredictorSpecError(f"predictor {self.name!r} needs a workload bound to model configs "
+                                         f"(column {col!r} is missing)")
+        catalog = read_catalog()
+        sequences = catalog[catalog["config_id"].isin(set(jobs["config_id"]))]
+        self.table = method_table(self.method, sequences, gpu_types)
+        return TablePredictor(self.name, self.table).runtimes(jobs, gpu_types, truth)
+
+    def describe(self) -> dict:
+        return {"name": self.name, "table": self.table.source if self.table is not None else None}
+
+
+MODEL_PREDICTORS = ("ets", "habitat", "dnnperf", "opbased")
+PREDICTOR_HELP = "truth | noisy:<MRE> (e.g. noisy:0.1) | ets | habitat | dnnperf | opbased"
 
 
 def make_predictor(spec: str, seed: int = 0) -> Predictor:
     name, _, arg = spec.partition(":")
     if name == "truth" and not arg:
         return TruthPredictor()
+    if name in MODEL_PREDICTORS and not arg:
+        return ModelPredictor(name)
     if name == "noisy":
         try:
             return NoisyPredictor(float(arg), seed)

@@ -66,6 +66,8 @@ def test_split_is_family_disjoint_and_randwire_splits_by_graph(traces):
     assert not (parts["train"] & parts["test"]) and not (parts["train"] & parts["val"])
     assert len(split.train) + len(split.val) + len(split.test) == fam.size
     assert unit_of("randwire", "randwire_ws:b16:s64:float32:sgd:c412:x1f0c9a3e") == "randwire:randwire_ws:x1f0c9a3e"
+    assert unit_of("transformer", "transformer_seq2seq:b8:s64:float32:adam:c100:x1") == "transformer:transformer_seq2seq"
+    assert unit_of("lstm", "lstm_speech:b2:s100:float32:sgd:c29:x2") == "lstm:lstm_speech:b2:s100:float32:sgd:c29:x2"
     pinned = split_by_family(traces, test_families=["vgg"], seed=1)
     assert pinned.test_units == ("vgg",)
     with pytest.raises(ValueError, match="not in the data: gpt"):

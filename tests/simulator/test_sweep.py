@@ -218,7 +218,7 @@ def test_bad_sweep_options_are_usage_errors(tmp_path):
 
 
 def test_normalise_to_truth_matches_runs_and_handles_zero_truth():
-    base = dict(trace=None, workload="w", limit=None, cluster="c", deadline_fraction=0.2, reference_gpu=None,
+    base = dict(trace=None, workload="w", limit=None, cluster="c", deadline_fraction=0.2, reference_gpu=None, bind=False, observe_after=None,
                 load_scale=1.0, status="ok")
     rows = [
         dict(base, policy="a", predictor="truth", seed=0, jct_mean=100.0, tardiness_total=0.0),

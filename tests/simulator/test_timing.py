@@ -45,7 +45,7 @@ def test_zero_error_is_truth_and_specs_parse():
     jobs = from_records([dict(submit_s=0, num_gpus=1, duration_s=1)]).jobs
     assert np.array_equal(make_predictor("noisy:0").runtimes(jobs, ["V100", "T4"], truth), truth)
     assert make_predictor("truth").name == "truth"
-    for bad in ("ets", "noisy:abc", "noisy:-0.1", "truth:1"):
+    for bad in ("oracle", "ets:1", "noisy:abc", "noisy:-0.1", "truth:1"):
         with pytest.raises(PredictorSpecError):
             make_predictor(bad)
 

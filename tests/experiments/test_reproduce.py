@@ -1,0 +1,38 @@
+"""`python -m experiments.reproduce --quick`: every table of the paper regenerated from what ships."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from experiments.reproduce import ERRORS, METHODS, main
+from predictor.checkpoints import available
+
+pytestmark = pytest.mark.skipif(
+    not all({"T4", "P100", "V100"} <= set(available(method=m)) for m in METHODS),
+    reason="the shipped checkpoints (python -m experiments.pretrain) are missing")
+
+
+def test_quick_reproduction_writes_every_section(tmp_path, monkeypatch):
+    monkeypatch.setenv("ETS_SIM_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "reproduce"
+    result = CliRunner().invoke(main, ["--quick", "--out", str(out), "--workers", "1",
+                                       "--ablations", str(tmp_path / "none")])
+    assert result.exit_code == 0, result.output
+    text = (out / "README.md").read_text()
+    for section in ("Predictor accuracy", "Error by op count", "Convergence", "Window / stride",
+                    "Scheduling with predicted run times", "Error sweep"):
+        assert section in text
+    body = json.loads((out / "results.json").read_text())
+    assert {(r["method"], r["device"]) for r in body["accuracy"]} == {
+        (m, f"emulated:{g}") for m in METHODS for g in ("T4", "P100", "V100")}
+    assert all(0 <= r["mre"] < 5 and r["traces"] >= 20 for r in body["accuracy"])
+    scheduling = body["scheduling"]
+    truth = [r for r in scheduling if r["predictor"] == "truth"]
+    assert truth and all(r["jct_mean_ratio"] == pytest.approx(1.0) for r in truth)
+    assert {r["predictor"] for r in scheduling} == {"truth", "ets", "habitat", "dnnperf"}
+    errors = {r["predictor"] for r in body["error_sweep"]}
+    assert errors == {"truth"} | {f"noisy:{e:g}" for e in ERRORS}
+    assert (out / "convergence.png").exists() and (out / "predictors").is_dir()

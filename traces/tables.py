@@ -1,0 +1,132 @@
+"""Iteration-time tables: seconds per training iteration of every catalog config on every GPU type,
+true and as each predictor sees them, cached on disk.
+
+Why: the simulator never runs a model; a job bound to a config runs ``iterations × seconds`` on a
+GPU type. The truth is the config's execution trace on the (emulated) device; a predictor's table
+is what its pretrained checkpoint predicts for the same op sequence — ETS, the operator-based MLP
+and DNNPerf-style from the sequence alone, Habitat-style from the trace measured on its source
+device (the checkpoint names it). Tables are cached as Parquet under ``$ETS_SIM_CACHE`` (default
+``~/.cache/ets-sim/tables``), keyed by the method, the checkpoint files' hashes, the configs, the
+devices and the emulator parameters, so a change of any of them recomputes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from simulator.timing import IterationTimeTable
+
+MODEL_METHODS = ("ets", "habitat", "dnnperf", "opbased")
+
+
+class TableError(ValueError):
+    """A table that cannot be built (unknown GPU type, no checkpoint); the message says why."""
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("ETS_SIM_CACHE", Path.home() / ".cache" / "ets-sim")) / "tables"
+
+
+def _digest(*parts: object) -> str:
+    h = hashlib.sha1()
+    for part in parts:
+        h.update(part if isinstance(part, bytes) else repr(part).encode())
+    return h.hexdigest()[:16]
+
+
+def emulated_traces(sequences: pd.DataFrame, gpu: str, params) -> pd.DataFrame:
+    from predictor.devices.timing import emulate
+
+    return pd.concat([emulate(seq, gpu, params, seed=0) for _, seq in sequences.groupby("config_id", sort=True)],
+                     ignore_index=True)
+
+
+def _seconds(summary: pd.DataFrame, gpu: str, column: str) -> pd.DataFrame:
+    return pd.DataFrame({"config_id": summary["config_id"], "device": gpu, "seconds": summary[column] / 1e6})
+
+
+def _cached(key: str, build, source: str) -> IterationTimeTable:
+    path = cache_dir() / f"{key}.parquet"
+    if path.exists():
+        return IterationTimeTable(pd.read_parquet(path), f"{source} (cache {path})")
+    table = build()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    table.to_parquet(tmp, index=False)
+    os.replace(tmp, path)
+    return IterationTimeTable(table, source)
+
+
+def _gpu_key(gpu: str) -> str:
+    from predictor.devices.specs import DeviceParamsError, device_key
+
+    try:
+        return device_key(gpu)
+    except DeviceParamsError as exc:
+        raise TableError(str(exc)) from None
+
+
+def truth_table(sequences: pd.DataFrame, gpu_types: list[str]) -> IterationTimeTable:
+    """True seconds per iteration: each config's trace on each (emulated) GPU type."""
+    from predictor.devices.specs import load_params
+    from predictor.evaluate import iteration_truth
+
+    params = load_params()
+    types = sorted(set(gpu_types))
+    keys = {g: _gpu_key(g) for g in types}
+    configs = sorted(sequences["config_id"].unique())
+
+    def build() -> pd.DataFrame:
+        parts = []
+        for gpu in types:
+            truth = iteration_truth(emulated_traces(sequences, keys[gpu], params))
+            parts.append(_seconds(truth, gpu, "true_us"))
+        return pd.concat(parts, ignore_index=True)
+
+    return _cached(f"truth-{_digest(configs, keys, params.version, len(sequences))}", build,
+                   f"truth: emulated {', '.join(types)} (params {params.version})")
+
+
+def method_table(method: str, sequences: pd.DataFrame, gpu_types: list[str],
+                 checkpoint_dir: str | Path | None = None) -> IterationTimeTable:
+    """Seconds per iteration as the pretrained ``method`` checkpoints predict them."""
+    from predictor.checkpoints import CHECKPOINT_DIR, checkpoint_path, pretrained
+    from predictor.devices.specs import load_params
+    from predictor.ets import CheckpointError
+
+    if method not in MODEL_METHODS:
+        raise TableError(f"unknown predictor method {method!r}; known: {', '.join(MODEL_METHODS)}")
+    directory = Path(checkpoint_dir or CHECKPOINT_DIR)
+    types = sorted(set(gpu_types))
+    keys = {g: _gpu_key(g) for g in types}
+    files = []
+    for gpu in types:
+        path = checkpoint_path(keys[gpu], directory, method)
+        if not path.exists():
+            try:
+                pretrained(gpu, directory, method)  # raises with the list of GPUs that have one
+            except CheckpointError as exc:
+                raise TableError(str(exc)) from None
+        files.append(path.read_bytes())
+    configs = sorted(sequences["config_id"].unique())
+    params = load_params()
+
+    def build() -> pd.DataFrame:
+        parts = []
+        for gpu in types:
+            try:
+                model = pretrained(keys[gpu], directory, method)
+            except CheckpointError as exc:
+                raise TableError(str(exc)) from None
+            traces = sequences
+            if method == "habitat":  # scales the trace measured on its source device
+                traces = emulated_traces(sequences, model.config.source_device, params)
+            parts.append(_seconds(model.iteration_times(traces), gpu, "pred_us"))
+        return pd.concat(parts, ignore_index=True)
+
+    return _cached(f"{method}-{_digest(*files, configs, keys, params.version, len(sequences))}", build,
+                   f"{method}: pretrained checkpoints in {directory}")
