@@ -18,9 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from simulator.timing import IterationTimeTable
+from simulator.timing import MODEL_PREDICTORS as MODEL_METHODS, IterationTimeTable
 
-MODEL_METHODS = ("ets", "habitat", "dnnperf", "opbased")
 
 
 class TableError(ValueError):
