@@ -21,7 +21,6 @@ import pandas as pd
 from simulator.timing import MODEL_PREDICTORS as MODEL_METHODS, IterationTimeTable
 
 
-
 class TableError(ValueError):
     """A table that cannot be built (unknown GPU type, no checkpoint); the message says why."""
 
