@@ -26,7 +26,7 @@ kernels leaves the GPU idle; the same kernel between big ones does not).
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -35,8 +35,8 @@ import torch
 from torch import nn
 
 from predictor.features import FeatureSpec, decode_targets, encode, encode_targets, fit_features
-from predictor.training import (CHECKPOINT_FORMAT, CheckpointError, EarlyStopping, device_rows, load_weights,
-                                read_checkpoint)
+from predictor.training import (CheckpointError, EarlyStopping, device_rows, load_weights,
+                                read_checkpoint, write_checkpoint)
 from predictor.windows import average_windows, first_window_only, window_index
 
 ARCHS = ("lstm", "gru", "transformer", "mlp")
@@ -197,15 +197,7 @@ class EtsPredictor:
     # --- persistence -------------------------------------------------------------------------
 
     def save(self, path: str | Path) -> Path:
-        from predictor import __version__
-
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save({"format": CHECKPOINT_FORMAT, "method": "ets", "version": __version__,
-                    "state_dict": self.model.state_dict(), "spec": self.spec.to_dict(),
-                    "config": asdict(self.config), "device": self.device, "fingerprint": self.fingerprint,
-                    "history": self.history, "split": self.split, "dim": self.spec.dim}, path)
-        return path
+        return write_checkpoint(path, self, "ets", spec=self.spec.to_dict(), dim=self.spec.dim)
 
 
 def load(path: str | Path) -> EtsPredictor:

@@ -14,7 +14,7 @@ from dataclasses import fields
 from pathlib import Path
 from types import ModuleType
 
-from predictor.ets import CheckpointError
+from predictor.training import CheckpointError, load_body
 
 # method -> (module, config class)
 METHODS: dict[str, tuple[str, str]] = {
@@ -50,15 +50,7 @@ def make_config(method: str, **options):
 
 def checkpoint_method(path: str | Path) -> str:
     """Which method wrote a checkpoint (CheckpointError for a missing or foreign file)."""
-    import torch
-
-    path = Path(path)
-    if not path.exists():
-        raise CheckpointError(f"{path}: no such checkpoint")
-    try:
-        body = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as exc:  # a truncated or foreign file: say so instead of a pickle traceback
-        raise CheckpointError(f"{path}: not a readable checkpoint ({type(exc).__name__}: {exc})") from None
+    body = load_body(path)
     method = body.get("method") if isinstance(body, dict) else None
     if method not in METHODS:
         raise CheckpointError(f"{path}: not a predictor checkpoint of a known method "

@@ -9,6 +9,7 @@ history; and a bad checkpoint must be refused with the same messages whichever m
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
@@ -24,15 +25,34 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be used with this code or this data; the message says why."""
 
 
-def read_checkpoint(path: str | Path, method: str) -> dict:
-    """The body of a checkpoint written by ``method``; CheckpointError naming the path and the reason."""
+def write_checkpoint(path: str | Path, predictor, method: str, **extra) -> Path:
+    """Save a trained predictor with the fields every method's checkpoint carries, plus ``extra``
+    (what that method needs to rebuild itself: feature spec, scalers, ...)."""
+    from predictor import __version__
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"format": CHECKPOINT_FORMAT, "method": method, "version": __version__, "device": predictor.device,
+                "config": asdict(predictor.config), "state_dict": predictor.model.state_dict(),
+                "history": predictor.history, "split": predictor.split, "fingerprint": predictor.fingerprint,
+                **extra}, path)
+    return path
+
+
+def load_body(path: str | Path):
+    """The unpickled content of a checkpoint file; CheckpointError for a missing or unreadable one."""
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"{path}: no such checkpoint")
     try:
-        body = torch.load(path, map_location="cpu", weights_only=False)
+        return torch.load(path, map_location="cpu", weights_only=False)
     except Exception as exc:  # a truncated or foreign file: say so instead of a pickle traceback
         raise CheckpointError(f"{path}: not a readable checkpoint ({type(exc).__name__}: {exc})") from None
+
+
+def read_checkpoint(path: str | Path, method: str) -> dict:
+    """The body of a checkpoint written by ``method``; CheckpointError naming the path and the reason."""
+    body = load_body(path)
     if not isinstance(body, dict) or body.get("format") != CHECKPOINT_FORMAT:
         found = body.get("format") if isinstance(body, dict) else type(body).__name__
         raise CheckpointError(f"{path}: checkpoint format {found!r}, this version reads {CHECKPOINT_FORMAT}")

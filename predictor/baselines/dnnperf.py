@@ -49,8 +49,8 @@ from torch_geometric.nn import GATv2Conv, TransformerConv, global_add_pool, glob
 from predictor.baselines.graph import EDGE_KINDS, build_graph, edge_features
 from predictor.ets import fingerprint, sorted_traces
 from predictor.features import DTYPES, OPTIMIZERS, FeatureSpec, encode, fit_features, optimizer_of
-from predictor.training import (CHECKPOINT_FORMAT, CheckpointError, EarlyStopping, device_rows, load_weights,
-                                read_checkpoint)
+from predictor.training import (CheckpointError, EarlyStopping, device_rows, load_weights,
+                                read_checkpoint, write_checkpoint)
 
 METHOD = "dnnperf"
 CONVS = ("transformer", "gatv2")
@@ -253,15 +253,8 @@ class DnnPerfPredictor:
         return self.summary(graphs, self.predict_us(graphs))
 
     def save(self, path: str | Path) -> Path:
-        from predictor import __version__
-
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save({"format": CHECKPOINT_FORMAT, "method": METHOD, "version": __version__, "device": self.device,
-                    "config": asdict(self.config), "state_dict": self.model.state_dict(),
-                    "history": self.history, "split": self.split, "fingerprint": self.fingerprint,
-                    "spec": self.spec.to_dict(), "dim": self.spec.dim, "scalers": asdict(self.scalers)}, path)
-        return path
+        return write_checkpoint(path, self, METHOD, spec=self.spec.to_dict(), dim=self.spec.dim,
+                                scalers=asdict(self.scalers))
 
 
 def load(path: str | Path) -> DnnPerfPredictor:

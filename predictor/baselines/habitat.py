@@ -79,8 +79,8 @@ from predictor.capture.costs import op_class
 from predictor.devices.specs import SPEC_SHEETS, DeviceParamsError, device_key
 from predictor.ets import fingerprint, sorted_traces, summarize
 from predictor.trace_table import MAX_PARAMS
-from predictor.training import (CHECKPOINT_FORMAT, CheckpointError, EarlyStopping, load_weights,
-                                read_checkpoint)
+from predictor.training import (CheckpointError, EarlyStopping, load_weights,
+                                read_checkpoint, write_checkpoint)
 
 METHOD = "habitat"
 GROUPS = ("conv2d", "linear", "bmm", "lstm")
@@ -334,15 +334,7 @@ class HabitatPredictor:
     # --- persistence -------------------------------------------------------------------------
 
     def save(self, path: str | Path) -> Path:
-        from predictor import __version__
-
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save({"format": CHECKPOINT_FORMAT, "method": METHOD, "version": __version__, "device": self.device,
-                    "config": asdict(self.config), "state_dict": self.model.state_dict(),
-                    "history": self.history, "split": self.split, "fingerprint": self.fingerprint,
-                    "scaler": asdict(self.scaler), "n_features": N_FEATURES}, path)
-        return path
+        return write_checkpoint(path, self, METHOD, scaler=asdict(self.scaler), n_features=N_FEATURES)
 
 
 def _aligned_truth(source: pd.DataFrame, target: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:

@@ -22,7 +22,7 @@ so that the comparison isolates them:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -33,8 +33,8 @@ from torch import nn
 
 from predictor.ets import fingerprint, sorted_traces, summarize
 from predictor.features import FeatureSpec, decode_targets, encode, encode_targets, fit_features
-from predictor.training import (CHECKPOINT_FORMAT, CheckpointError, EarlyStopping, device_rows, load_weights,
-                                read_checkpoint)
+from predictor.training import (CheckpointError, EarlyStopping, device_rows, load_weights,
+                                read_checkpoint, write_checkpoint)
 
 METHOD = "opbased"
 
@@ -105,15 +105,7 @@ class OpBasedPredictor:
         return summarize(self.predict_ops(traces))
 
     def save(self, path: str | Path) -> Path:
-        from predictor import __version__
-
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save({"format": CHECKPOINT_FORMAT, "method": METHOD, "version": __version__, "device": self.device,
-                    "config": asdict(self.config), "state_dict": self.model.state_dict(),
-                    "history": self.history, "split": self.split, "fingerprint": self.fingerprint,
-                    "spec": self.spec.to_dict(), "dim": self.spec.dim}, path)
-        return path
+        return write_checkpoint(path, self, METHOD, spec=self.spec.to_dict(), dim=self.spec.dim)
 
 
 def load(path: str | Path) -> OpBasedPredictor:
