@@ -1,9 +1,12 @@
-"""ETS ablations: window width × stride, overlap averaging, and the sequence model.
+"""ETS ablations: window width × stride, overlap averaging, the sequence model, and our two
+training changes.
 
 Why: the paper fixes W = 12, S = 4 and a Bi-LSTM; these runs show what each choice buys on the
 same data, split and budget: W ∈ {4, 8, 12, 16, 24} × S ∈ {1, 2, 3, 4, 6, 8} (S > W skipped: ops
 would fall outside every window), overlap averaging against taking each op from its first window
-only, and Bi-LSTM against GRU, a transformer encoder and an MLP on the flattened window.
+only, Bi-LSTM against GRU, a transformer encoder and an MLP on the flattened window, and the
+time-share loss weights and weight averaging (``predictor.ets``) each switched off. Every point
+uses the shipped model's settings (``experiments.pretrain.ETS_SETTINGS``) otherwise.
 
     python -m experiments.ablations --data reports/pretrain/data --device emulated:V100
                                     [--configs 150] [--minutes 1.5] [--out reports/ablations]
@@ -28,22 +31,27 @@ from predictor.dataset import split_by_family
 from predictor.evaluate import evaluate, markdown
 from predictor.trace_table import device_file
 from predictor.zoo.registry import zoo_configs
+from experiments.pretrain import ETS_SETTINGS
 
 WIDTHS = (4, 8, 12, 16, 24)
 STRIDES = (1, 2, 3, 4, 6, 8)
 ARCHS = ("lstm", "gru", "transformer", "mlp")
 
 
+DEFAULT = {"width": 12, "stride": 4, "arch": "lstm", "overlap": True, "loss_weight": "time", "ema": 0.998}
+
+
 def points() -> list[dict]:
-    grid = [{"study": "window", "width": w, "stride": s, "arch": "lstm", "overlap": True}
-            for w in WIDTHS for s in STRIDES if s <= w]
-    grid.append({"study": "overlap", "width": 12, "stride": 4, "arch": "lstm", "overlap": False})
-    grid += [{"study": "arch", "width": 12, "stride": 4, "arch": a, "overlap": True} for a in ARCHS if a != "lstm"]
+    grid = [{**DEFAULT, "study": "window", "width": w, "stride": s} for w in WIDTHS for s in STRIDES if s <= w]
+    grid.append({**DEFAULT, "study": "overlap", "overlap": False})
+    grid += [{**DEFAULT, "study": "arch", "arch": a} for a in ARCHS if a != "lstm"]
+    grid.append({**DEFAULT, "study": "loss", "loss_weight": "uniform"})
+    grid.append({**DEFAULT, "study": "ema", "ema": 0.0})
     return grid
 
 
 def key(p: dict) -> str:
-    return f"{p['study']}:{p['width']}:{p['stride']}:{p['arch']}:{p['overlap']}"
+    return ":".join(str(p[k]) for k in ("study", *DEFAULT))
 
 
 def plot(results: pd.DataFrame, out: Path) -> None:
@@ -89,8 +97,7 @@ def main(data_dir: Path, device: str, configs: int, minutes: float, out: Path) -
     todo = [p for p in points() if key(p) not in done]
     click.echo(f"{len(todo)} of {len(points())} points to run; test families: {', '.join(split.test_units)}")
     for p in todo:
-        config = ets.TrainConfig(width=p["width"], stride=p["stride"], arch=p["arch"], overlap=p["overlap"],
-                                 max_minutes=minutes)
+        config = ets.TrainConfig(**{**ETS_SETTINGS, **{k: p[k] for k in DEFAULT}, "max_minutes": minutes})
         started = time.perf_counter()
         model = ets.train(split.part(data, "train"), split.part(data, "val"), config, progress=False)
         row = {"key": key(p), **p, **evaluate(model, split.part(data, "test")).headline(),
@@ -103,8 +110,7 @@ def main(data_dir: Path, device: str, configs: int, minutes: float, out: Path) -
 
 def write_report(out: Path) -> str:
     results = pd.read_csv(out / "results.csv")
-    table = markdown(results[["study", "width", "stride", "arch", "overlap", "mre", "rmse_ms", "wape", "epochs",
-                              "train_s"]])
+    table = markdown(results[["study", *DEFAULT, "mre", "rmse_ms", "wape", "epochs", "train_s"]])
     (out / "table.md").write_text(table + "\n")
     plot(results, out)
     return table

@@ -50,7 +50,7 @@ def paired(source: pd.DataFrame, target: pd.DataFrame) -> pd.DataFrame:
 
 
 def habitat_training(minutes: float, source_gpu: str, target_gpu: str):
-    """Habitat-style's MLP trained on emulated catalog traces of both GPUs, family-disjoint validation."""
+    """Habitat-style's MLP trained on emulated catalog traces of both GPUs (validation drawn by config)."""
     params = load_params()
     sequences = read_catalog()
     data = pd.concat([emulated_traces(sequences, g, params) for g in (source_gpu, target_gpu)], ignore_index=True)

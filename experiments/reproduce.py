@@ -127,12 +127,12 @@ def scheduling(out: Path, quick: bool, workers: int) -> tuple[pd.DataFrame, pd.D
 
 
 def ablation_section(path: Path) -> str:
-    results = path / "results.jsonl"
+    results = path / "results.csv"
     if not results.exists():
         return f"(not run: `python -m experiments.ablations`; looked for {results})"
-    rows = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
-    table = pd.DataFrame(rows)
-    keep = [c for c in ("key", "width", "stride", "arch", "overlap", "mre", "rmse_ms", "epochs") if c in table]
+    table = pd.read_csv(results)
+    keep = [c for c in ("study", "width", "stride", "arch", "overlap", "loss_weight", "ema", "mre", "rmse_ms", "epochs")
+            if c in table]
     return markdown(table[keep]) + f"\n\nHeat map: `{path / 'window_stride.png'}`"
 
 

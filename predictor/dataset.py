@@ -11,9 +11,12 @@ architecture): with only two LSTM models in the zoo, a held-out LSTM architectur
 learned — holding out the speech model gave errors of −61 % and +210 % on two GPUs.
 
 Units are families (or RandWire graphs). They are shuffled with the seed; test units are taken
-until they hold ``test_fraction`` of the configs, then validation units until ``val_fraction``;
-the rest train. ``test_families`` pins the test families (or units) instead (validation still
-drawn).
+until they hold ``test_fraction`` of the configs (``test_families`` pins them instead). The
+validation split is ``val_fraction`` of all configs, drawn (seeded) from the configs outside
+the test units, so every family that is not tested trains. Holding out whole families for
+validation as well took from training the structures that unseen families share: with
+shufflenet (grouped and depthwise convolutions) drawn for validation, RegNet's test MRE was 13 %
+on T4, against 5.6 % with it in training.
 """
 
 from __future__ import annotations
@@ -80,10 +83,11 @@ def split_by_family(traces: pd.DataFrame, *, test_fraction: float = 0.25, val_fr
         test = [u for u in order if u in set(test_families) or u.split(":")[0] in set(test_families)]
     else:
         test = take(order, test_fraction)
-    rest = [u for u in order if u not in set(test)]
-    val = take(rest, val_fraction)
-    if len(rest) - len(val) < 1:
-        raise ValueError(f"only {len(sizes)} families/graphs: nothing left to train on")
-    parts = {name: tuple(sorted(units.index[units.isin(set(members))])) for name, members in
-             (("test", test), ("val", val), ("train", [u for u in rest if u not in set(val)]))}
-    return Split(parts["train"], parts["val"], parts["test"], tuple(sorted(test)), tuple(sorted(val)))
+    rest = sorted(units.index[~units.isin(set(test))])
+    n_val = int(round(val_fraction * total))
+    if len(rest) - n_val < 1:
+        raise ValueError(f"{len(rest)} configs outside the test units: nothing left to train on")
+    val = sorted(rest[i] for i in rng.choice(len(rest), n_val, replace=False))
+    train = sorted(set(rest) - set(val))
+    return Split(tuple(train), tuple(val), tuple(sorted(units.index[units.isin(set(test))])), tuple(sorted(test)),
+                 tuple(sorted(set(units[val]))))

@@ -5,8 +5,12 @@ Why: the model sees each op as one vector; the encoding and its scalers are part
 
 Feature vector of an op (ETS §3, predictors.md §1.3), in this order:
 
-* op type: one-hot over the ``top_k`` most frequent op names of the training split plus one
-  "others" slot (the split chosen by frequency: frequent ops get their own slot);
+* op type: one-hot over the ``top_k`` most frequent op names of the training split, plus every
+  op that takes at least :data:`HEAVY_SHARE` of some training trace's iteration time, plus one
+  "others" slot. Frequent ops get their own slot, and so do rare heavy ones: an LSTM model has
+  one ``lstm`` forward op and a few ``MkldnnRnnLayerBackward0`` ops that make up most of its
+  iteration, and in the "others" slot (shared with trivia like ``ones_like``) they were
+  predicted 10-30x too fast;
 * phase one-hot (forward, backward, update); dtype one-hot (float32, float16, bfloat16, float64);
   optimizer one-hot (sgd, adam: read from the zoo's ``config_id``; imported traces count as sgd,
   which is what the ETS authors and the profiled examples ran);
@@ -40,6 +44,7 @@ PHASES = ("forward", "backward", "update")
 DTYPES = ("float32", "float16", "bfloat16", "float64")
 OPTIMIZERS = ("sgd", "adam")
 MIN_PER_OP_ROWS = 50
+HEAVY_SHARE = 0.05
 NORMS = ("global", "per-op")
 TARGET_TRANSFORMS = ("log", "none")
 
@@ -139,7 +144,7 @@ def fit_features(train: pd.DataFrame, top_k: int = 25, norm: str = "global",
     if train.empty:
         raise ValueError("cannot fit features on an empty training split")
     counts = train["op"].value_counts()
-    ops = sorted(counts.index[:top_k], key=lambda o: (-counts[o], o))
+    ops = sorted(set(counts.index[:top_k]) | heavy_ops(train), key=lambda o: (-counts[o], o))
     cont, targets = _continuous(train), raw_targets(train, target_transform)
     spec = FeatureSpec(ops, norm, target_transform, cont.mean(axis=0).tolist(), _safe_std(cont).tolist(),
                        targets.mean(axis=0).tolist(), _safe_std(targets).tolist())
@@ -152,6 +157,16 @@ def fit_features(train: pd.DataFrame, top_k: int = 25, norm: str = "global",
                                         "target_mean": targets[rows].mean(axis=0).tolist(),
                                         "target_std": _safe_std(targets[rows]).tolist()}
     return spec
+
+
+def heavy_ops(train: pd.DataFrame, share: float = HEAVY_SHARE) -> set[str]:
+    """Ops taking at least ``share`` of some trace's iteration time (duration plus gap)."""
+    time = pd.Series(np.maximum(train["duration_us"].to_numpy(np.float64), 0)
+                     + np.maximum(train["gap_us"].to_numpy(np.float64), 0), index=train.index)
+    per_op = time.groupby([train["config_id"], train["op"]], sort=False).sum()
+    total = per_op.groupby(level=0, sort=False).transform("sum")
+    shares = per_op / total.where(total > 0)
+    return set(shares.index.get_level_values(1)[(shares >= share).to_numpy()])
 
 
 def encode(spec: FeatureSpec, traces: pd.DataFrame) -> np.ndarray:

@@ -10,7 +10,7 @@ import torch
 from predictor import ets
 from predictor.dataset import split_by_family, unit_of
 from predictor.evaluate import evaluate, headline_metrics
-from predictor.features import DTYPES, OPTIMIZERS, PHASES, encode, encode_targets, fit_features
+from predictor.features import DTYPES, OPTIMIZERS, PHASES, encode, encode_targets, fit_features, heavy_ops
 from tests.predictor.ets_data import tiny_traces
 
 FAST = dict(hidden=16, layers=2, lr=1e-2, batch_size=64, max_minutes=2.0)
@@ -32,8 +32,10 @@ def test_features_layout_and_train_only_scalers(traces):
     train = traces[traces["family"] != "vgg"]
     spec = fit_features(train, top_k=5)
     x = encode(spec, traces)
-    assert x.shape == (len(traces), spec.dim) and spec.dim == 6 + len(PHASES) + len(DTYPES) + len(OPTIMIZERS) + 34
-    assert (x[:, :6].sum(axis=1) == 1).all()  # exactly one op slot (5 frequent + others)
+    slots = len(spec.ops) + 1  # 5 frequent + the heavy ones + others
+    assert set(spec.ops) == set(train["op"].value_counts().index[:5]) | heavy_ops(train)
+    assert x.shape == (len(traces), spec.dim) and spec.dim == slots + len(PHASES) + len(DTYPES) + len(OPTIMIZERS) + 34
+    assert (x[:, :slots].sum(axis=1) == 1).all()  # exactly one op slot
     top = train["op"].value_counts().index[0]
     assert spec.ops[0] == top and (x[(traces["op"] == top).to_numpy(), 0] == 1).all()
     # continuous columns z-scored with the training rows' statistics, not the full data's
@@ -42,6 +44,25 @@ def test_features_layout_and_train_only_scalers(traces):
     assert not np.allclose(x[:, -34:].mean(axis=0), 0, atol=1e-3)
     y = encode_targets(spec, train)
     assert np.allclose(y.mean(axis=0), 0, atol=1e-4) and np.allclose(y.std(axis=0), 1, atol=1e-3)
+
+
+def _trace(config_id: str, ops: list[tuple[str, float, float]]) -> pd.DataFrame:
+    return pd.DataFrame([{"config_id": config_id, "op": op, "duration_us": d, "gap_us": g} for op, d, g in ops])
+
+
+def test_a_rare_op_that_dominates_some_iteration_gets_its_own_slot():
+    # 40 add_ of 1 µs + 1 µs gap; a 20 µs lstm in one trace (20 % of it), a 0.5 µs ones_like (0.6 %)
+    small = [("add_", 1.0, 1.0)] * 40
+    train = pd.concat([_trace("a", small + [("lstm", 20.0, 0.0)]), _trace("b", small + [("ones_like", 0.5, 0.0)])])
+    assert heavy_ops(train) == {"add_", "lstm"}  # add_ in aggregate: 80 % of each trace
+    assert heavy_ops(train, share=0.25) == {"add_"}
+
+
+def test_loss_weights_are_half_uniform_half_time_share():
+    ordered = _trace("a", [("conv", 3.0, 0.0), ("relu", 1.0, 0.0)])
+    w = ets.op_weights(ordered, np.array([0, 2]))
+    # shares of the 4 µs iteration: conv 3/4, relu 1/4, gaps 0; × 2 ops, + 0.5
+    assert np.allclose(w, [[2.0, 0.5], [1.0, 0.5]])
 
 
 def test_per_op_normalisation_uses_each_op_types_statistics(traces):
@@ -63,8 +84,10 @@ def test_split_is_family_disjoint_and_randwire_splits_by_graph(traces):
     fam = traces.groupby("config_id")["family"].first()
     parts = {p: set(fam[list(getattr(split, p))]) for p in ("train", "val", "test")}
     assert parts["train"] and parts["val"] and parts["test"]
-    assert not (parts["train"] & parts["test"]) and not (parts["train"] & parts["val"])
+    assert not (parts["train"] & parts["test"]) and not (parts["val"] & parts["test"])
+    assert parts["val"] <= parts["train"]  # validation: configs of the training families
     assert len(split.train) + len(split.val) + len(split.test) == fam.size
+    assert len(split.val) == round(0.2 * fam.size)
     assert unit_of("randwire", "randwire_ws:b16:s64:float32:sgd:c412:x1f0c9a3e") == "randwire:randwire_ws:x1f0c9a3e"
     assert unit_of("transformer", "transformer_seq2seq:b8:s64:float32:adam:c100:x1") == "transformer:transformer_seq2seq"
     assert unit_of("lstm", "lstm_speech:b2:s100:float32:sgd:c29:x2") == "lstm:lstm_speech:b2:s100:float32:sgd:c29:x2"
@@ -156,3 +179,18 @@ def test_log_target_transform_round_trips(traces):
         assert np.allclose(back, raw_targets(traces), rtol=1e-4, atol=1e-2), transform
     with pytest.raises(ValueError, match="target_transform"):
         fit_features(traces, target_transform="sqrt")
+
+
+def test_validation_is_drawn_by_config_outside_the_test_units():
+    ids = [f"{family}:b{b}:s32:float32:sgd:c10" for family in ("vgg", "resnet", "alexnet") for b in (2, 4, 8, 16)]
+    traces = pd.DataFrame({"config_id": ids, "family": [i.split(":")[0] for i in ids]})
+    draws = set()
+    for seed in range(5):
+        split = split_by_family(traces, test_families=["vgg"], val_fraction=0.25, seed=seed)
+        assert set(split.test) == {i for i in ids if i.startswith("vgg")}
+        assert len(split.val) == 3 and not set(split.val) & set(split.test) and not set(split.val) & set(split.train)
+        assert {i.split(":")[0] for i in split.train} == {"resnet", "alexnet"}  # every untested family trains
+        draws.add(split.val)
+    assert len(draws) > 1  # seeded draw, not a fixed choice
+    with pytest.raises(ValueError, match="nothing left to train on"):
+        split_by_family(traces, test_families=["vgg"], val_fraction=0.7)

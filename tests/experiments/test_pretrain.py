@@ -1,0 +1,22 @@
+"""The shipped data set's configs and its pinned held-out units."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from experiments.pretrain import EXTRA_CONFIGS, TEST_UNITS, dataset_configs, held_out_units
+
+
+def test_extra_configs_extend_the_stratified_prefix_with_one_family_only():
+    base, extra = dataset_configs(42)
+    assert len(base) == 42 and len(extra) == EXTRA_CONFIGS["lstm"]
+    assert {c.family for c in extra} == {"lstm"}
+    assert not {c.config_id for c in base} & {c.config_id for c in extra}
+
+
+def test_held_out_speech_configs_come_from_the_base_configs_only():
+    ids = ["lstm_speech:b2:s100:x1", "lstm_speech:b4:s100:x1", "lstm_speech:b8:s100:x1", "lstm_speech:b16:s100:x1"]
+    traces = pd.DataFrame({"config_id": ids, "model": "lstm_speech"})
+    base = {ids[0], ids[1], ids[3]}  # ids[2] is an extra config
+    # base in id order: b16, b2, b4 -> every other: b16, b4
+    assert held_out_units(traces, base) == TEST_UNITS + ["lstm:lstm_speech:b16:s100:x1", "lstm:lstm_speech:b4:s100:x1"]
