@@ -86,14 +86,21 @@ def plot(results: pd.DataFrame, out: Path) -> None:
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("reports/ablations"),
               show_default=True)
 def main(data_dir: Path, device: str, configs: int, minutes: float, out: Path) -> None:
+    results_file = out / "results.csv"
+    done = set()
+    if results_file.exists():  # checked first: a foreign file must not cost a data load or get appended to
+        previous = pd.read_csv(results_file)
+        missing = [c for c in ("key", *DEFAULT) if c not in previous.columns]
+        if missing:
+            raise click.ClickException(f"{results_file}: written by an older version (no {', '.join(missing)} "
+                                       f"column); move it away to start a new sweep")
+        done = set(previous["key"])
     data = pd.read_parquet(device_file(data_dir, device))
     present = set(data["config_id"])
     keep = [c.config_id for c in zoo_configs("all") if c.config_id in present][:configs]  # stratified by family
     data = data[data["config_id"].isin(keep)]
     split = split_by_family(data, seed=0)
     out.mkdir(parents=True, exist_ok=True)
-    results_file = out / "results.csv"
-    done = set(pd.read_csv(results_file)["key"]) if results_file.exists() else set()
     todo = [p for p in points() if key(p) not in done]
     click.echo(f"{len(todo)} of {len(points())} points to run; test families: {', '.join(split.test_units)}")
     for p in todo:

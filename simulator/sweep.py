@@ -16,6 +16,7 @@ Layout of a sweep directory OUT::
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -159,9 +160,27 @@ def plan(policies: str | Sequence[str], predictors: str | Sequence[str] = (), *,
 
 
 def config_key(config: RunConfig) -> str:
-    """A stable 16-hex-digit hash of the config (sorted JSON of its fields)."""
-    text = json.dumps(asdict(config), sort_keys=True, separators=(",", ":"))
+    """A stable 16-hex-digit hash of the config (sorted JSON of its fields), and for a
+    model-based predictor of its shipped checkpoints: a point run with other weights is another
+    point (a resumed sweep must not keep results of retrained checkpoints)."""
+    fields_ = asdict(config)
+    method = config.predictor.partition(":")[0]
+    if method in MODEL_PREDICTORS:
+        fields_["checkpoints"] = checkpoint_digest(method)
+    text = json.dumps(fields_, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=None)
+def checkpoint_digest(method: str) -> str:
+    """sha1 of the names and bytes of ``method``'s shipped checkpoints."""
+    from predictor.checkpoints import CHECKPOINT_DIR
+
+    h = hashlib.sha1()
+    for path in sorted(Path(CHECKPOINT_DIR).glob(f"{method}-*.pt")):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:12]
 
 
 def source_label(row: Any) -> str:

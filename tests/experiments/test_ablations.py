@@ -29,3 +29,20 @@ def test_reproduce_reads_the_ablation_results(tmp_path):
     section = ablation_section(tmp_path)
     assert "0.05" in section and "0.06" in section and "window_stride.png" in section
     assert "not run" in ablation_section(tmp_path / "absent")
+
+
+def test_a_results_file_of_an_older_version_is_refused_not_appended_to(tmp_path):
+    from click.testing import CliRunner
+
+    from experiments.ablations import main
+    from predictor.trace_table import device_file
+
+    data = tmp_path / "data"
+    data.mkdir()
+    pd.DataFrame({"config_id": ["a"], "family": ["vgg"]}).to_parquet(device_file(data, "emulated:V100"))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.csv").write_text("key,study,width,stride,arch,overlap,mre\nwindow:4:1:lstm:True,window,4,1,lstm,True,0.2\n")
+    result = CliRunner().invoke(main, ["--data", str(data), "--out", str(out), "--configs", "10"])
+    assert result.exit_code != 0 and "older version" in result.output and "loss_weight" in result.output
+    assert (out / "results.csv").read_text().count("\n") == 2  # untouched

@@ -240,3 +240,15 @@ def test_normalise_to_truth_matches_runs_and_handles_zero_truth():
     table = summary_table(pd.DataFrame(rows)).set_index(["policy", "predictor"])
     assert table.loc[("b", "ets"), "ok"] == 1 and table.loc[("b", "ets"), "failed"] == 1
     assert table.loc[("a", "ets"), "jct_ratio"] == pytest.approx(0.9)  # only the matched seed
+
+
+def test_a_model_predictors_key_follows_its_checkpoints(monkeypatch):
+    import simulator.sweep as sweep
+
+    ets = RunConfig(policy="allox", predictor="ets", workload="pai-like:60", seed=1)
+    truth = RunConfig(policy="allox", predictor="truth", workload="pai-like:60", seed=1)
+    assert len(sweep.checkpoint_digest("ets")) == 12  # the shipped files
+    before = config_key(ets), config_key(truth)
+    monkeypatch.setattr(sweep, "checkpoint_digest", lambda method: "retrained")
+    assert config_key(ets) != before[0]  # retrained weights: the point runs again
+    assert config_key(truth) == before[1]
