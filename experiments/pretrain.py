@@ -64,9 +64,10 @@ def dataset_configs(configs: int) -> tuple[list, list]:
     training did not pin that down (held-out speech configs off by up to +82 %), while an LSTM
     config is 130-200 ops against about 1,000 for a CNN, so 64 more cost little training time."""
     every = zoo_configs("all")
-    base = every[:configs]
-    extra = [c for family, count in EXTRA_CONFIGS.items() for c in [c for c in every[configs:] if c.family == family][:count]]
-    return base, extra
+    extra = []
+    for family, count in EXTRA_CONFIGS.items():
+        extra += [c for c in every[configs:] if c.family == family][:count]
+    return every[:configs], extra
 
 
 def held_out_units(traces: pd.DataFrame, base: set[str]) -> list[str]:
@@ -74,6 +75,8 @@ def held_out_units(traces: pd.DataFrame, base: set[str]) -> list[str]:
     the ``base`` config ids: the LSTM family splits by config (see predictor.dataset)."""
     speech = sorted(c for c in traces.loc[traces["model"] == "lstm_speech", "config_id"].unique() if c in base)
     return TEST_UNITS + [f"lstm:{c}" for c in speech[::2]]
+
+
 ETS_SETTINGS = {"hidden": 32, "batch_size": 512, "lr": 3e-3, "patience": 12}  # hidden: README (inference time)
 HABITAT_SOURCE = {"T4": "V100", "P100": "T4", "V100": "T4"}
 
