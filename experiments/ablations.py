@@ -9,7 +9,7 @@ time-share loss weights and weight averaging (``predictor.ets``) each switched o
 uses the shipped model's settings (``experiments.pretrain.ETS_SETTINGS``) otherwise.
 
     python -m experiments.ablations --data reports/pretrain/data --device emulated:V100
-                                    [--configs 150] [--minutes 1.5] [--out reports/ablations]
+                                    [--configs 150] [--minutes 2] [--out reports/ablations]
 
 Every point trains on the same family split (seed 0) of the first ``--configs`` configs (in zoo
 order, which interleaves the families) and is
@@ -82,7 +82,7 @@ def plot(results: pd.DataFrame, out: Path) -> None:
 @click.option("--data", "data_dir", type=click.Path(file_okay=False, path_type=Path), required=True)
 @click.option("--device", default="emulated:V100", show_default=True)
 @click.option("--configs", type=click.IntRange(10), default=150, show_default=True)
-@click.option("--minutes", type=float, default=1.5, show_default=True, help="Training budget per point.")
+@click.option("--minutes", type=float, default=2.0, show_default=True, help="Training budget per point.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("reports/ablations"),
               show_default=True)
 def main(data_dir: Path, device: str, configs: int, minutes: float, out: Path) -> None:

@@ -6,7 +6,7 @@ carries one small checkpoint per method and GPU type of the default simulator cl
 V100), trained here on emulated execution traces of zoo configs, plus the op sequences of the
 held-out configs that cluster jobs are bound to.
 
-    python -m experiments.pretrain [--configs 700] [--devices T4,P100,V100] [--minutes 10]
+    python -m experiments.pretrain [--configs 700] [--devices T4,P100,V100] [--minutes 15]
                                    [--methods ets,opbased,habitat,dnnperf]
 
 Stages (each resumable: a rerun skips what exists):
@@ -113,7 +113,7 @@ def train_one(method: str, gpu: str, data: dict[str, pd.DataFrame], split, minut
 @click.option("--configs", type=click.IntRange(10), default=700, show_default=True)
 @click.option("--devices", default="T4,P100,V100", show_default=True)
 @click.option("--methods", "method_list", default="ets,opbased,habitat,dnnperf", show_default=True)
-@click.option("--minutes", type=float, default=10.0, show_default=True, help="ETS training time limit per device.")
+@click.option("--minutes", type=float, default=15.0, show_default=True, help="ETS training time limit per device.")
 @click.option("--dnnperf-minutes", type=float, default=8.0, show_default=True,
               help="DNNPerf-style training time limit per device.")
 @click.option("--baseline-minutes", type=float, default=2.0, show_default=True,
