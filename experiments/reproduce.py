@@ -131,8 +131,9 @@ def ablation_section(path: Path) -> str:
     if not results.exists():
         return f"(not run: `python -m experiments.ablations`; looked for {results})"
     table = pd.read_csv(results)
-    keep = [c for c in ("study", "width", "stride", "arch", "overlap", "loss_weight", "ema", "mre", "rmse_ms", "epochs")
-            if c in table]
+    from experiments.ablations import DEFAULT  # the varied settings, named once
+
+    keep = [c for c in ("study", *DEFAULT, "mre", "rmse_ms", "epochs") if c in table]
     return markdown(table[keep]) + f"\n\nHeat map: `{path / 'window_stride.png'}`"
 
 
