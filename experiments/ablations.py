@@ -1,12 +1,13 @@
-"""ETS ablations: window width × stride, overlap averaging, the sequence model, and our two
-training changes.
+"""ETS ablations: window width × stride, overlap averaging, the sequence model, and our three
+additions to it.
 
 Why: the paper fixes W = 12, S = 4 and a Bi-LSTM; these runs show what each choice buys on the
 same data, split and budget: W ∈ {4, 8, 12, 16, 24} × S ∈ {1, 2, 3, 4, 6, 8} (S > W skipped: ops
 would fall outside every window), overlap averaging against taking each op from its first window
 only, Bi-LSTM against GRU, a transformer encoder and an MLP on the flattened window, and the
-time-share loss weights and weight averaging (``predictor.ets``) each switched off. Every point
-uses the shipped model's settings (``experiments.pretrain.ETS_SETTINGS``) otherwise.
+time-share loss weights, weight averaging and iteration-context features (``predictor.ets``,
+``predictor.features``) each switched off. Every point uses the shipped model's settings
+(``experiments.pretrain.ETS_SETTINGS``) otherwise.
 
     python -m experiments.ablations --data reports/pretrain/data --device emulated:V100
                                     [--configs 150] [--minutes 2] [--out reports/ablations]
@@ -38,7 +39,8 @@ STRIDES = (1, 2, 3, 4, 6, 8)
 ARCHS = ("lstm", "gru", "transformer", "mlp")
 
 
-DEFAULT = {"width": 12, "stride": 4, "arch": "lstm", "overlap": True, "loss_weight": "time", "ema": 0.998}
+DEFAULT = {"width": 12, "stride": 4, "arch": "lstm", "overlap": True, "loss_weight": "time", "ema": 0.998,
+           "context": True}
 
 
 def points() -> list[dict]:
@@ -47,6 +49,7 @@ def points() -> list[dict]:
     grid += [{**DEFAULT, "study": "arch", "arch": a} for a in ARCHS if a != "lstm"]
     grid.append({**DEFAULT, "study": "loss", "loss_weight": "uniform"})
     grid.append({**DEFAULT, "study": "ema", "ema": 0.0})
+    grid.append({**DEFAULT, "study": "context", "context": False})
     return grid
 
 

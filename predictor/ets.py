@@ -68,6 +68,7 @@ class TrainConfig:
     skip: bool = True  # add a linear map of each op's own features to the output (see WindowModel)
     loss_weight: str = "time"  # "time": weigh each op by its share of the iteration (see op_weights); "uniform"
     ema: float = 0.998  # exponential moving average of the weights, validated and kept (0: off)
+    context: bool = True  # the iteration-context feature columns (predictor.features; False: the ablation)
 
 
 class WindowModel(nn.Module):
@@ -235,7 +236,7 @@ def load(path: str | Path) -> EtsPredictor:
     if spec.dim != body.get("dim"):
         raise CheckpointError(f"{path}: feature spec gives {spec.dim} features but the model was built for "
                               f"{body.get('dim')}: the checkpoint was written by an incompatible version")
-    config = TrainConfig(**body["config"])
+    config = TrainConfig(**{"context": spec.context, **body["config"]})  # older checkpoints: no context columns
     model = WindowModel(spec.dim, config)
     load_weights(path, model, body["state_dict"])
     return EtsPredictor(spec, config, model, body["device"], body.get("fingerprint", ""), body.get("history"),
@@ -281,7 +282,8 @@ def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: TrainCon
     device, train_traces, val_traces = device_rows(train_traces, val_traces, device)
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
-    spec = fit_features(train_traces, top_k=config.top_k, norm=config.norm, target_transform=config.target_transform)
+    spec = fit_features(train_traces, top_k=config.top_k, norm=config.norm, target_transform=config.target_transform,
+                        context=config.context)
     model = WindowModel(spec.dim, config)
     predictor = EtsPredictor(spec, config, model, device, fingerprint(pd.concat([train_traces, val_traces])),
                              [], split)

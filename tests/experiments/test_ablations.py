@@ -18,7 +18,7 @@ def test_every_point_is_a_distinct_valid_config_and_differs_from_the_default_in_
         assert p["stride"] <= p["width"]
         changed = {k for k in DEFAULT if p[k] != DEFAULT[k]}
         allowed = {"window": {"width", "stride"}, "overlap": {"overlap"}, "arch": {"arch"},
-                   "loss": {"loss_weight"}, "ema": {"ema"}}[p["study"]]
+                   "loss": {"loss_weight"}, "ema": {"ema"}, "context": {"context"}}[p["study"]]
         assert changed <= allowed and (changed or p["study"] == "window")
 
 

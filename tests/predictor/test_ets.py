@@ -10,7 +10,8 @@ import torch
 from predictor import ets
 from predictor.dataset import split_by_family, unit_of
 from predictor.evaluate import evaluate, headline_metrics
-from predictor.features import DTYPES, OPTIMIZERS, PHASES, encode, encode_targets, fit_features, heavy_ops
+from predictor.features import (CONTEXT_COLUMNS, DTYPES, OPTIMIZERS, PHASES, encode, encode_targets, fit_features,
+                                heavy_ops, iteration_context)
 from tests.predictor.ets_data import tiny_traces
 
 FAST = dict(hidden=16, layers=2, lr=1e-2, batch_size=64, max_minutes=2.0)
@@ -44,6 +45,25 @@ def test_features_layout_and_train_only_scalers(traces):
     assert not np.allclose(x[:, -34:].mean(axis=0), 0, atol=1e-3)
     y = encode_targets(spec, train)
     assert np.allclose(y.mean(axis=0), 0, atol=1e-4) and np.allclose(y.std(axis=0), 1, atol=1e-3)
+
+
+def test_iteration_context_counts_what_came_before_in_each_segment():
+    # rows out of order on purpose; trace a: forward idx 0-1, backward idx 2, update idx 3
+    t = pd.DataFrame({"config_id": ["a", "a", "a", "a", "b", "b"], "idx": [2, 0, 1, 3, 0, 1],
+                      "phase": ["backward", "forward", "forward", "update", "forward", "backward"],
+                      "flops": [10.0, 1.0, 3.0, 5.0, 7.0, 2.0], "bytes": [4.0, 1.0, 2.0, 8.0, 1.0, 1.0]})
+    # FLOPs / bytes / ops before the op in its segment (forward | backward + update), trace totals
+    expected = [[0, 0, 0, 19, 15, 4], [0, 0, 0, 19, 15, 4], [1, 1, 1, 19, 15, 4], [10, 4, 1, 19, 15, 4],
+                [0, 0, 0, 9, 2, 2], [0, 0, 0, 9, 2, 2]]
+    assert np.allclose(np.expm1(iteration_context(t)), expected)
+
+
+def test_context_columns_extend_the_feature_vector(traces):
+    plain, with_context = fit_features(traces), fit_features(traces, context=True)
+    assert with_context.dim == plain.dim + CONTEXT_COLUMNS
+    x = encode(with_context, traces)
+    assert np.allclose(x[:, :plain.dim - 34], encode(plain, traces)[:, :plain.dim - 34])  # one-hots unchanged
+    assert np.allclose(x[:, -CONTEXT_COLUMNS:].mean(axis=0), 0, atol=1e-4)  # z-scored like the others
 
 
 def _trace(config_id: str, ops: list[tuple[str, float, float]]) -> pd.DataFrame:
@@ -145,6 +165,17 @@ def test_mismatched_checkpoints_are_refused_with_a_reason(overfit, tmp_path):
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(ets.CheckpointError, match="junk.pt.*not a readable checkpoint"):
         ets.load(tmp_path / "junk.pt")
+
+
+def test_checkpoints_from_before_the_context_columns_still_load(traces, tmp_path):
+    data = traces[traces["family"] == "squeezenet"]
+    model = ets.train(data, data, ets.TrainConfig(max_epochs=1, patience=1, context=False, **FAST), progress=False)
+    body = torch.load(model.save(tmp_path / "m.pt"), weights_only=False)
+    del body["spec"]["context"], body["config"]["context"]  # what older versions wrote
+    torch.save(body, tmp_path / "old.pt")
+    again = ets.load(tmp_path / "old.pt")
+    assert not again.spec.context and not again.config.context
+    pd.testing.assert_frame_equal(again.iteration_times(data), model.iteration_times(data))
 
 
 @pytest.mark.parametrize("arch", ["gru", "transformer", "mlp"])
