@@ -144,15 +144,13 @@ def iteration_context(traces: pd.DataFrame) -> np.ndarray:
     trace = pd.factorize(traces["config_id"])[0]
     segment = trace * 2 + (traces["phase"].to_numpy() != "forward")
     order = np.lexsort((traces["idx"].to_numpy(), segment))
-    flops = np.maximum(traces["flops"].to_numpy(np.float64), 0)
-    size = np.maximum(traces["bytes"].to_numpy(np.float64), 0)
-    out = np.empty((len(traces), CONTEXT_COLUMNS))
-    for column, values in enumerate((flops, size, np.ones(len(traces)))):
-        ordered = values[order]
-        before = pd.Series(ordered).groupby(segment[order]).cumsum().to_numpy() - ordered
-        out[order, column] = before
-        out[:, column + 3] = np.bincount(trace, values)[trace]
-    return np.log1p(out)
+    values = np.column_stack([np.maximum(traces["flops"].to_numpy(np.float64), 0),
+                              np.maximum(traces["bytes"].to_numpy(np.float64), 0), np.ones(len(traces))])
+    ordered = values[order]
+    before = np.empty_like(values)
+    before[order] = pd.DataFrame(ordered).groupby(segment[order]).cumsum().to_numpy() - ordered
+    totals = np.column_stack([np.bincount(trace, column) for column in values.T])[trace]
+    return np.log1p(np.hstack([before, totals]))
 
 
 def raw_targets(traces: pd.DataFrame, transform: str = "none") -> np.ndarray:
