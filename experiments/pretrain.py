@@ -10,9 +10,10 @@ held-out configs that cluster jobs are bound to.
                                    [--methods ets,opbased,habitat,dnnperf]
 
 Stages (each resumable: a rerun skips what exists):
-1. op sequences of the first ``--configs`` zoo configs (all kinds, stratified by family) and of
-   :data:`EXTRA_CONFIGS` (64 more LSTM configs, training side only: :func:`dataset_configs`) on
-   the meta device, in ``OUT/sequences``;
+1. op sequences of the first ``--configs`` zoo configs (all kinds, stratified by family), of
+   :data:`LLM_CONFIGS` LLM configs (held out: :func:`llm_configs`) and of :data:`EXTRA_CONFIGS`
+   (64 more LSTM configs, training side only: :func:`dataset_configs`) on the meta device, in
+   ``OUT/sequences``;
 2. each sequence emulated on every device (seeded noise), in ``OUT/data`` (one Parquet per device);
 3. the split: the test units are pinned (:func:`held_out_units`) so that every job class of the
    cluster traces (image, language, speech) has held-out configs and RandWire is held out whole
@@ -48,10 +49,30 @@ from predictor.trace_table import device_file, read_dataset, write_traces
 from predictor.zoo.registry import zoo_configs
 from traces.catalog import CATALOG_FILE, write_catalog
 
-TEST_UNITS = ["densenet", "efficientnet", "mobilenet_v3", "regnet", "randwire", "transformer:transformer_seq2seq"]
+TEST_UNITS = ["densenet", "efficientnet", "mobilenet_v3", "regnet", "randwire", "transformer:transformer_seq2seq",
+              "gpt", "opt", "bert"]
 
 
 EXTRA_CONFIGS = {"lstm": 64}
+LLM_CONFIGS = 24  # held out whole (families gpt, opt, bert): the catalog's LLM jobs
+
+
+def llm_configs(count: int = LLM_CONFIGS) -> list:
+    """``count`` configs of the LLM zoo, every model and dtype in turn (``llm.grid()`` order within
+    each), so the cluster traces' language jobs include GPT-2/GPT-3/OPT/BERT-large training."""
+    from predictor.zoo import llm
+
+    groups: dict[tuple, list] = {}
+    for c in llm.grid():
+        groups.setdefault((c.model, c.dtype), []).append(c)
+    keys = sorted(groups)
+    out = []
+    for i in range(count):
+        k, j = i % len(keys), i // len(keys)
+        group = groups[keys[k]]
+        if j < len(group):  # a different (sequence, batch) point for each model and round
+            out.append(group[(k * 7 + j * 11) % len(group)])
+    return out
 
 
 def dataset_configs(configs: int) -> tuple[list, list]:
@@ -67,7 +88,7 @@ def dataset_configs(configs: int) -> tuple[list, list]:
     extra = []
     for family, count in EXTRA_CONFIGS.items():
         extra += [c for c in every[configs:] if c.family == family][:count]
-    return every[:configs], extra
+    return every[:configs] + llm_configs(), extra
 
 
 def held_out_units(traces: pd.DataFrame, base: set[str]) -> list[str]:

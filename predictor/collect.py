@@ -20,7 +20,7 @@ from predictor.trace_table import device_file, write_traces
 from predictor.zoo.config import ModelConfig
 
 
-def _capture(config_dict: dict, device: str) -> tuple[str, pd.DataFrame | None, str | None]:
+def _capture(config_dict: dict, device: str, regime: str = "plain") -> tuple[str, pd.DataFrame | None, str | None]:
     from predictor.capture.opseq import capture
     from predictor.zoo.config import ModelConfig
 
@@ -30,22 +30,33 @@ def _capture(config_dict: dict, device: str) -> tuple[str, pd.DataFrame | None, 
             from predictor.devices.specs import load_params
             from predictor.devices.timing import emulate
 
-            return config.config_id, emulate(capture(config, "meta"), device, load_params()), None
+            return config.config_id, emulate(capture(config, "meta"), device, load_params(), regime=regime), None
         return config.config_id, capture(config, device), None
     except Exception as exc:  # recorded, never silently dropped
         return config.config_id, None, f"{type(exc).__name__}: {exc}"
 
 
+class RegimeMismatchError(ValueError):
+    """An emulated dataset that already holds traces of another measurement regime."""
+
+
 def collect(configs: list[ModelConfig], device: str, out: str | Path, *, workers: int = 1,
-            flush_every: int = 20, progress: bool = True) -> dict:
-    """Capture every config not yet in ``out``; returns counts (done, skipped, failed)."""
+            flush_every: int = 20, progress: bool = True, regime: str = "plain") -> dict:
+    """Capture every config not yet in ``out``; returns counts (done, skipped, failed). ``regime``
+    (emulated devices only): ``plain`` or ``nsys`` host times; one dataset never mixes the two."""
     from predictor.capture.opseq import recorded_device
 
     device = recorded_device(device)  # also rejects unknown emulated GPU types before any work
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     existing = device_file(out, device)
-    done_ids = set(pd.read_parquet(existing, columns=["config_id"])["config_id"]) if existing.exists() else set()
+    done = pd.read_parquet(existing, columns=["config_id", "source"]) if existing.exists() else None
+    if done is not None and device.startswith("emulated:"):
+        other = sorted({s.split(" regime")[0].split("(")[-1] for s in done["source"] if f"({regime} regime" not in s})
+        if other:
+            raise RegimeMismatchError(f"{existing}: holds {device} traces of the {', '.join(other)} regime, not {regime}; "
+                                      "collect into another --out")
+    done_ids = set(done["config_id"]) if done is not None else set()
     todo = [c for c in configs if c.config_id not in done_ids]
     failures = out / "failures.jsonl"
     pending: list[pd.DataFrame] = []
@@ -71,11 +82,11 @@ def collect(configs: list[ModelConfig], device: str, out: str | Path, *, workers
     try:
         if workers <= 1:
             for config in todo:
-                handle(*_capture(config.to_dict(), device))
+                handle(*_capture(config.to_dict(), device, regime))
                 bar.update(1)
         else:
             with ProcessPoolExecutor(max_workers=workers) as pool:
-                futures = [pool.submit(_capture, c.to_dict(), device) for c in todo]
+                futures = [pool.submit(_capture, c.to_dict(), device, regime) for c in todo]
                 for future in as_completed(futures):
                     handle(*future.result())
                     bar.update(1)

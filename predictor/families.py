@@ -30,6 +30,11 @@ _FAMILIES: tuple[tuple[str, str], ...] = (
     ("vgg", r"vgg"),
     ("vit", r"vit"),
     ("randwire", r"randwire"),
+    # the LLM zoo's models (predictor/zoo/llm.py) by their zoo and NeuSight names, anchored, so
+    # that other "bert..." / "gpt..." names (bert_base_squad, imported traces) stay "transformer"
+    ("gpt", r"(gpt2_(medium|med|large|xl)|gpt3_(xl|2\.7b|27))$"),
+    ("opt", r"opt_(1\.3b|13)$"),
+    ("bert", r"bert_large$"),
     ("transformer", r"transformer|bert|gpt"),
     ("lstm", r"lstm"),
 )
@@ -47,12 +52,13 @@ def family_of(model: str) -> str:
 
 
 JOB_CLASSES = ("image", "language", "speech")
+LANGUAGE_FAMILIES = ("transformer", "gpt", "opt", "bert")
 
 
 def job_class(family: str, model: str) -> str:
     """The job class a cluster trace's job may be bound to: speech (LSTM speech models),
-    language (transformers, LSTM language models) or image (everything else: the vision families
-    and RandWire)."""
+    language (transformers and the LLM families, LSTM language models) or image (everything
+    else: the vision families and RandWire)."""
     if family == "lstm":
         return "speech" if "speech" in model else "language"
-    return "language" if family == "transformer" else "image"
+    return "language" if family in LANGUAGE_FAMILIES else "image"

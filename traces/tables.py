@@ -85,7 +85,9 @@ def truth_table(sequences: pd.DataFrame, gpu_types: list[str]) -> IterationTimeT
             parts.append(_seconds(truth, gpu, "true_us"))
         return pd.concat(parts, ignore_index=True)
 
-    return _cached(f"truth-{_digest(configs, keys, params.version, len(sequences))}", build,
+    from predictor.devices.timing import emulator_fingerprint
+
+    return _cached(f"truth-{_digest(configs, keys, emulator_fingerprint(params), len(sequences))}", build,
                    f"truth: emulated {', '.join(types)} (params {params.version})")
 
 
@@ -126,5 +128,7 @@ def method_table(method: str, sequences: pd.DataFrame, gpu_types: list[str],
             parts.append(_seconds(model.iteration_times(traces), gpu, "pred_us"))
         return pd.concat(parts, ignore_index=True)
 
-    return _cached(f"{method}-{_digest(*files, configs, keys, params.version, len(sequences))}", build,
+    from predictor.devices.timing import emulator_fingerprint
+
+    return _cached(f"{method}-{_digest(*files, configs, keys, emulator_fingerprint(params), len(sequences))}", build,
                    f"{method}: pretrained checkpoints in {directory}")

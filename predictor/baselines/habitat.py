@@ -56,8 +56,7 @@ peak for every dtype (no tensor-core or FP64 rates), and the MLP sees a device o
 4 features, so it extrapolates poorly to GPUs far from those it was trained on.
 
 The iteration time is the sum over ops, as in Habitat. Device constants: peak FP32 TFLOPS and
-memory bandwidth from :data:`predictor.devices.specs.SPEC_SHEETS`; SMs, boost clock and memory
-size from :data:`GPU_EXTRAS`. Device names resolve through :func:`predictor.devices.specs.device_key`
+memory bandwidth, SMs, boost clock and memory size from :data:`predictor.devices.specs.SPEC_SHEETS`. Device names resolve through :func:`predictor.devices.specs.device_key`
 ("emulated:T4", "T4", "Tesla T4", the ETS import's "2080Ti" all work), so a model trained on
 emulated traces predicts real ones, and the simulator can predict a GPU a config was never
 measured on from its source trace alone.
@@ -90,18 +89,6 @@ N_ONEHOT = len(GROUPS) + len(PHASES) + len(DTYPES)
 N_CONTINUOUS = 3 + MAX_PARAMS + 4  # batch, flops, bytes, params, 4 device features
 N_FEATURES = N_ONEHOT + N_CONTINUOUS
 
-# SMs, boost clock (MHz), memory (GB) from the vendors' spec sheets / architecture whitepapers,
-# the same parts as SPEC_SHEETS: K80 one GK210 die (13 SMX, 875 MHz boost, 12 of the board's
-# 24 GB); P100 SXM2 (56 SMs, 1480 MHz, 16 GB); P40 (30, 1531, 24); T4 (40, 1590, 16); V100 SXM2
-# (80, 1530, 16); RTX 2080 Ti reference (68, 1545, 11); Quadro RTX 6000 (72, 1770, 24);
-# RTX 3080 Ti (80, 1665, 12); A100 SXM4 40 GB (108, 1410, 40); H100 SXM5 (132, 1980, 80).
-# Check: SMs × FP32 lanes per SM × 2 × clock reproduces each SPEC_SHEETS FP32 peak.
-GPU_EXTRAS: dict[str, tuple[int, float, float]] = {
-    "K80": (13, 875.0, 12.0), "P100": (56, 1480.0, 16.0), "P40": (30, 1531.0, 24.0),
-    "T4": (40, 1590.0, 16.0), "V100": (80, 1530.0, 16.0), "RTX2080Ti": (68, 1545.0, 11.0),
-    "RTX6000": (72, 1770.0, 24.0), "RTX3080Ti": (80, 1665.0, 12.0), "A100": (108, 1410.0, 40.0),
-    "H100": (132, 1980.0, 80.0),
-}
 _VENDOR_WORDS = re.compile(r"\b(nvidia|tesla|geforce|quadro)\b", re.IGNORECASE)
 
 
@@ -145,9 +132,8 @@ def _key(name: str) -> str:
 def gpu(name: str) -> Gpu:
     """The device constants of a GPU name; ValueError naming it and the known ones when unknown."""
     key = _key(name)
-    sms, clock, memory = GPU_EXTRAS[key]
     sheet = SPEC_SHEETS[key]
-    return Gpu(key, sms, clock, memory, sheet.mem_gbs, sheet.fp32_tflops)
+    return Gpu(key, sheet.sms, sheet.clock_mhz, sheet.mem_gb, sheet.mem_gbs, sheet.fp32_tflops)
 
 
 def kernel_group(op: str) -> str | None:
@@ -158,7 +144,7 @@ def kernel_group(op: str) -> str | None:
     if cls == "lstm":
         return "lstm"
     if cls == "matmul":
-        return "bmm" if re.search(r"bmm|matmul", op.lower()) else "linear"
+        return "bmm" if re.search(r"bmm|matmul|scaled_dot_product|scaleddotproduct", op.lower()) else "linear"
     return None
 
 

@@ -9,6 +9,13 @@ Conventions (documented so that the numbers can be checked):
   with a bias); backward computes grad-input and grad-weight, each as costly as the forward: 2x.
 * matmul family (linear, addmm, mm, bmm, matmul, baddbmm): forward = 2 * numel(output) * K (K the
   contracted size; + numel(output) with a bias); backward = 2x forward (grad of both operands).
+  ``scaled_dot_product_attention`` (fused attention) is in this family: its two GEMMs plus the
+  softmax (:func:`attention_flops`); its fused backward 2x that.
+  A captured matmul backward op (:mod:`predictor.capture.profile`) is instead costed from the
+  GEMMs autograd ran for it: FLOPs = sum of 2*M*N*K over them (two, grad-input and grad-weight, so
+  2x forward without the bias term; one when only one operand needs a gradient), bytes = the sum
+  of their compulsory traffic, and its input_shapes list their operand pairs in execution order,
+  ``[[M,K],[K,N],[M2,K2],[K2,N2]]`` (bmm: ``[B,M,K],[B,K,N]``).
 * normalisation (batch/layer/group/instance norm): 5 FLOPs per input element forward (mean,
   variance, normalise, scale, shift), 8 backward.
 * pooling: numel(output) * kernel elements forward (adaptive: numel(input)); backward numel(input).
@@ -35,7 +42,7 @@ Shape = Sequence[int]
 _CLASSES: tuple[tuple[str, str], ...] = (
     ("lstm", r"lstm|rnnlayer"),
     ("conv", r"conv"),
-    ("matmul", r"linear|addmm|^mm$|bmm|matmul|^addmv|^mv$|^dot$"),
+    ("matmul", r"linear|addmm|^mm$|bmm|matmul|^addmv|^mv$|^dot$|scaleddotproduct"),
     ("norm", r"batchnorm|layernorm|groupnorm|instancenorm|nativenorm"),
     ("pool", r"pool"),
     ("softmax", r"softmax|crossentropy|nllloss"),
@@ -71,6 +78,9 @@ def flops(op: str, inputs: Sequence[Shape], outputs: Sequence[Shape], backward: 
         weight = inputs[1]
         fwd = 2.0 * numel(outputs[0]) * numel(weight[1:]) + (numel(outputs[0]) if args.get("bias") else 0)
         return 2 * fwd if backward else fwd
+    if cls == "matmul" and "scaled_dot_product" in op.lower():
+        fwd = attention_flops(inputs)
+        return 2 * fwd if backward else fwd
     if cls == "matmul":
         contracted = _contracted(op, inputs)
         fwd = 2.0 * numel(outputs[0]) * contracted + (numel(outputs[0]) if args.get("bias") else 0)
@@ -93,6 +103,14 @@ def flops(op: str, inputs: Sequence[Shape], outputs: Sequence[Shape], backward: 
         return 0.0
     base = op.lower().removeprefix("aten::").strip("_").split("_")[0]
     return (2.0 if backward else float(_ELEMENTWISE_COST.get(base, 1))) * out
+
+
+def attention_flops(inputs: Sequence[Shape]) -> float:
+    """``scaled_dot_product_attention(q, k, v)``, q (..., S, d), k and v (..., S_k, d): the two
+    GEMMs q·kᵀ and p·v (2 · numel(q) · S_k each) plus a softmax over the scores (5 per score)."""
+    q, k = inputs[0], inputs[1]
+    scores = numel(q[:-1]) * int(k[-2])
+    return 2.0 * 2 * numel(q) * int(k[-2]) + 5.0 * scores
 
 
 def bytes_moved(inputs: Sequence[Shape], outputs: Sequence[Shape], element_size: int) -> float:

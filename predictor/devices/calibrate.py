@@ -1,32 +1,40 @@
-"""Fit every emulated device to measured iteration times and report the fit error honestly.
+"""Fit every emulated device's host side to measured iteration times and report the fit error
+honestly.
 
-Why: an emulated GPU is only as good as its agreement with real ones. The targets are
-(a) iteration-level measurements (:mod:`predictor.devices.measurements`: Gavel K80/P100/V100,
-Sia/Pollux T4/V100/A100/RTX6000/RTX2080Ti), whose workloads the zoo rebuilds, and (b) the real
-ETS execution traces (T4, 2080Ti), each one iteration of a torchvision model, whose iteration
-time is Σ(kernel + gap) and whose per-op host durations give the host cost table.
+Why: an emulated GPU is only as good as its agreement with real ones. Kernel times come from the
+learned kernel model (:mod:`predictor.devices.kernels`, fitted on real kernels and validated
+leave-one-GPU-out on its own); what is left to fit is the host side of the timeline — how fast the
+framework issues ops, which decides the gaps — and, for wall-clock sources, the step time outside
+the execution trace. Targets:
+
+* **plain** regime (no profiler): Gavel K80/P100/V100 and Sia/Pollux T4/V100/A100/RTX6000/
+  RTX2080Ti step times, SPREAD T4/RTX2080Ti per-iteration times, NeuSight A100-80GB/V100
+  transformer iterations (forward + backward only: NeuSight's times exclude the optimizer step);
+* **nsys** regime: the real ETS T4 and 2080Ti traces (Nsight Systems with per-op NVTX ranges,
+  which slows the host), whose iteration time is Σ(kernel + gap) and whose per-op host durations
+  give the host cost table.
 
 Procedure:
 
 1. Host costs: median measured host duration (``cpu_us``) of the real ETS T4 ops per phase and
    op class (classes with fewer than 20 ops fall back to the phase median, "default").
-2. Op sequences of every target's config on the meta device (cached in a Parquet file).
+2. Op sequences of every target's config on the meta device (cached in a Parquet file); learned
+   kernel times per target, once (they depend on the spec sheet only).
 3. Per device, least squares on log(predicted / measured) over its targets. Free parameters: the
    fitted fields of :class:`~predictor.devices.specs.DeviceSpec` (in log space, with a weak
-   prior pulling them towards the priors so that a device with few targets stays sane), and one
-   step overhead per (device, measurement source): the time Gavel's and Sia's step times spend
-   outside the execution trace (input pipeline, copies, loss read-out). ETS targets have none:
-   their iteration time is the trace itself. The host belongs to the measurement, not to the
-   GPU: the device's ``host_scale`` is that of its primary source (the one with most targets:
-   the ETS machine for T4 and 2080Ti), and each other source gets its own host multiplier
-   (weak prior at 1), reported with the overheads.
-4. Leave-one-model-out: refit without each workload in turn and predict it; per device the
-   median and mean absolute relative error, in-sample and held-out.
+   prior pulling them towards the priors so that a device with few targets stays sane; the
+   roofline fields only price the op classes the kernel model does not cover, LSTM and
+   embedding), one step overhead per wall-clock source (Gavel, Sia, SPREAD: input pipeline,
+   copies, loss read-out), for SPREAD (DistributedDataParallel over gloo even on one GPU) a
+   gradient all-reduce cost per GB of gradients, and one host multiplier per source other than the device's primary
+   one (the plain source with most targets), weak prior at 1. For ETS that multiplier is the nsys
+   regime's host slow-down; its geometric mean over the GPUs measured both ways is
+   ``nsys_host_factor``.
+4. Leave-one-model-out: refit without every target of one model (all sources, all batches) and
+   predict them; per device and per source the median and mean absolute relative error.
 5. Op level (ETS traces): per file, the kernel time summed per (phase, op class), emulated
-   versus real, for the classes where both list the same number of kernel-running ops; these
-   log-ratios are also residuals of the fit (step 3), so the kernel model is pinned by per-op
-   data, not only by iteration totals. Rows do not map one to one — the ETS files miss most
-   backward linear rows and some others (their README) — so classes are compared, not rows.
+   versus real, for the classes where both list the same number of kernel-running ops (a check of
+   the kernel model inside whole iterations, reported, not fitted).
 """
 
 from __future__ import annotations
@@ -40,21 +48,23 @@ import pandas as pd
 from scipy.optimize import least_squares
 from tqdm import tqdm
 
-from predictor.capture.costs import OP_CLASSES, op_class
-from predictor.devices.measurements import load_measurements, workload_config
+from predictor.capture.costs import op_class
+from predictor.devices import kernels as kernel_model
+from predictor.devices.measurements import SOURCES, load_measurements, workload_config
 from predictor.devices.specs import FITTED_FIELDS, DeviceParams, DeviceSpec, SPEC_SHEETS, prior_params
-from predictor.devices.timing import OpArrays, class_factors, host_us, kernel_us, timeline
+from predictor.devices.timing import OpArrays, host_us, kernel_us, learned_us, timeline
 from predictor.zoo.config import ModelConfig
 
 PRIOR_WEIGHT = 1.0  # residual weight of log(param / prior): a factor e (2.7x) off the prior costs as much as 100 % error
 MIN_CLASS_OPS = 20
 BOUNDS = {"compute_eff": (0.02, 2.0), "compute_half_mflop": (0.001, 1e4), "tensor_eff": (0.02, 1.0), "memory_eff": (0.02, 1.0),
-          "memory_half_kb": (0.1, 1e5), "kernel_latency_us": (0.3, 60.0), "host_scale": (0.05, 20.0)}
+          "memory_half_kb": (0.1, 1e5), "kernel_latency_us": (0.3, 60.0), "host_scale": (0.05, 20.0),
+          "gemm_scale": (0.2, 5.0), "half_gemm_scale": (0.2, 5.0)}
 ETS_DEVICES = {"T4": "T4", "2080Ti": "RTX2080Ti"}
-# the reference classes: their efficiency is the device's own (compute_eff, memory_eff), so the
-# per-class factors of the others are identifiable
-REFERENCE_CLASSES = ("conv", "elementwise")
-FREE_CLASSES = tuple(c for c in OP_CLASSES if c not in REFERENCE_CLASSES)
+WALL_CLOCK = ("gavel", "sia", "spread")  # step times of a training loop: pay time outside the trace
+DDP_SOURCES = ("spread",)  # DistributedDataParallel (gloo) even on one GPU: a gradient all-reduce per step
+NSYS_SOURCES = ("ets",)
+ALL_PHASES = ("forward", "backward", "update")
 
 
 @dataclass
@@ -63,15 +73,28 @@ class Target:
 
     source: str
     device: str
-    workload: str  # the leave-one-model-out group
+    workload: str  # the measurement's workload name (source specific)
     config: ModelConfig
     seconds: float
     origin: str
     real_classes: dict[tuple[str, str], tuple[int, float]] | None = None  # ETS: (phase, class) -> (ops, µs)
+    phases: tuple[str, ...] = ALL_PHASES  # the phases the measurement covers (NeuSight: no update)
     ops: OpArrays | None = None
     host_base: np.ndarray | None = field(default=None, repr=False)
+    learned: np.ndarray | None = field(default=None, repr=False)
+    phase_mask: np.ndarray | None = field(default=None, repr=False)
+    grad_gb: float = 0.0  # gradient bytes per step (GB): what DDP synchronises
     class_masks: list[np.ndarray] = field(default_factory=list, repr=False)
     class_real_us: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def regime(self) -> str:
+        return "nsys" if self.source in NSYS_SOURCES else "plain"
+
+    @property
+    def model(self) -> str:
+        """The leave-one-model-out group: the zoo model, whatever source measured it."""
+        return str(getattr(self.config, "model", self.workload))
 
 
 def host_table(ets_traces: pd.DataFrame) -> dict[str, dict[str, float]]:
@@ -123,11 +146,18 @@ def op_sequences(configs: list[ModelConfig], cache: Path | None, progress: bool 
     return out
 
 
-def attach(targets: list[Target], sequences: dict[str, pd.DataFrame], host: dict) -> None:
+def attach(targets: list[Target], sequences: dict[str, pd.DataFrame], host: dict,
+           model: "kernel_model.KernelModel | None" = None) -> None:
+    """Precompute what the fit evaluates many times: op arrays, unscaled host costs, the learned
+    kernel times on the target's device (``model`` None: roofline only), comparable ETS classes."""
     unit = DeviceSpec("unit", 1, 0, 1, 1, "")  # host_scale 1: the unscaled host cost
     for t in targets:
         t.ops = OpArrays.from_trace(sequences[t.config.config_id])
         t.host_base = host_us(t.ops, host, unit)
+        t.learned = learned_us(t.ops, SPEC_SHEETS[t.device], model) if model is not None else None
+        t.phase_mask = np.isin(t.ops.phase, t.phases)
+        seq = sequences[t.config.config_id]
+        t.grad_gb = float(seq.loc[seq["op"] == "AccumulateGrad", "bytes"].sum()) / 2 / 1e9  # read + write counted
         t.class_masks, real = [], []
         for (phase, cls), (n, us) in (t.real_classes or {}).items():
             mask = (t.ops.phase == phase) & (t.ops.op_class == cls) & (t.ops.kernels > 0)
@@ -137,27 +167,38 @@ def attach(targets: list[Target], sequences: dict[str, pd.DataFrame], host: dict
         t.class_real_us = np.array(real)
 
 
-def measured_targets(calibration_dir: str | Path) -> list[Target]:
-    """One target per iteration-level measurement (Gavel, Sia), its workload rebuilt by the zoo."""
-    table = load_measurements(calibration_dir)
-    return [Target(r.source, r.device, r.workload, workload_config(r.workload, int(r.batch)), float(r.seconds),
-                   r.origin) for r in table.itertuples()]
+def measured_targets(calibration_dir: str | Path, sources: tuple[str, ...] = SOURCES) -> list[Target]:
+    """One target per iteration-level measurement (Gavel, Sia, SPREAD, NeuSight), its workload
+    rebuilt by the zoo."""
+    table = load_measurements(calibration_dir, sources)
+    out = []
+    for r in table.itertuples():
+        seq = getattr(r, "seq", None)
+        size = int(seq) if seq is not None and not pd.isna(seq) else None
+        phases = ("forward", "backward") if r.source == "neusight" else ALL_PHASES
+        out.append(Target(r.source, r.device, r.workload, workload_config(r.workload, int(r.batch), size),
+                          float(r.seconds), r.origin, phases=phases))
+    return out
 
 
 def predict_seconds(spec: DeviceSpec, targets: list[Target], overhead_ms: dict[str, float],
-                    factors: np.ndarray, class_ratios: list | None = None,
-                    host_mult: dict[str, float] | None = None) -> np.ndarray:
+                    factors: np.ndarray | None = None, class_ratios: list | None = None,
+                    host_mult: dict[str, float] | None = None, sync_ms_per_gb: dict[str, float] | None = None,
+                    ) -> np.ndarray:
     """Predicted seconds per target; appends log(emulated / real) of ETS class sums to
     ``class_ratios`` when given. ``host_mult``: the host speed of a measurement source relative
-    to the device's own (``spec.host_scale``), for sources other than the device's primary one."""
+    to the device's own (``spec.host_scale``), for sources other than the device's primary one;
+    ``sync_ms_per_gb``: a DDP source's gradient all-reduce cost per GB of gradients."""
     out = np.empty(len(targets))
     for i, t in enumerate(targets):
-        d = kernel_us(t.ops, spec, factors)
+        d = kernel_us(t.ops, spec, factors, t.learned)
         scale = spec.host_scale * (host_mult or {}).get(t.source, 1.0)
         _, gap = timeline(d, t.host_base * scale, t.ops.sync_after)
-        out[i] = (d.sum() + gap.sum()) / 1e6 + overhead_ms.get(t.source, 0.0) / 1e3
+        m = t.phase_mask if t.phase_mask is not None else slice(None)
+        out[i] = ((d[m].sum() + gap[m].sum()) / 1e6 + overhead_ms.get(t.source, 0.0) / 1e3
+                  + (sync_ms_per_gb or {}).get(t.source, 0.0) * t.grad_gb / 1e3)
         if class_ratios is not None and t.class_masks:
-            emulated = np.array([d[m].sum() for m in t.class_masks])
+            emulated = np.array([d[mask].sum() for mask in t.class_masks])
             class_ratios.append(np.log(emulated / t.class_real_us))
     return out
 
@@ -166,63 +207,59 @@ def predict_seconds(spec: DeviceSpec, targets: list[Target], overhead_ms: dict[s
 class DeviceFit:
     spec: DeviceSpec
     overhead_ms: dict[str, float]
-    class_eff: dict[str, float]
     cost: float
     primary: str = ""
     host_mult: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def factors(self) -> np.ndarray:
-        return class_factors(self.class_eff)
+    sync_ms_per_gb: dict[str, float] = field(default_factory=dict)
 
     def predict(self, targets: list[Target], class_ratios: list | None = None) -> np.ndarray:
-        return predict_seconds(self.spec, targets, self.overhead_ms, self.factors, class_ratios, self.host_mult)
+        return predict_seconds(self.spec, targets, self.overhead_ms, None, class_ratios, self.host_mult,
+                               self.sync_ms_per_gb)
 
 
 def primary_source(targets: list[Target]) -> str:
-    """The source whose host the device's ``host_scale`` describes: the one with most targets."""
+    """The source whose host the device's ``host_scale`` describes: the plain-regime source with
+    most targets (an nsys source only when the device has no other)."""
     counts: dict[str, int] = {}
     for t in targets:
         counts[t.source] = counts.get(t.source, 0) + 1
-    return max(sorted(counts), key=lambda s: counts[s])
+    plain = [s for s in counts if s not in NSYS_SOURCES] or list(counts)
+    return max(sorted(plain), key=lambda s: counts[s])
 
 
-def fit_device(prior: DeviceSpec, targets: list[Target], class_eff: dict[str, float] | None = None) -> DeviceFit:
-    """Least-squares fit of one device's parameters (see the module docstring, step 3). With
-    ``class_eff`` None the per-class efficiencies are fitted too (on ETS op-level targets)."""
+def fit_device(prior: DeviceSpec, targets: list[Target]) -> DeviceFit:
+    """Least-squares fit of one device's parameters (see the module docstring, step 3)."""
     primary = primary_source(targets)
-    sources = sorted({t.source for t in targets if t.source != "ets"})
+    sources = sorted({t.source for t in targets if t.source in WALL_CLOCK})
+    ddp = sorted({t.source for t in targets if t.source in DDP_SOURCES})
     others = sorted({t.source for t in targets} - {primary})
-    free_classes = class_eff is None
     n_dev = len(FITTED_FIELDS)
-    n_cls = len(FREE_CLASSES) if free_classes else 0
     n_host = len(others)
-    x0 = np.concatenate([np.log([getattr(prior, f) for f in FITTED_FIELDS]), np.zeros(n_cls + n_host)])
-    lo = np.array([math.log(BOUNDS[f][0]) for f in FITTED_FIELDS] + [math.log(0.05)] * (n_cls + n_host)
-                  + [0.0] * len(sources))
-    hi = np.array([math.log(BOUNDS[f][1]) for f in FITTED_FIELDS] + [math.log(20.0)] * (n_cls + n_host)
-                  + [2000.0] * len(sources))
-    x_start = np.concatenate([np.clip(x0, lo[:len(x0)] + 1e-9, hi[:len(x0)] - 1e-9), np.full(len(sources), 1.0)])
+    n_lin = len(sources)
+    x0 = np.concatenate([np.log([getattr(prior, f) for f in FITTED_FIELDS]), np.zeros(n_host)])
+    lo = np.array([math.log(BOUNDS[f][0]) for f in FITTED_FIELDS] + [math.log(0.05)] * n_host
+                  + [0.0] * (n_lin + len(ddp)))
+    hi = np.array([math.log(BOUNDS[f][1]) for f in FITTED_FIELDS] + [math.log(50.0)] * n_host
+                  + [2000.0] * n_lin + [5000.0] * len(ddp))
+    x_start = np.concatenate([np.clip(x0, lo[:len(x0)] + 1e-9, hi[:len(x0)] - 1e-9), np.full(n_lin + len(ddp), 1.0)])
     measured = np.array([t.seconds for t in targets])
 
     def unpack(x: np.ndarray) -> DeviceFit:
         spec = prior.with_fitted(dict(zip(FITTED_FIELDS, np.exp(x[:n_dev]))), "fit")
-        classes = ({c: 1.0 for c in REFERENCE_CLASSES} | dict(zip(FREE_CLASSES, np.exp(x[n_dev:n_dev + n_cls])))
-                   if free_classes else class_eff)
-        host = dict(zip(others, np.exp(x[n_dev + n_cls:len(x0)])))
-        return DeviceFit(spec, dict(zip(sources, x[len(x0):])), classes, 0.0, primary, host)
+        host = dict(zip(others, np.exp(x[n_dev:len(x0)])))
+        lin = x[len(x0):]
+        return DeviceFit(spec, dict(zip(sources, lin[:n_lin])), 0.0, primary, host, dict(zip(ddp, lin[n_lin:])))
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        ratios: list[np.ndarray] = []
-        pred = unpack(x).predict(targets, ratios)
-        return np.concatenate([np.log(pred / measured), *ratios, PRIOR_WEIGHT * (x[:len(x0)] - x0)])
+        pred = unpack(x).predict(targets)
+        return np.concatenate([np.log(pred / measured), PRIOR_WEIGHT * (x[:len(x0)] - x0)])
 
     result = least_squares(residuals, x_start, bounds=(lo, hi), x_scale=1.0, max_nfev=400)
     fit = unpack(result.x)
     fit.cost = float(result.cost)
     fit.overhead_ms = {k: round(float(v), 3) for k, v in fit.overhead_ms.items()}
-    fit.class_eff = {k: round(float(v), 4) for k, v in fit.class_eff.items()}
     fit.host_mult = {k: round(float(v), 4) for k, v in fit.host_mult.items()}
+    fit.sync_ms_per_gb = {k: round(float(v), 3) for k, v in fit.sync_ms_per_gb.items()}
     return fit
 
 
@@ -231,17 +268,20 @@ def relative_errors(fit: DeviceFit, targets: list[Target]) -> np.ndarray:
     return np.abs(pred - np.array([t.seconds for t in targets])) / np.array([t.seconds for t in targets])
 
 
-def leave_one_model_out(prior: DeviceSpec, targets: list[Target],
-                        class_eff: dict[str, float]) -> dict[str, np.ndarray]:
-    """Held-out relative errors per workload (refit without it; its source overhead is kept only
-    when other workloads of that source remain, else the held-out points get none)."""
-    out = {}
-    for workload in sorted({t.workload for t in targets}):
-        train = [t for t in targets if t.workload != workload]
-        test = [t for t in targets if t.workload == workload]
+def leave_one_model_out(prior: DeviceSpec, targets: list[Target]) -> dict[str, np.ndarray]:
+    """Held-out signed relative errors (pred / measured − 1) per target, keyed by origin: each
+    model refit without all its targets. A held-out source's step overhead and host multiplier
+    are kept only when other models of that source remain; else it gets none (0 ms, 1)."""
+    out: dict[str, float] = {}
+    for model in sorted({t.model for t in targets}):
+        train = [t for t in targets if t.model != model]
+        test = [t for t in targets if t.model == model]
         if not train:
             continue
-        out[workload] = relative_errors(fit_device(prior, train, class_eff), test)
+        fit = fit_device(prior, train)
+        pred = fit.predict(test)
+        for t, p in zip(test, pred):
+            out[t.origin] = float(p / t.seconds - 1)
     return out
 
 
@@ -253,46 +293,63 @@ def class_errors(fit: DeviceFit, targets: list[Target]) -> np.ndarray:
 
 
 def _summary(errors: np.ndarray) -> dict[str, float]:
+    errors = np.abs(np.asarray(errors, dtype=float))
     return {"median": round(float(np.median(errors)), 4), "mean": round(float(np.mean(errors)), 4),
             "n": int(len(errors))}
 
 
 def calibrate(targets: list[Target], sequences: dict[str, pd.DataFrame], host: dict, *, lomo: bool = True,
-              progress: bool = True, version: str = "fit", class_device: str = "T4") -> tuple[DeviceParams, dict]:
+              progress: bool = True, version: str = "fit",
+              model: "kernel_model.KernelModel | None" = None) -> tuple[DeviceParams, dict]:
     """Fit every device that has targets; returns the parameters and the report (JSON-able).
-
-    The per-class efficiencies are fitted first, together with ``class_device`` (the device with
-    real per-op traces), then held fixed for every device, that one included.
-    """
-    attach(targets, sequences, host)
+    ``report["lomo_errors"]`` holds every target's held-out signed error (for the validation
+    report); ``report["devices"][d]["lomo_by_source"]`` its summary per source."""
+    attach(targets, sequences, host, model)
     by_device: dict[str, list[Target]] = {}
     for t in targets:
         by_device.setdefault(t.device, []).append(t)
-    class_eff = {c: 1.0 for c in OP_CLASSES}
-    if any(t.class_masks for t in by_device.get(class_device, [])):
-        class_eff = fit_device(SPEC_SHEETS[class_device], by_device[class_device]).class_eff
     devices = dict(prior_params().devices)
-    report: dict = {"host_us": host, "class_eff": class_eff, "class_eff_from": class_device, "devices": {}}
+    report: dict = {"host_us": host, "devices": {}, "lomo_errors": []}
     fits: dict[str, DeviceFit] = {}
+    nsys = []
     for name in tqdm(sorted(by_device), desc="calibrate", unit="device", disable=not progress):
         group = by_device[name]
-        fit = fits[name] = fit_device(SPEC_SHEETS[name], group, class_eff)
+        fit = fits[name] = fit_device(SPEC_SHEETS[name], group)
         sources = sorted({t.source for t in group})
         devices[name] = fit.spec.with_fitted({}, f"{len(group)} targets: " + ", ".join(sources)
                                              + f"; host of {fit.primary}")
-        entry = {"targets": len(group), "workloads": len({t.workload for t in group}), "sources": sources,
+        if "ets" in fit.host_mult:
+            nsys.append(fit.host_mult["ets"])
+        in_sample = fit.predict(group) / np.array([t.seconds for t in group]) - 1
+        entry = {"targets": len(group), "models": len({t.model for t in group}), "sources": sources,
                  "step_overhead_ms": fit.overhead_ms, "host_source": fit.primary, "host_mult": fit.host_mult,
-                 "in_sample": _summary(relative_errors(fit, group)),
-                 "params": {f: round(getattr(fit.spec, f), 5) for f in FITTED_FIELDS}}
+                 "ddp_sync_ms_per_gb": fit.sync_ms_per_gb,
+                 "in_sample": _summary(in_sample), "params": {f: round(getattr(fit.spec, f), 5) for f in FITTED_FIELDS}}
         if lomo:
-            held = leave_one_model_out(SPEC_SHEETS[name], group, class_eff)
-            entry["lomo"] = _summary(np.concatenate(list(held.values()))) if held else None
-            entry["lomo_by_workload"] = {k: round(float(np.median(v)), 4) for k, v in held.items()}
+            held = leave_one_model_out(SPEC_SHEETS[name], group)
+            entry["lomo"] = _summary(list(held.values())) if held else None
+            entry["lomo_by_source"] = {s: _summary([held[t.origin] for t in group if t.source == s and t.origin in held])
+                                       for s in sources if any(t.source == s and t.origin in held for t in group)}
+            for t, p in zip(group, fit.predict(group)):
+                if t.origin in held:
+                    report["lomo_errors"].append({
+                        "device": name, "source": t.source, "model": t.model, "workload": t.workload,
+                        "config_id": t.config.config_id, "origin": t.origin, "measured_s": t.seconds,
+                        "predicted_s": t.seconds * (1 + held[t.origin]), "in_sample_s": float(p)})
         errs = class_errors(fit, group)
         entry["ets_op_class"] = _summary(errs) if len(errs) else None
         report["devices"][name] = entry
     report["ratios"] = ratio_table(targets, fits)
-    params = DeviceParams(devices, host, class_eff, version, "fitted by predictor.devices.calibrate")
+    if fits:  # GPUs without measured iterations get the calibrated GPUs' median host and scales
+        typical = {f: float(np.median([getattr(fit.spec, f) for fit in fits.values()])) for f in FITTED_FIELDS}
+        for name in devices:
+            if name not in fits:
+                devices[name] = devices[name].with_fitted(
+                    typical, f"no measured iterations: median of {len(fits)} calibrated devices")
+    nsys_factor = float(np.exp(np.mean(np.log(nsys)))) if nsys else 1.0
+    report["nsys_host_factor"] = round(nsys_factor, 4)
+    params = DeviceParams(devices, host, {}, version, "fitted by predictor.devices.calibrate",
+                          round(nsys_factor, 4))
     return params, report
 
 
@@ -319,14 +376,14 @@ def ratio_table(targets: list[Target], fits: dict[str, DeviceFit]) -> list[dict]
 
 def report_markdown(report: dict) -> str:
     """The calibration tables (the closing note's and README's)."""
-    lines = ["| device | targets | workloads | in-sample median / mean | leave-one-model-out median / mean "
+    lines = ["| device | targets | models | in-sample median / mean | leave-one-model-out median / mean "
              "| ETS per-op-class median | step overhead ms |",
              "|---|---:|---:|---:|---:|---:|---|"]
     for name, e in report["devices"].items():
         lomo = e.get("lomo")
         ets = e.get("ets_op_class")
         lines.append(
-            f"| emulated:{name} | {e['targets']} | {e['workloads']} | "
+            f"| emulated:{name} | {e['targets']} | {e['models']} | "
             f"{e['in_sample']['median']:.1%} / {e['in_sample']['mean']:.1%} | "
             + (f"{lomo['median']:.1%} / {lomo['mean']:.1%}" if lomo else "–") + " | "
             + (f"{ets['median']:.1%} (n={ets['n']})" if ets else "–") + " | "
@@ -341,3 +398,18 @@ def report_markdown(report: dict) -> str:
         lines += [f"| {r['source']} | {r['workload']} | {r['batch']} | {r['a']} / {r['b']} | {r['measured']:.3f} | "
                   f"{r['emulated']:.3f} |" for r in wrong]
     return "\n".join(lines)
+
+
+def load_targets(calibration_dir: Path, ets_dir: Path) -> tuple[list[Target], list[str], dict]:
+    """Every real target (measurements and ETS traces), the skipped ETS files, the host table."""
+    from predictor.capture import ets_csv
+
+    targets = measured_targets(calibration_dir)
+    skipped: list[str] = []
+    real = {}
+    for sub, dev in ETS_DEVICES.items():
+        real[dev] = ets_csv.load_many(ets_dir / sub)
+        more, skip = ets_targets(real[dev], dev)
+        targets += more
+        skipped += skip
+    return targets, skipped, host_table(real["T4"])

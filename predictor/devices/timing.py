@@ -14,7 +14,13 @@ Kernel time of an op (µs), op class from :func:`predictor.capture.costs.op_clas
   half-precision conv / matmul / LSTM, and the TF32 rate × ``tensor_eff`` for float32
   convolutions where the GPU has TF32 (cuDNN's default), else FP32.
 * memory: ``(bytes + B½) / (mem_gbs × memory_eff)``, the same form for bandwidth.
-* kernel time = ``kernel_latency_us × kernels + max(compute, memory) / class_eff[op class]``
+* **learned kernels first**: ops of the classes the learned kernel model covers (conv, matmul,
+  element-wise, norm, softmax, pool; :mod:`predictor.devices.kernels`, mapping in
+  :mod:`predictor.devices.problems`) take its prediction, the sum over the op's kernels, each at
+  least ``MIN_KERNEL_US`` (the shortest real ETS T4 kernels: 1.98 µs, 5th percentile 2.4 µs);
+  convolutions and matmuls × the device's ``gemm_scale`` (``half_gemm_scale`` in half precision).
+  The roofline below prices the rest (LSTM, embedding) and every op when no model ships.
+* roofline kernel time = ``kernel_latency_us × kernels + max(compute, memory) / class_eff[op class]``
   (a roofline; ``class_eff`` — shared by all devices, fitted on the real ETS per-op kernel
   times — says how far an op class's kernels stay from their roofline: pooling backward
   scatters, cuDNN's Winograd convolutions beat the direct-convolution FLOP count, ...).
@@ -49,10 +55,13 @@ import numpy as np
 import pandas as pd
 
 from predictor.capture.costs import OP_CLASSES, op_class
-from predictor.devices.specs import DeviceParams, DeviceSpec
+from predictor.devices import kernels as kernel_model
+from predictor.devices.problems import trace_problems
+from predictor.devices.specs import DeviceParams, DeviceSpec, regime_host_factor
 from predictor.trace_table import validate
 from predictor.zoo.config import stable_int
 
+MIN_KERNEL_US = 2.0
 KERNEL_NOISE = 0.02
 HOST_NOISE = 0.05
 GEMM_CLASSES = ("conv", "matmul", "lstm")
@@ -78,6 +87,7 @@ class OpArrays:
     conv: np.ndarray  # bool
     half: bool
     sync_after: int  # index of the last forward op (-1: none)
+    problems: pd.DataFrame  # the kernels the learned model prices (predictor.devices.problems)
 
     @classmethod
     def from_trace(cls, trace: pd.DataFrame) -> "OpArrays":
@@ -94,9 +104,13 @@ class OpArrays:
         kernels = np.where((classes == "lstm") & (kernels > 0), 2 * np.maximum(seq, 1), kernels)
         forward = np.flatnonzero(phase == "forward")
         codes = np.array([OP_CLASSES.index(c) for c in classes], dtype=int)
+        problems = trace_problems(trace, kernels == 0)
+        if len(problems):
+            counts = np.bincount(problems["row"].to_numpy(int), minlength=len(ops))
+            kernels = np.where(counts > 0, np.maximum(kernels, counts), kernels)
         return cls(flops, nbytes, kernels.astype(int), phase, classes, codes, np.isin(classes, GEMM_CLASSES),
                    classes == "conv", str(trace["dtype"].iloc[0]) in HALF,
-                   int(forward[-1]) if len(forward) else -1)
+                   int(forward[-1]) if len(forward) else -1, problems)
 
 
 def class_factors(class_eff: dict[str, float]) -> np.ndarray:
@@ -104,9 +118,26 @@ def class_factors(class_eff: dict[str, float]) -> np.ndarray:
     return np.array([class_eff.get(c, 1.0) for c in OP_CLASSES])
 
 
-def kernel_us(ops: OpArrays, spec: DeviceSpec, factors: np.ndarray | None = None) -> np.ndarray:
+def learned_us(ops: OpArrays, spec: DeviceSpec, model: "kernel_model.KernelModel | None") -> np.ndarray:
+    """Kernel time per op from the learned model (NaN for ops it does not price)."""
+    out = np.full(len(ops.phase), np.nan)
+    if model is None or not len(ops.problems):
+        return out
+    per_kernel = np.maximum(model.predict_us(ops.problems, spec), MIN_KERNEL_US)
+    rows = ops.problems["row"].to_numpy(int)
+    known = np.isfinite(per_kernel)
+    sums = np.bincount(rows[known], weights=per_kernel[known], minlength=len(out))
+    covered = np.bincount(rows[known], minlength=len(out)) > 0
+    out[covered] = sums[covered]
+    return out
+
+
+def kernel_us(ops: OpArrays, spec: DeviceSpec, factors: np.ndarray | None = None,
+              learned: np.ndarray | None = None) -> np.ndarray:
     """Kernel time per op (µs) without noise; 0 for ops that launch no kernel. ``factors``:
-    :func:`class_factors` of the per-class efficiencies (default 1)."""
+    :func:`class_factors` of the per-class efficiencies (default 1), for the roofline;
+    ``learned``: :func:`learned_us` (computed once: it does not depend on the fitted fields),
+    which replaces the roofline where finite."""
     fp32 = spec.fp32_tflops
     conv_rate = spec.tf32_tflops * spec.tensor_eff if spec.tf32_tflops > 0 else fp32
     if ops.half:
@@ -119,6 +150,10 @@ def kernel_us(ops: OpArrays, spec: DeviceSpec, factors: np.ndarray | None = None
     if factors is not None:
         work = work / factors[ops.class_code]
     time = spec.kernel_latency_us * ops.kernels + work
+    if learned is not None:
+        gemm = (ops.op_class == "conv") | (ops.op_class == "matmul")
+        scale = np.where(gemm, spec.half_gemm_scale if ops.half else spec.gemm_scale, 1.0)
+        time = np.where(np.isfinite(learned), learned * scale, time)
     return np.where(ops.kernels > 0, time, 0.0)
 
 
@@ -154,16 +189,22 @@ def timeline(duration: np.ndarray, host: np.ndarray, sync_after: int = -1) -> tu
 
 
 def emulate(trace: pd.DataFrame, device: str, params: DeviceParams, *, seed: int = 0,
-            noise: bool = True) -> pd.DataFrame:
-    """The execution trace of one op sequence (one config_id) on an emulated device."""
+            noise: bool = True, regime: str = "plain",
+            model: "kernel_model.KernelModel | None | str" = "shipped") -> pd.DataFrame:
+    """The execution trace of one op sequence (one config_id) on an emulated device; kernel times
+    from the shipped learned kernel model where it covers the op (:func:`kernel_us`); host times
+    of the measurement ``regime`` (``plain``: no profiler, the simulator's truth; ``nsys``: under
+    Nsight Systems with NVTX ranges, like the real ETS traces). ``model``: the kernel model
+    (default the shipped one; None: the roofline alone, e.g. for synthetic test data)."""
     if trace["config_id"].nunique() != 1:
         raise ValueError("emulate takes the op sequence of one config; got "
                          f"{trace['config_id'].nunique()} configs")
     trace = trace.sort_values("idx").reset_index(drop=True)
     spec = params.device(device)
     ops = OpArrays.from_trace(trace)
-    d = kernel_us(ops, spec, class_factors(params.class_eff))
-    h = host_us(ops, params.host_us, spec)
+    model = kernel_model.shipped() if isinstance(model, str) else model
+    d = kernel_us(ops, spec, class_factors(params.class_eff), learned_us(ops, spec, model))
+    h = host_us(ops, params.host_us, spec) * regime_host_factor(params, regime)
     if noise:
         rng = np.random.default_rng(stable_int(str(trace["config_id"].iloc[0]), spec.name, seed))
         d = d * np.exp(KERNEL_NOISE * rng.standard_normal(len(d)))
@@ -175,5 +216,16 @@ def emulate(trace: pd.DataFrame, device: str, params: DeviceParams, *, seed: int
     out["gap_us"] = gap
     out["cpu_us"] = h
     out["kernels"] = ops.kernels
-    out["source"] = f"{spec.emulated_name} (params {params.version}, seed {seed})"
+    out["source"] = f"{spec.emulated_name} ({regime} regime, params {params.version}, seed {seed})"
     return validate(out, f"{trace['config_id'].iloc[0]} on {spec.emulated_name}")
+
+
+def emulator_fingerprint(params: DeviceParams) -> str:
+    """A digest of everything emulation depends on — the parameters and the shipped kernel model
+    file — for caches keyed by the emulator (a refit the same day must not reuse old tables)."""
+    import hashlib
+
+    h = hashlib.sha1(repr(params).encode())
+    if kernel_model.MODEL_FILE.exists():
+        h.update(kernel_model.MODEL_FILE.read_bytes())
+    return h.hexdigest()[:16]

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import torch
 
-KINDS = ("vision", "randwire", "nlp", "speech")
+KINDS = ("vision", "randwire", "nlp", "speech", "llm")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 OPTIMIZERS = ("sgd", "adam")
 
@@ -53,14 +53,14 @@ def _normalize_extra(extra: Any) -> tuple[tuple[str, object], ...]:
 class ModelConfig:
     """One training configuration: model, batch, input size, dtype, optimizer, classes, extras."""
 
-    kind: str  # "vision" | "randwire" | "nlp" | "speech"
-    family: str  # families.family_of(model) for torchvision; "randwire", "transformer", "lstm"
+    kind: str  # "vision" | "randwire" | "nlp" | "speech" | "llm"
+    family: str  # families.family_of(model) for torchvision; "randwire", "transformer", "lstm", "gpt", ...
     model: str  # e.g. "resnet18", "randwire_ws", "transformer_encoder", "lstm_lm"
     batch: int
     input_size: int  # image height = width (vision/randwire); sequence length (nlp/speech)
     dtype: str = "float32"
     optimizer: str = "sgd"  # "sgd" (momentum 0.9, lr 0.01) | "adam"
-    num_classes: int = 1000  # classes (vision/randwire/speech); vocabulary (nlp)
+    num_classes: int = 1000  # classes (vision/randwire/speech); vocabulary (nlp/llm)
     extra: tuple[tuple[str, object], ...] = field(default=())  # sorted (key, value) pairs
 
     def __post_init__(self) -> None:

@@ -6,7 +6,10 @@ Zoos:
 * ``randwire``: ``randwire.sample()`` — seeded RandWire configs balanced over graph modes and
   estimated-op bins (``randwire.DEFAULT_COUNT`` of them when ``limit`` is None).
 * ``nlp``: ``nlp.grid()`` — transformer encoder / encoder-decoder, LSTM LM and speech LSTM.
-* ``all``: the three together.
+* ``all``: the three together (not ``llm``: ``all`` stays what the shipped checkpoints' datasets
+  were built from).
+* ``llm``: ``llm.grid()`` — GPT-2 / GPT-3 / OPT / BERT-large training configs at NeuSight's
+  measured sizes (families ``gpt``, ``opt``, ``bert``).
 
 Ordering: configs come in a seeded stratified order (``common.stratified_order``: round-robin over
 families, within a family over models), so ``zoo_configs(z, limit=k, seed=s)`` is the first ``k``
@@ -19,14 +22,14 @@ import random
 
 import torch
 
-from predictor.zoo import nlp, randwire, vision
+from predictor.zoo import llm, nlp, randwire, vision
 from predictor.zoo.common import as_device, stratified_order
 from predictor.zoo.config import ModelBuildError, ModelConfig, Workload, cross_entropy, stable_int
 
-ZOOS = ("hpo", "randwire", "nlp", "all")
+ZOOS = ("hpo", "randwire", "nlp", "all", "llm")
 SGD_LR, SGD_MOMENTUM, ADAM_LR = 0.01, 0.9, 1e-3
 
-_MODULES = {"vision": vision, "randwire": randwire, "nlp": nlp, "speech": nlp}
+_MODULES = {"vision": vision, "randwire": randwire, "nlp": nlp, "speech": nlp, "llm": llm}
 
 
 def zoo_configs(zoo: str, limit: int | None = None, seed: int = 0) -> list[ModelConfig]:
@@ -41,6 +44,8 @@ def zoo_configs(zoo: str, limit: int | None = None, seed: int = 0) -> list[Model
         configs += vision.grid()
     if zoo in ("nlp", "all"):
         configs += nlp.grid()
+    if zoo == "llm":
+        configs += llm.grid()
     if zoo in ("randwire", "all"):
         count = randwire.DEFAULT_COUNT if limit is None else limit
         configs += randwire.sample(count, seed)

@@ -150,3 +150,97 @@ def test_cuda_capture_groups_kernels_per_op():
     assert list(trace["op"]) == list(meta["op"]) and list(trace["phase"]) == list(meta["phase"])
     assert (trace["kernels"] >= 0).all() and trace["kernels"].sum() > len(trace) / 2
     assert (trace.loc[trace["kernels"] > 0, "duration_us"] > 0).all()
+
+
+def _meta_iteration(model, x, targets=None):
+    """One profiled training iteration of ``model`` on ``x`` (meta device) -> op records."""
+    import torch
+
+    from predictor.capture import profile
+
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        out = model(x)
+        (out.sum() if targets is None else torch.nn.functional.cross_entropy(out, targets)).backward()
+        optimizer.step()
+
+    return profile.extract_ops(profile.run_profiled(step, 1)[0], "float32")
+
+
+def _matmul_rows(records, phase):
+    from predictor.capture.costs import op_class
+    return [r for r in records if r.phase == phase and op_class(r.op) == "matmul"]
+
+
+def test_matmul_backward_is_costed_from_its_gemms():
+    """resnet18 b8 s64's classifier (8x512 -> 10): its AddmmBackward0 runs grad-input
+    (8x10 @ 10x512) and grad-weight (10x8 @ 8x512); the row lists both operand pairs."""
+    config = ModelConfig(kind="vision", family="resnet", model="resnet18", batch=8, input_size=64, num_classes=10)
+    trace = capture(config, "meta")
+    row = trace[trace["op"] == "AddmmBackward0"]
+    assert len(row) == 1
+    row = row.iloc[0]
+    assert json.loads(row["input_shapes"]) == [[8, 10], [10, 512], [10, 8], [8, 512]]
+    assert row["flops"] == 2 * 8 * 512 * 10 + 2 * 10 * 512 * 8 == 163_840
+    # compulsory traffic of each GEMM: both operands and the output
+    assert row["bytes"] == 4 * ((8 * 10 + 10 * 512 + 8 * 512) + (10 * 8 + 8 * 512 + 10 * 512))
+    assert list(row["params"]) == [8, 10, 10, 512, 10, 8, 8, 512]
+
+
+def test_linear_stack_backward_is_twice_forward_but_the_first_grad_input():
+    import torch
+
+    widths, batch = [16, 32, 24, 8], 4
+    model = torch.nn.Sequential(*(torch.nn.Linear(a, b, bias=False) for a, b in zip(widths, widths[1:]))).to("meta")
+    records = _meta_iteration(model, torch.randn(batch, widths[0], device="meta"))  # x needs no grad
+    gemm = [2 * batch * a * b for a, b in zip(widths, widths[1:])]  # 2*M*N*K per layer
+    forward, backward = _matmul_rows(records, "forward"), _matmul_rows(records, "backward")
+    assert [r.flops for r in forward] == gemm
+    # by hand: layers 3 and 2 run grad-input and grad-weight (2 x 1536, 2 x 6144), layer 1 grad-weight only (4096)
+    assert sum(r.flops for r in backward) == 2 * sum(gemm) - gemm[0] == 2 * 1536 + 2 * 6144 + 4096 == 19_456
+    # backward runs the last layer first, MmBackward0 (bias-free linear) grad-weight then grad-input:
+    # grad_out^T (8, B) @ x (B, 24), then grad_out (B, 8) @ W (8, 24)
+    assert backward[0].shapes == [[8, batch], [batch, 24], [batch, 8], [8, 24]]
+    # the first layer's node runs grad-weight only: (32, B) @ (B, 16)
+    assert backward[-1].shapes == [[32, batch], [batch, 16]]
+
+
+def test_attention_bmm_backward_flops():
+    import torch
+
+    b, s, d = 3, 16, 8
+
+    class Attention(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv = torch.nn.Linear(d, 3 * d)
+
+        def forward(self, x):
+            q, k, v = self.qkv(x).split(d, dim=-1)
+            return torch.bmm(torch.softmax(torch.bmm(q, k.transpose(1, 2)), dim=-1), v)
+
+    records = _meta_iteration(Attention().to("meta"), torch.randn(b, s, d, device="meta"))
+    bmm = [r for r in records if r.phase == "backward" and r.op.startswith("BmmBackward")]
+    # each bmm's backward: two batched GEMMs of 2*b*s*s*d FLOPs (grads of both operands)
+    assert [r.flops for r in bmm] == [2 * 2 * b * s * s * d] * 2
+    assert all(len(r.shapes) == 4 and all(len(t) == 3 and t[0] == b for t in r.shapes) for r in bmm)
+    forward = [r.flops for r in records if r.phase == "forward" and r.op == "bmm"]
+    assert sum(r.flops for r in bmm) == 2 * sum(forward)
+
+
+def test_a_mis_parented_local_scalar_dense_is_not_an_update_op():
+    from types import SimpleNamespace
+
+    from predictor.capture import profile
+
+    def event(name, start, children=()):
+        return SimpleNamespace(name=name, time_range=SimpleNamespace(start=start, end=start + 1), cpu_children=list(children),
+                               input_shapes=[[4]], concrete_inputs=[])
+
+    # the profiler hung item's own _local_scalar_dense beside it (seen on Adam's step counter)
+    step = event("Optimizer.step#Adam.step", 0, [event("aten::item", 1), event("aten::_local_scalar_dense", 2),
+                                                 event("aten::add_", 3), event("aten::_local_scalar_dense", 4)])
+    ops = [r.op for r in profile.extract_ops([step], "float32")]
+    assert ops == ["item", "add_", "_local_scalar_dense"]  # only the one after item is dropped

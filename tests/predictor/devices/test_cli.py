@@ -39,3 +39,20 @@ def test_calibrate_without_data_names_the_missing_input(tmp_path):
                                       "--out", str(tmp_path / "p.json"), "--report", str(tmp_path)])
     assert result.exit_code == 1 and "nowhere" in result.output and "Traceback" not in result.output
     assert not (tmp_path / "p.json").exists()
+
+
+def test_validate_without_data_names_the_missing_input(tmp_path):
+    result = CliRunner().invoke(ets, ["devices", "validate", "--calibration", str(tmp_path / "nowhere"),
+                                      "--report", str(tmp_path / "report")])
+    assert result.exit_code == 1 and "nowhere" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "report").exists()
+
+
+def test_collect_refuses_to_mix_regimes(tmp_path):
+    args = ["collect", "--zoo", "hpo", "--limit", "1", "--max-batch", "4", "--max-size", "64",
+            "--device", "emulated:T4", "--workers", "1", "--out", str(tmp_path)]
+    assert CliRunner().invoke(ets, args).exit_code == 0
+    result = CliRunner().invoke(ets, args + ["--regime", "nsys"])
+    assert result.exit_code == 1 and "plain regime, not nsys" in result.output and "Traceback" not in result.output
+    result = CliRunner().invoke(ets, ["collect", "--device", "meta", "--regime", "nsys", "--out", str(tmp_path / "m")])
+    assert result.exit_code == 2 and "emulated devices only" in result.output

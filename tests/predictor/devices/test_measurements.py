@@ -251,3 +251,226 @@ def test_calibration_models_stay_out_of_the_hpo_zoo():
     hpo = zoo_configs("hpo")
     assert len(hpo) == 7051  # unchanged by the CIFAR variant
     assert not any(c.model == "resnet18_cifar" for c in hpo)
+
+
+# --- NeuSight and SPREAD (real end-to-end iterations; read only when asked for) -----------------
+
+from predictor.devices.measurements import (  # noqa: E402
+    NEUSIGHT_WORKLOADS, SPREAD_CONFIGS, SPREAD_WORKLOADS, load_neusight, load_spread,
+)
+from predictor.devices import neusight_ops  # noqa: E402
+from predictor.devices.neusight_ops import load_neusight_ops  # noqa: E402
+
+NEUSIGHT = FIXTURES / "neusight"
+SPREAD = FIXTURES / "spread" / "iterations.csv"
+_A100 = "neusight/labels/NVIDIA_A100_80GB_PCIe"
+_V100 = "neusight/labels/Tesla_V100-PCIE-32GB"
+_SPREAD_HEADER = ("model,gpu,gpus_in_job,world_size,rank,batch,computation_proportion,iterations,iter_ms_median,"
+                  "iter_ms_mean,iter_ms_p10,iter_ms_p90,backend,file\n")
+
+
+def test_load_neusight_fixture_exact_rows():
+    df = load_neusight(NEUSIGHT)
+    assert list(df.columns) == list(m.NEUSIGHT_COLUMNS)
+    assert _records(df) == [
+        ("neusight", "A100-80GB", "gpt2_large", 4, 1.5, f"{_A100}/gpt2_large-train-1024-4.json"),
+        ("neusight", "A100-80GB", "opt_1.3b", 2, 3.0, f"{_A100}/opt_13-train-2048-2.json"),
+        ("neusight", "V100", "bert_large", 2, 0.25, f"{_V100}/bert_large-train-512-2.json"),
+    ]
+    assert df["forward_s"].tolist() == [0.5, 1.25, 0.1] and df["backward_s"].tolist() == [1.0, 1.75, 0.15]
+    assert df["seq"].tolist() == [1024, 2048, 512]
+    assert df.attrs["excluded"] == ["neusight/labels/NVIDIA_A100-SXM4-40GB/gpt2_large-train-1024-4-dp4.json",
+                                    f"{_A100}/switchxl4-train-512-1.json"]
+
+
+def test_load_spread_fixture_exact_rows():
+    df = load_spread(SPREAD)
+    assert _records(df) == [
+        ("spread", "T4", "spread_resnet50", 16, 0.22, "spread/iterations.csv:2"),
+        ("spread", "RTX2080Ti", "spread_lstm", 20, 0.0115, "spread/iterations.csv:6"),
+        ("spread", "T4", "spread_bert_base", 8, 0.2, "spread/iterations.csv:7"),
+        ("spread", "RTX2080Ti", "spread_inception_v3", 4, 0.08, "spread/iterations.csv:8"),
+    ]  # line 3: 50 % of the GPU, line 4: 2 GPUs — not read; line 5 YoloV5S: excluded
+    assert df.attrs["excluded"] == ["spread/iterations.csv:5"]
+
+
+def test_load_measurements_with_the_new_sources(tmp_path):
+    root = _complete_tree(tmp_path)
+    default = load_measurements(root)
+    assert list(default.columns) == list(m.COLUMNS) and set(default["source"]) == {"gavel", "sia"}
+    df = load_measurements(root, sources=("gavel", "sia", "neusight", "spread"))
+    assert list(df.columns) == list(m.NEUSIGHT_COLUMNS)
+    assert df["source"].value_counts().to_dict() == {"gavel": 4, "sia": 5, "neusight": 3, "spread": 4}
+    assert df.loc[df["source"] != "neusight", "seq"].isna().all() and df["seq"].dtype == "Int64"
+    assert df.attrs["excluded"][0].startswith(GAVEL_NAME) and df.attrs["excluded"][-1] == "spread/iterations.csv:5"
+    spread_only = load_measurements(root, sources=("spread",))
+    assert list(spread_only.columns) == list(m.COLUMNS) and len(spread_only) == 4
+    with pytest.raises(ValueError, match="gavel, sia, neusight, spread"):
+        load_measurements(root, sources=("philly",))
+    with pytest.raises(ValueError, match="distinct"):
+        load_measurements(root, sources=("sia", "sia"))
+
+
+def _neusight_tree(tmp_path: Path, name: str, text: str, gpu: str = "NVIDIA_A100_80GB_PCIe") -> Path:
+    directory = tmp_path / "neusight"
+    (directory / "labels" / gpu).mkdir(parents=True)
+    (directory / "labels" / gpu / name).write_text(text)
+    return directory
+
+
+@pytest.mark.parametrize("text, field, where", [
+    ('{\n  "fw_latency": 1.0,\n  "bwall_latency": 2.0\n}', "e2e_latency", "line 1"),  # missing
+    ('{\n  "e2e_latency": 3.0,\n  "fw_latency": "fast",\n  "bwall_latency": 2.0\n}', "fw_latency", "line 3"),
+    ('{\n  "e2e_latency": 3.0,\n  "fw_latency": 1.0,\n  "bwall_latency": 0\n}', "bwall_latency", "line 4"),
+])
+def test_neusight_malformed_values(tmp_path, text, field, where):
+    with pytest.raises(MeasurementError) as info:
+        load_neusight(_neusight_tree(tmp_path, "gpt2_large-train-1024-1.json", text))
+    assert "gpt2_large-train-1024-1.json" in str(info.value) and repr(field) in str(info.value)
+    assert (info.value.field, info.value.where) == (field, where)
+
+
+def test_neusight_malformed_files(tmp_path):
+    with pytest.raises(MeasurementError, match=r"line 2.*not valid JSON"):
+        load_neusight(_neusight_tree(tmp_path / "a", "gpt2_large-train-1024-1.json", '{\n  "e2e_latency": ,\n}'))
+    with pytest.raises(MeasurementError, match="unknown GPU folder 'Tesla_T4'") as info:
+        load_neusight(_neusight_tree(tmp_path / "b", "gpt2_large-train-1024-1.json", "{}", gpu="Tesla_T4"))
+    assert info.value.field == "GPU"
+    with pytest.raises(MeasurementError, match="unknown LLM 'llama_7b'") as info:
+        load_neusight(_neusight_tree(tmp_path / "c", "llama_7b-train-1024-1.json", "{}"))
+    assert info.value.field == "model"
+    with pytest.raises(MeasurementError, match="file name"):
+        load_neusight(_neusight_tree(tmp_path / "d", "gpt2_large-infer-1024.json", "{}"))
+    with pytest.raises(MeasurementError, match="directory not found"):
+        load_neusight(tmp_path / "nowhere")
+
+
+def _spread_file(tmp_path: Path, rows: str, header: str = _SPREAD_HEADER) -> Path:
+    path = tmp_path / "spread" / "iterations.csv"
+    path.parent.mkdir(parents=True)
+    path.write_text(header + rows)
+    return path
+
+
+_ROW = "ResNet50,Tesla_T4,Tesla_T4,{ws},0,{batch},{share},200,{ms},1,1,1,gloo,a.json\n"
+
+
+@pytest.mark.parametrize("rows, field, where", [
+    (_ROW.format(ws=1, batch=16, share=100, ms=220) + _ROW.format(ws=1, batch=16, share=100, ms="n/a"),
+     "iter_ms_median", "line 3"),  # non-numeric
+    (_ROW.format(ws=1, batch=16, share=100, ms=-1.0), "iter_ms_median", "line 2"),  # negative
+    (_ROW.format(ws="one", batch=16, share=100, ms=220), "world_size", "line 2"),
+    (_ROW.format(ws=2, batch=16, share="full", ms=220), "computation_proportion", "line 2"),  # checked on every row
+    (_ROW.format(ws=1, batch=0, share=100, ms=220), "batch", "line 2"),
+    (_ROW.format(ws=1, batch=16, share=100, ms=220).replace("ResNet50", "GPT9"), "model", "line 2"),
+    (_ROW.format(ws=1, batch=16, share=100, ms=220).replace("Tesla_T4,Tesla_T4", "A100,A100"), "gpu", "line 2"),
+])
+def test_spread_malformed_rows(tmp_path, rows, field, where):
+    with pytest.raises(MeasurementError) as info:
+        load_spread(_spread_file(tmp_path, rows))
+    assert "iterations.csv" in str(info.value) and repr(field) in str(info.value)
+    assert (info.value.field, info.value.where) == (field, where)
+
+
+def test_spread_missing_column_and_file(tmp_path):
+    header = _SPREAD_HEADER.replace("iter_ms_median,", "")
+    with pytest.raises(MeasurementError) as info:
+        load_spread(_spread_file(tmp_path, "", header=header))
+    assert (info.value.field, info.value.where) == ("iter_ms_median", "line 1")
+    with pytest.raises(MeasurementError, match="file not found"):
+        load_spread(tmp_path / "absent.csv")
+
+
+def test_load_neusight_ops_fixture():
+    df = load_neusight_ops(NEUSIGHT)
+    assert list(df.columns) == list(neusight_ops.COLUMNS)
+    assert df["node"].tolist() == ["input_ids", "size", "bert_embeddings_word_embeddings", "matmul", "softmax"]
+    assert set(df["device"]) == {"V100"} and set(df["workload"]) == {"bert_large"}
+    assert (df["seq"] == 512).all() and (df["batch"] == 2).all()
+    matmul = df.iloc[3]
+    assert matmul["fx_op"] == "call_function" and matmul["input_shapes"] == [[2, 16, 512, 64], [2, 16, 64, 512]]
+    assert matmul["output_shape"] == [2, 16, 512, 512] and (matmul["fw_ms"], matmul["bw_ms"]) == (0.5, 1.0)
+    assert matmul["origin"] == f"{_V100}/bert_large-train-512-2.csv:5"
+    assert df.iloc[0]["input_shapes"] == [] and df.iloc[1]["dtype"] == ""
+    assert df.attrs["excluded"] == []
+
+
+_OPS_HEADER = "Name,op,target,input_shapes,output_shape,dtype,latency,fw_latency,bw_latency\n"
+
+
+@pytest.mark.parametrize("text, field, where", [
+    (_OPS_HEADER + 'mm,call_function,mm,"[[2, 3]]","(2, 3)",torch.float32,1.0,fast,0.5\n', "fw_latency", "line 2"),
+    (_OPS_HEADER + 'mm,call_function,mm,"[[2, x]]","(2, 3)",torch.float32,1.0,0.5,0.5\n', "input_shapes", "line 2"),
+    (_OPS_HEADER + 'mm,call_function,mm,"[[2, 3]]","(2, 3.5)",torch.float32,1.0,0.5,0.5\n', "output_shape", "line 2"),
+    (_OPS_HEADER.replace(",bw_latency", "") + 'mm,call_function,mm,"[[2]]","(2,)",,1.0,0.5\n', "bw_latency", "line 1"),
+])
+def test_neusight_ops_malformed(tmp_path, text, field, where):
+    with pytest.raises(MeasurementError) as info:
+        load_neusight_ops(_neusight_tree(tmp_path, "gpt2_large-train-1024-1.csv", text))
+    assert "gpt2_large-train-1024-1.csv" in str(info.value) and repr(field) in str(info.value)
+    assert (info.value.field, info.value.where) == (field, where)
+
+
+@pytest.mark.parametrize("workload", NEUSIGHT_WORKLOADS + SPREAD_WORKLOADS)
+def test_new_workload_configs_build_on_meta(workload):
+    config = workload_config(workload, 2)
+    w = build(config, "meta")
+    inputs, targets = w.inputs("meta")
+    out = w.model(*inputs)
+    assert out.device.type == "meta" and out.shape[0] == 2 and w.loss(out, targets).shape == ()
+
+
+def test_new_workload_config_sizes():
+    assert workload_config("gpt2_large", 4).input_size == 1024 and workload_config("gpt3_27", 1).model == "gpt3_2.7b"
+    assert workload_config("bert_large", 8).input_size == 512 and workload_config("opt_1.3b", 1).input_size == 2048
+    assert workload_config("gpt2_large", 4, input_size=512).config_id == "gpt2_large:b4:s512:float32:adam:c50257"
+    assert workload_config("gpt2_xl", 1).input_size == 1024  # not measured: the model's maximum
+    inception = workload_config("spread_inception_v3", 8)
+    assert (inception.model, inception.input_size, inception.num_classes) == ("inception_v3", 299, 1000)
+    assert workload_config("spread_resnet18", 8, input_size=32).input_size == 32  # another size assumption
+    lstm, gavel_lstm = workload_config("spread_lstm", 20), workload_config("lstm_wikitext2", 20)
+    assert lstm == gavel_lstm  # the same word-language-model job
+    bert = workload_config("spread_bert_base", 8)
+    assert (bert.model, bert.input_size, bert.num_classes) == ("transformer_encoder", 128, 30522)
+    assert bert.get("layers") == 12
+    assert set(SPREAD_CONFIGS) == set(m.SPREAD_MODELS.values())
+
+
+# --- the real NeuSight and SPREAD files ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def real_calibration(shared_dir):
+    path = shared_dir / "calibration"
+    if not (path / "neusight" / "labels").is_dir() or not (path / "spread" / "iterations.csv").is_file():
+        pytest.skip(f"NeuSight / SPREAD data under {path} not found")
+    return path
+
+
+def test_real_neusight_rows(real_calibration):
+    df = load_neusight(real_calibration / "neusight")
+    assert df.groupby("device").size().to_dict() == {"A100-80GB": 8, "V100": 3}  # README's 10 A100 incl. Switch-XL
+    assert len(df.attrs["excluded"]) == 5  # 3 four-GPU runs, 2 Switch-XL
+    assert set(df["workload"]) == set(NEUSIGHT_WORKLOADS)
+    assert ((df["forward_s"] + df["backward_s"] - df["seconds"]).abs() < 1e-6 * df["seconds"]).all()
+    gpt2 = df[(df.device == "A100-80GB") & (df.workload == "gpt2_large") & (df.batch == 4)]
+    assert gpt2["seconds"].item() == pytest.approx(1.6357, abs=1e-4)  # README's example
+    for row in df.itertuples():
+        assert workload_config(row.workload, row.batch, input_size=row.seq).input_size == row.seq
+        assert workload_config(row.workload, row.batch).input_size == row.seq  # the default is the measured one
+    ops = load_neusight_ops(real_calibration / "neusight")
+    assert len(ops) == 1215 and ops.groupby(["device", "workload", "batch"]).ngroups == 11
+    # ``latency`` is timed on its own: fw + bw for most nodes, more for 140 (mostly modules with weights)
+    assert (ops["latency_ms"] >= ops["fw_ms"] + ops["bw_ms"] - 1e-4).all()
+    assert ((ops["latency_ms"] - ops["fw_ms"] - ops["bw_ms"]).abs() < 1e-3).sum() == 1215 - 140
+
+
+def test_real_spread_rows(real_calibration):
+    df = load_spread(real_calibration / "spread" / "iterations.csv")
+    excluded = df.attrs["excluded"]
+    assert len(df) + len(excluded) == 169  # the README's single-GPU whole-GPU rows
+    assert (len(df), len(excluded)) == (143, 26)  # 26 YoloV5S rows have no zoo model
+    assert set(df["workload"]) == set(SPREAD_WORKLOADS)
+    assert df.groupby("device").size().to_dict() == {"RTX2080Ti": 99, "T4": 44}
+    r50 = df[(df.device == "T4") & (df.workload == "spread_resnet50") & (df.batch == 16)]
+    assert r50["seconds"].median() == pytest.approx(0.226, abs=0.01)  # README's example: 226 ms

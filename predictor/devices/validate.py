@@ -1,0 +1,144 @@
+"""The emulated GPUs against every real measurement we hold, out of sample, as one report.
+
+Why: the emulated GPUs are the simulator's ground truth and the checkpoints' training data, so
+their distance from real hardware bounds every number downstream. Nothing here is in-sample:
+kernel times are predicted by a kernel model fitted without the GPU
+(:func:`predictor.devices.kernels.leave_one_gpu_out`), iteration times by a calibration refitted
+without the model (:func:`predictor.devices.calibrate.leave_one_model_out`).
+
+Sets (one panel and one row each): ETS T4 and RTX 2080 Ti iterations (nsys regime), NeuSight
+A100-80GB and V100 transformer iterations (forward + backward), SPREAD T4 and RTX 2080 Ti
+iterations, Gavel (K80, P100, V100), Sia (T4, V100, A100, RTX 6000, RTX 2080 Ti); kernels per op
+class and held-out GPU. Targets: iteration median |error| ≤ 12 % per set and no set above 20 %;
+kernels ≤ 10 % (conv, matmul) and ≤ 15 % (the others).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ITERATION_TARGET, ITERATION_LIMIT = 0.12, 0.20
+KERNEL_TARGETS = {"conv": 0.10, "matmul": 0.10}
+OTHER_KERNEL_TARGET = 0.15
+SET_ORDER = ("ETS T4", "ETS RTX2080Ti", "NeuSight A100-80GB", "NeuSight V100", "SPREAD T4", "SPREAD RTX2080Ti",
+             "Gavel", "Sia")
+_SOURCE_NAMES = {"ets": "ETS", "neusight": "NeuSight", "spread": "SPREAD", "gavel": "Gavel", "sia": "Sia"}
+
+
+def set_name(source: str, device: str) -> str:
+    """The validation set of a measurement: per device for ETS, NeuSight and SPREAD; one set each
+    for Gavel and Sia (several GPUs, one measurement campaign)."""
+    name = _SOURCE_NAMES.get(source, source)
+    return name if source in ("gavel", "sia") else f"{name} {device}"
+
+
+def iteration_rows(lomo_errors: list[dict]) -> pd.DataFrame:
+    """Held-out iteration predictions (``calibrate`` report's ``lomo_errors``) with their set and
+    signed / absolute relative error."""
+    rows = pd.DataFrame(lomo_errors)
+    if rows.empty:
+        return pd.DataFrame(columns=["set", "device", "measured_s", "predicted_s", "error", "abs_error"])
+    rows["set"] = [set_name(s, d) for s, d in zip(rows["source"], rows["device"])]
+    rows["error"] = rows["predicted_s"] / rows["measured_s"] - 1
+    rows["abs_error"] = rows["error"].abs()
+    return rows
+
+
+def set_summary(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per set: n, median and mean |error|, median signed error, share within ±20 %, and whether
+    it meets the target (median ≤ 12 %) and the limit (≤ 20 %)."""
+    out = []
+    for name, g in rows.groupby("set", sort=False):
+        med = float(g["abs_error"].median())
+        out.append({"set": name, "n": len(g), "median": med, "mean": float(g["abs_error"].mean()),
+                    "signed_median": float(g["error"].median()),
+                    "within_20": float((g["abs_error"] <= 0.2).mean()),
+                    "target": med <= ITERATION_TARGET, "limit": med <= ITERATION_LIMIT})
+    table = pd.DataFrame(out)
+    if table.empty:
+        return table
+    order = {s: i for i, s in enumerate(SET_ORDER)}
+    return table.sort_values("set", key=lambda c: c.map(lambda s: order.get(s, len(order)))).reset_index(drop=True)
+
+
+def kernel_summary(rows: pd.DataFrame) -> pd.DataFrame:
+    """Median |error| per op class and held-out GPU (forward rows), with the class's target."""
+    fwd = rows[rows["phase"] == "forward"]
+    table = fwd.groupby(["cls", "device"])["rel_error"].median().unstack()
+    table["all"] = fwd.groupby("cls")["rel_error"].median()
+    table["target"] = [KERNEL_TARGETS.get(c, OTHER_KERNEL_TARGET) for c in table.index]
+    return table
+
+
+def _pct(v: float) -> str:
+    return "–" if v is None or (isinstance(v, float) and np.isnan(v)) else f"{v:.1%}"
+
+
+def markdown(sets: pd.DataFrame, kernels: pd.DataFrame | None, notes: list[str]) -> str:
+    lines = ["# Emulated GPUs against real measurements (out of sample)", "",
+             "## Iteration time, leave-one-model-out", "",
+             "| set | n | median abs. error | mean | median signed | within ±20 % | ≤ 12 % | ≤ 20 % |",
+             "|---|---:|---:|---:|---:|---:|:---:|:---:|"]
+    for r in sets.itertuples():
+        lines.append(f"| {r.set} | {r.n} | {r.median:.1%} | {r.mean:.1%} | {r.signed_median:+.1%} | {r.within_20:.0%} | "
+                     f"{'yes' if r.target else 'no'} | {'yes' if r.limit else 'no'} |")
+    if kernels is not None and len(kernels):
+        devices = [c for c in kernels.columns if c not in ("all", "target")]
+        lines += ["", "## Kernel time, leave-one-GPU-out (forward kernels; median abs. error)", "",
+                  "| op class | " + " | ".join(devices) + " | all | target |", "|---|" + "---:|" * (len(devices) + 2)]
+        for cls, r in kernels.iterrows():
+            lines.append(f"| {cls} | " + " | ".join(_pct(r[d]) for d in devices)
+                         + f" | {_pct(r['all'])} | ≤ {r['target']:.0%} |")
+    lines += ["", *[f"- {n}" for n in notes]]
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: pd.DataFrame, path: Path) -> None:
+    """Predicted vs measured iteration time, log–log, one panel per set, identity and ±20 % band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sets = [s for s in SET_ORDER if s in set(rows["set"])] + sorted(set(rows["set"]) - set(SET_ORDER))
+    cols = min(4, max(len(sets), 1))
+    nrows = max(1, -(-len(sets) // cols))
+    fig, axes = plt.subplots(nrows, cols, figsize=(3.4 * cols, 3.3 * nrows), squeeze=False)
+    for ax in axes.flat[len(sets):]:
+        ax.axis("off")
+    for ax, name in zip(axes.flat, sets):
+        g = rows[rows["set"] == name]
+        for device, d in g.groupby("device"):
+            ax.scatter(d["measured_s"] * 1e3, d["predicted_s"] * 1e3, s=10, alpha=0.7, label=device)
+        lo = min(g["measured_s"].min(), g["predicted_s"].min()) * 1e3 * 0.8
+        hi = max(g["measured_s"].max(), g["predicted_s"].max()) * 1e3 * 1.25
+        xs = np.array([lo, hi])
+        ax.plot(xs, xs, "k-", lw=0.8)
+        ax.fill_between(xs, xs * 0.8, xs * 1.2, color="grey", alpha=0.2, lw=0)
+        ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), title=f"{name} (n={len(g)})",
+               xlabel="measured ms", ylabel="emulated ms (held out)")
+        if g["device"].nunique() > 1:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for ext in ("png", "pdf"):
+        fig.savefig(path.with_suffix(f".{ext}"), dpi=120)
+    plt.close(fig)
+
+
+def write_report(report_dir: Path, iteration: pd.DataFrame, kernel_rows: pd.DataFrame | None,
+                 notes: list[str]) -> pd.DataFrame:
+    """Markdown, CSV of every held-out prediction, and the plot; returns the set summary."""
+    report_dir.mkdir(parents=True, exist_ok=True)
+    sets = set_summary(iteration)
+    kernels = kernel_summary(kernel_rows) if kernel_rows is not None and len(kernel_rows) else None
+    (report_dir / "report.md").write_text(markdown(sets, kernels, notes))
+    iteration.to_csv(report_dir / "iterations.csv", index=False)
+    if kernels is not None:
+        kernels.to_csv(report_dir / "kernels.csv")
+    if len(iteration):
+        plot(iteration, report_dir / "iterations")
+    return sets

@@ -1,0 +1,80 @@
+"""The validation report on a tiny fixture whose errors are computed by hand; the nsys regime."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from predictor.devices import validate
+from predictor.devices.specs import DeviceParamsError, prior_params, regime_host_factor
+
+
+def _lomo_errors() -> list[dict]:
+    # (source, device, measured s, held-out predicted s)
+    rows = [("ets", "T4", 0.100, 0.110), ("ets", "T4", 0.200, 0.170), ("ets", "T4", 0.050, 0.050),
+            ("gavel", "K80", 1.000, 1.300), ("gavel", "V100", 0.400, 0.300),
+            ("neusight", "V100", 2.000, 2.100)]
+    return [{"source": s, "device": d, "model": "m", "measured_s": m, "predicted_s": p} for s, d, m, p in rows]
+
+
+def test_set_summary_by_hand():
+    rows = validate.iteration_rows(_lomo_errors())
+    assert rows["set"].tolist() == ["ETS T4"] * 3 + ["Gavel"] * 2 + ["NeuSight V100"]
+    sets = validate.set_summary(rows).set_index("set")
+    # ETS T4: errors +10 %, -15 %, 0 % -> |.| median 10 %, mean 8.33 %, signed median 0 %
+    assert sets.loc["ETS T4", "n"] == 3
+    assert sets.loc["ETS T4", "median"] == pytest.approx(0.10)
+    assert sets.loc["ETS T4", "mean"] == pytest.approx(0.25 / 3)
+    assert sets.loc["ETS T4", "signed_median"] == pytest.approx(0.0)
+    assert sets.loc["ETS T4", "within_20"] == 1.0 and sets.loc["ETS T4", "target"]
+    # Gavel pools its GPUs: +30 %, -25 % -> median 27.5 %: above the 20 % limit
+    assert sets.loc["Gavel", "median"] == pytest.approx(0.275) and not sets.loc["Gavel", "limit"]
+    assert sets.loc["Gavel", "within_20"] == 0.0
+    assert sets.loc["NeuSight V100", "median"] == pytest.approx(0.05)
+    assert list(sets.index) == ["ETS T4", "NeuSight V100", "Gavel"]  # the report's fixed order
+
+
+def test_kernel_summary_by_hand():
+    rows = pd.DataFrame({"cls": ["conv", "conv", "conv", "norm"], "device": ["T4", "T4", "V100", "T4"],
+                         "phase": ["forward"] * 3 + ["forward"], "rel_error": [0.1, 0.3, 0.05, 0.2]})
+    table = validate.kernel_summary(rows)
+    assert table.loc["conv", "T4"] == pytest.approx(0.2) and table.loc["conv", "V100"] == pytest.approx(0.05)
+    assert table.loc["conv", "all"] == pytest.approx(0.1) and table.loc["conv", "target"] == 0.10
+    assert table.loc["norm", "target"] == 0.15 and np.isnan(table.loc["norm", "V100"])
+
+
+def test_report_files_and_markdown(tmp_path):
+    rows = validate.iteration_rows(_lomo_errors())
+    kernel_rows = pd.DataFrame({"cls": ["conv"], "device": ["T4"], "phase": ["forward"], "rel_error": [0.1]})
+    validate.write_report(tmp_path, rows, kernel_rows, ["a note"])
+    text = (tmp_path / "report.md").read_text()
+    assert "| ETS T4 | 3 | 10.0% | 8.3% | +0.0% | 100% | yes | yes |" in text
+    assert "| Gavel | 2 | 27.5% |" in text and "- a note" in text
+    for name in ("iterations.png", "iterations.pdf", "iterations.csv", "kernels.csv"):
+        assert (tmp_path / name).stat().st_size > 0
+
+
+def test_regime_host_factor_and_unknown_regime():
+    params = prior_params()
+    assert regime_host_factor(params, "plain") == 1.0
+    assert regime_host_factor(params, "nsys") == params.nsys_host_factor
+    with pytest.raises(DeviceParamsError, match="unknown regime 'perf'; known: plain, nsys"):
+        regime_host_factor(params, "perf")
+
+
+def test_nsys_regime_multiplies_host_time_and_widens_the_gaps():
+    from dataclasses import replace
+
+    from predictor.capture.opseq import capture
+    from predictor.devices.timing import emulate
+    from tests.predictor.devices.test_timing import _config
+
+    params = replace(prior_params(), nsys_host_factor=3.0)
+    trace = capture(_config("resnet18", 2, 32), "meta")
+    plain = emulate(trace, "T4", params, noise=False)
+    nsys = emulate(trace, "T4", params, noise=False, regime="nsys")
+    assert np.allclose(nsys["cpu_us"], 3.0 * plain["cpu_us"])
+    assert np.array_equal(nsys["duration_us"], plain["duration_us"])  # kernels are the GPU's
+    assert nsys["gap_us"].sum() > plain["gap_us"].sum()
+    assert "(nsys regime" in nsys["source"].iloc[0] and "(plain regime" in plain["source"].iloc[0]
