@@ -182,7 +182,7 @@ def measured_targets(calibration_dir: str | Path, sources: tuple[str, ...] = SOU
 
 
 def predict_seconds(spec: DeviceSpec, targets: list[Target], overhead_ms: dict[str, float],
-                    factors: np.ndarray | None = None, class_ratios: list | None = None,
+                    class_ratios: list | None = None,
                     host_mult: dict[str, float] | None = None, sync_ms_per_gb: dict[str, float] | None = None,
                     ) -> np.ndarray:
     """Predicted seconds per target; appends log(emulated / real) of ETS class sums to
@@ -191,7 +191,7 @@ def predict_seconds(spec: DeviceSpec, targets: list[Target], overhead_ms: dict[s
     ``sync_ms_per_gb``: a DDP source's gradient all-reduce cost per GB of gradients."""
     out = np.empty(len(targets))
     for i, t in enumerate(targets):
-        d = kernel_us(t.ops, spec, factors, t.learned)
+        d = kernel_us(t.ops, spec, t.learned)
         scale = spec.host_scale * (host_mult or {}).get(t.source, 1.0)
         _, gap = timeline(d, t.host_base * scale, t.ops.sync_after)
         m = t.phase_mask if t.phase_mask is not None else slice(None)
@@ -213,7 +213,7 @@ class DeviceFit:
     sync_ms_per_gb: dict[str, float] = field(default_factory=dict)
 
     def predict(self, targets: list[Target], class_ratios: list | None = None) -> np.ndarray:
-        return predict_seconds(self.spec, targets, self.overhead_ms, None, class_ratios, self.host_mult,
+        return predict_seconds(self.spec, targets, self.overhead_ms, class_ratios, self.host_mult,
                                self.sync_ms_per_gb)
 
 
@@ -348,8 +348,7 @@ def calibrate(targets: list[Target], sequences: dict[str, pd.DataFrame], host: d
                     typical, f"no measured iterations: median of {len(fits)} calibrated devices")
     nsys_factor = float(np.exp(np.mean(np.log(nsys)))) if nsys else 1.0
     report["nsys_host_factor"] = round(nsys_factor, 4)
-    params = DeviceParams(devices, host, {}, version, "fitted by predictor.devices.calibrate",
-                          round(nsys_factor, 4))
+    params = DeviceParams(devices, host, version, "fitted by predictor.devices.calibrate", round(nsys_factor, 4))
     return params, report
 
 

@@ -32,7 +32,7 @@ Fields of a device (rates in TFLOP/s and GB/s; the dense, non-sparse tensor-core
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -132,7 +132,6 @@ class DeviceParams:
 
     devices: dict[str, DeviceSpec]
     host_us: dict[str, dict[str, float]]
-    class_eff: dict[str, float] = field(default_factory=dict)  # op class -> efficiency factor (1: roofline)
     version: str = "prior"
     source: str = "spec sheets and priors"
     # host time under Nsight Systems with per-op NVTX ranges (the ETS traces' regime) relative to
@@ -223,7 +222,7 @@ def prior_params() -> DeviceParams:
 def save_params(params: DeviceParams, path: str | Path = PARAMS_FILE, report: dict | None = None) -> Path:
     path = Path(path)
     body = {"format": FORMAT_VERSION, "version": params.version, "source": params.source,
-            "host_us": params.host_us, "class_eff": params.class_eff, "nsys_host_factor": params.nsys_host_factor,
+            "host_us": params.host_us, "nsys_host_factor": params.nsys_host_factor,
             "devices": {k: {f: getattr(s, f) for f in FITTED_FIELDS + ("fitted",)} for k, s in params.devices.items()}}
     if report is not None:
         body["report"] = report
@@ -257,11 +256,7 @@ def load_params(path: str | Path | None = None) -> DeviceParams:
     host = body.get("host_us")
     if not isinstance(host, dict) or not all(isinstance(host.get(p), dict) for p in ("forward", "backward", "update")):
         raise DeviceParamsError(f"{path}: field 'host_us' must map forward/backward/update to op-class costs")
-    class_eff = body.get("class_eff", {})
-    if not isinstance(class_eff, dict) or not all(isinstance(v, (int, float)) and v > 0 for v in class_eff.values()):
-        raise DeviceParamsError(f"{path}: field 'class_eff' must map op classes to positive numbers")
     nsys = body.get("nsys_host_factor", 1.0)
     if not isinstance(nsys, (int, float)) or not nsys > 0:
         raise DeviceParamsError(f"{path}: field 'nsys_host_factor' must be a positive number, got {nsys!r}")
-    return DeviceParams(devices, host, dict(class_eff), str(body.get("version", "?")), str(body.get("source", "?")),
-                        float(nsys))
+    return DeviceParams(devices, host, str(body.get("version", "?")), str(body.get("source", "?")), float(nsys))

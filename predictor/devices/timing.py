@@ -20,10 +20,7 @@ Kernel time of an op (µs), op class from :func:`predictor.capture.costs.op_clas
   least ``MIN_KERNEL_US`` (the shortest real ETS T4 kernels: 1.98 µs, 5th percentile 2.4 µs);
   convolutions and matmuls × the device's ``gemm_scale`` (``half_gemm_scale`` in half precision).
   The roofline below prices the rest (LSTM, embedding) and every op when no model ships.
-* roofline kernel time = ``kernel_latency_us × kernels + max(compute, memory) / class_eff[op class]``
-  (a roofline; ``class_eff`` — shared by all devices, fitted on the real ETS per-op kernel
-  times — says how far an op class's kernels stay from their roofline: pooling backward
-  scatters, cuDNN's Winograd convolutions beat the direct-convolution FLOP count, ...).
+* roofline kernel time = ``kernel_latency_us × kernels + max(compute, memory)``.
 * kernels per op (not recorded by the meta device): 0 for views and their backward nodes
   (:data:`KERNEL_FREE`), ``AccumulateGrad`` (under ``set_to_none`` it hands the gradient over
   without a copy) and ops without FLOPs and bytes (scalar bookkeeping), 2 for convolution
@@ -54,7 +51,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from predictor.capture.costs import OP_CLASSES, op_class
+from predictor.capture.costs import op_class
 from predictor.devices import kernels as kernel_model
 from predictor.devices.problems import trace_problems
 from predictor.devices.specs import DeviceParams, DeviceSpec, regime_host_factor
@@ -82,7 +79,6 @@ class OpArrays:
     kernels: np.ndarray  # estimated kernels per op (0: no kernel)
     phase: np.ndarray  # object array of phase names
     op_class: np.ndarray  # object array of op classes
-    class_code: np.ndarray  # index of the op class in costs.OP_CLASSES
     gemm: np.ndarray  # bool: compute class with a tensor-core path
     conv: np.ndarray  # bool
     half: bool
@@ -103,19 +99,13 @@ class OpArrays:
         seq = trace["input_size"].to_numpy(dtype=int)
         kernels = np.where((classes == "lstm") & (kernels > 0), 2 * np.maximum(seq, 1), kernels)
         forward = np.flatnonzero(phase == "forward")
-        codes = np.array([OP_CLASSES.index(c) for c in classes], dtype=int)
         problems = trace_problems(trace, kernels == 0)
         if len(problems):
             counts = np.bincount(problems["row"].to_numpy(int), minlength=len(ops))
             kernels = np.where(counts > 0, np.maximum(kernels, counts), kernels)
-        return cls(flops, nbytes, kernels.astype(int), phase, classes, codes, np.isin(classes, GEMM_CLASSES),
+        return cls(flops, nbytes, kernels.astype(int), phase, classes, np.isin(classes, GEMM_CLASSES),
                    classes == "conv", str(trace["dtype"].iloc[0]) in HALF,
                    int(forward[-1]) if len(forward) else -1, problems)
-
-
-def class_factors(class_eff: dict[str, float]) -> np.ndarray:
-    """Per-class efficiency as an array indexed by ``OpArrays.class_code``."""
-    return np.array([class_eff.get(c, 1.0) for c in OP_CLASSES])
 
 
 def learned_us(ops: OpArrays, spec: DeviceSpec, model: "kernel_model.KernelModel | None") -> np.ndarray:
@@ -132,12 +122,10 @@ def learned_us(ops: OpArrays, spec: DeviceSpec, model: "kernel_model.KernelModel
     return out
 
 
-def kernel_us(ops: OpArrays, spec: DeviceSpec, factors: np.ndarray | None = None,
-              learned: np.ndarray | None = None) -> np.ndarray:
-    """Kernel time per op (µs) without noise; 0 for ops that launch no kernel. ``factors``:
-    :func:`class_factors` of the per-class efficiencies (default 1), for the roofline;
-    ``learned``: :func:`learned_us` (computed once: it does not depend on the fitted fields),
-    which replaces the roofline where finite."""
+def kernel_us(ops: OpArrays, spec: DeviceSpec, learned: np.ndarray | None = None) -> np.ndarray:
+    """Kernel time per op (µs) without noise; 0 for ops that launch no kernel. ``learned``:
+    :func:`learned_us` (computed once: it does not depend on the fitted fields), which replaces
+    the roofline where finite."""
     fp32 = spec.fp32_tflops
     conv_rate = spec.tf32_tflops * spec.tensor_eff if spec.tf32_tflops > 0 else fp32
     if ops.half:
@@ -147,8 +135,6 @@ def kernel_us(ops: OpArrays, spec: DeviceSpec, factors: np.ndarray | None = None
     compute = (ops.flops + spec.compute_half_mflop * 1e6) / (rate * 1e12 * spec.compute_eff) * 1e6
     memory = (ops.bytes + spec.memory_half_kb * 1e3) / (spec.mem_gbs * 1e9 * spec.memory_eff) * 1e6
     work = np.maximum(compute, memory)
-    if factors is not None:
-        work = work / factors[ops.class_code]
     time = spec.kernel_latency_us * ops.kernels + work
     if learned is not None:
         gemm = (ops.op_class == "conv") | (ops.op_class == "matmul")
@@ -203,7 +189,7 @@ def emulate(trace: pd.DataFrame, device: str, params: DeviceParams, *, seed: int
     spec = params.device(device)
     ops = OpArrays.from_trace(trace)
     model = kernel_model.shipped() if isinstance(model, str) else model
-    d = kernel_us(ops, spec, class_factors(params.class_eff), learned_us(ops, spec, model))
+    d = kernel_us(ops, spec, learned_us(ops, spec, model))
     h = host_us(ops, params.host_us, spec) * regime_host_factor(params, regime)
     if noise:
         rng = np.random.default_rng(stable_int(str(trace["config_id"].iloc[0]), spec.name, seed))

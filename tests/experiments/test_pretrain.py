@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import pandas as pd
 
-from experiments.pretrain import EXTRA_CONFIGS, TEST_UNITS, dataset_configs, held_out_units
+from experiments.pretrain import EXTRA_CONFIGS, LLM_CONFIGS, TEST_UNITS, dataset_configs, held_out_units, llm_configs
 
 
 def test_extra_configs_extend_the_stratified_prefix_with_one_family_only():
     base, extra = dataset_configs(42)
-    assert len(base) == 42 and len(extra) == EXTRA_CONFIGS["lstm"]
+    assert len(base) == 42 + LLM_CONFIGS and len(extra) == EXTRA_CONFIGS["lstm"]
+    assert [c.config_id for c in base[42:]] == [c.config_id for c in llm_configs()]
+    assert {c.family for c in base[42:]} == {"gpt", "opt", "bert"} <= set(TEST_UNITS)
+    assert len({c.config_id for c in base[42:]}) == LLM_CONFIGS  # every model x dtype, distinct points
     assert {c.family for c in extra} == {"lstm"}
     assert not {c.config_id for c in base} & {c.config_id for c in extra}
 

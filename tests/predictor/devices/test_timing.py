@@ -88,7 +88,7 @@ def test_unknown_device_is_refused_by_name(sequences):
 def test_parameter_file_round_trips_and_bad_files_name_the_field(tmp_path):
     params = prior_params()
     fitted = params.devices["T4"].with_fitted({"compute_eff": 0.42, "host_scale": 2.5}, "test")
-    params = type(params)({**params.devices, "T4": fitted}, params.host_us, {"pool": 0.5}, "v-test", "unit test")
+    params = type(params)({**params.devices, "T4": fitted}, params.host_us, "v-test", "unit test", 1.7)
     path = save_params(params, tmp_path / "params.json", report={"note": 1})
     assert load_params(path) == params
     body = json.loads(path.read_text())
@@ -120,8 +120,7 @@ def test_fit_recovers_the_parameters_that_generated_the_data(sequences, monkeypa
     targets = [cal.Target("gavel", "V100", cid.split(":")[0], SimpleNamespace(config_id=cid), 1.0, cid)
                for cid in sequences]
     cal.attach(targets, sequences, host)
-    factors = np.ones(8)
-    seconds = cal.predict_seconds(truth, targets, {"gavel": 3.0}, factors)
+    seconds = cal.predict_seconds(truth, targets, {"gavel": 3.0})
     for t, s in zip(targets, seconds):
         t.seconds = float(s)
     fit = cal.fit_device(SPEC_SHEETS["V100"], targets)
