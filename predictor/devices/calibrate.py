@@ -150,7 +150,7 @@ def attach(targets: list[Target], sequences: dict[str, pd.DataFrame], host: dict
            model: "kernel_model.KernelModel | None" = None) -> None:
     """Precompute what the fit evaluates many times: op arrays, unscaled host costs, the learned
     kernel times on the target's device (``model`` None: roofline only), comparable ETS classes."""
-    unit = DeviceSpec("unit", 1, 0, 1, 1, "")  # host_scale 1: the unscaled host cost
+    unit = DeviceSpec("unit", 1, 0, 1, 1, "", host_scale=1.0)  # the unscaled host cost
     for t in targets:
         t.ops = OpArrays.from_trace(sequences[t.config.config_id])
         t.host_base = host_us(t.ops, host, unit)

@@ -131,6 +131,21 @@ def test_fit_recovers_the_parameters_that_generated_the_data(sequences, monkeypa
         assert getattr(fit.spec, field) == pytest.approx(getattr(truth, field), rel=0.1), field
 
 
+def test_calibration_predicts_what_the_emulator_emulates(sequences):
+    # The fit prices a target with unscaled host costs times the device's host_scale; the
+    # emulator must give the same iteration, or the fitted figures describe another emulator
+    # (a unit spec with the default host_scale of 3 once made every emulated host 3x too fast).
+    params = load_params()
+    spec = params.device("T4")
+    targets = [cal.Target("gavel", "T4", cid.split(":")[0], SimpleNamespace(config_id=cid), 1.0, cid)
+               for cid in sequences]
+    cal.attach(targets, sequences, params.host_us)
+    predicted = cal.predict_seconds(spec, targets, {})
+    for t, seconds in zip(targets, predicted):
+        trace = emulate(sequences[t.config.config_id], "T4", params, noise=False, model=None)
+        assert seconds == pytest.approx((trace["duration_us"].sum() + trace["gap_us"].sum()) / 1e6, rel=1e-9)
+
+
 def test_kernel_time_follows_the_roofline():
     import pandas as pd
     trace = pd.DataFrame({"op": ["conv2d", "relu_"], "phase": ["forward", "forward"], "flops": [1e12, 1e6],
