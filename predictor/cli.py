@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from predictor.capture.importers import IMPORTERS, import_traces
+from predictor.capture.importers import IMPORTERS, import_onto_zoo, import_traces
 from predictor.trace_table import TraceFormatError, dataset_info, read_dataset, write_traces
 
 
@@ -27,14 +27,33 @@ def main() -> None:
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Dataset directory (one Parquet file per device; configs already there are replaced).")
 @click.option("--device", help="Device name to record [default: from the files].")
-def import_(kind: str, path: Path, out: Path, device: str | None) -> None:
+@click.option("--features", type=click.Choice(["zoo", "recorded"]), default=None,
+              help="ets-csv only. zoo [default]: each iteration carried onto `ets collect`'s capture of the "
+                   "same zoo config (our op names, params and FLOPs; the file's timings), so a model trained "
+                   "on collected traces meets the same features; iterations the zoo cannot build (fp64, other "
+                   "models) are listed and not imported. recorded: the files' own columns.")
+def import_(kind: str, path: Path, out: Path, device: str | None, features: str | None) -> None:
+    features = features or ("zoo" if kind == "ets-csv" else "recorded")
+    if features == "zoo" and kind != "ets-csv":
+        raise click.UsageError(f"--features zoo aligns ets-csv imports only; {kind} traces keep their features")
     try:
-        traces = import_traces(kind, path, device)
+        if features == "zoo":
+            traces, report, skipped = import_onto_zoo(path, device, progress=True)
+        else:
+            traces, report, skipped = import_traces(kind, path, device), None, []
     except TraceFormatError as exc:
         raise click.ClickException(str(exc)) from None
+    for s in skipped:
+        click.echo(f"not imported: {s.reason} (--features recorded imports it as recorded)", err=True)
+    if traces.empty:
+        raise click.ClickException(f"{path}: no iteration could be aligned onto a zoo config")
     files = write_traces(out, traces)
     n = traces.groupby(["device", "config_id"]).ngroups
     click.echo(f"imported {n} iteration(s), {len(traces):,} ops into {', '.join(map(str, files))}")
+    if report is not None:
+        click.echo(f"aligned onto zoo captures: {report['matched'].sum():,} of {report['real_rows'].sum():,} "
+                   f"imported rows matched ({report['matched'].sum() / report['real_rows'].sum():.1%}); "
+                   f"{report['matched_time_share'].min():.1%} of the time on matched rows in the worst iteration")
 
 
 @main.command("collect")

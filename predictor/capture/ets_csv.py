@@ -256,6 +256,32 @@ def load(path: str | Path, *, device: str | None = None,
     return validate(df, path)
 
 
+def zoo_config(trace: pd.DataFrame):
+    """The zoo config an ETS iteration ran: its model, batch, image size and dtype, and the classes
+    of its loss (the authors drew ``num_classes`` at random per run). ``ValueError`` says why the
+    zoo cannot build it (fp64 runs, models outside the zoo, non-square images)."""
+    from dataclasses import replace
+
+    from predictor.zoo.config import DTYPES
+    from predictor.zoo.vision import MODELS, config_for
+
+    first = trace.iloc[0]
+    where = str(first["source"]).rsplit(":", 1)[0]
+    model, dtype = str(first["model"]), str(first["dtype"])
+    if model not in MODELS:
+        raise ValueError(f"{where}: model {model!r} is not in the zoo")
+    if dtype not in DTYPES:
+        raise ValueError(f"{where}: dtype {dtype} (the zoo builds {', '.join(DTYPES)})")
+    h, _, w = str(first["config_id"]).split(":")[3].partition("x")
+    if h != w:
+        raise ValueError(f"{where}: image {h}x{w} is not square (zoo configs are)")
+    loss = trace[(trace["op"] == "cross_entropy") & (trace["phase"] == "forward")]
+    if loss.empty or len(loss["params"].iloc[0]) < 3 or loss["params"].iloc[0][2] < 1:
+        raise ValueError(f"{where}: no forward cross_entropy row giving the number of classes")
+    config = config_for(model, int(first["batch"]), int(first["input_size"]), dtype)
+    return replace(config, num_classes=int(loss["params"].iloc[0][2]))
+
+
 def load_many(path_or_dir: str | Path, *, device: str | None = None,
               op_codes: list[str] | str | Path | None = None) -> pd.DataFrame:
     """A CSV file, or every ``*.csv`` under a directory (recursively, sorted), as one table.

@@ -48,3 +48,12 @@ def import_traces(kind: str, path: str | Path, device: str | None = None) -> pd.
     if not p.exists():
         raise TraceFormatError(path, "file or directory not found")
     return IMPORTERS[kind][0](p, device)
+
+
+def import_onto_zoo(path: str | Path, device: str | None = None, *, progress: bool = False):
+    """ETS CSV iterations carried onto our meta capture of the same zoo config (features of
+    ``ets collect``, timings of the files; :mod:`predictor.capture.align`). Returns the aligned
+    traces, the per-iteration alignment report and the iterations the zoo cannot build."""
+    from predictor.capture import align, ets_csv
+
+    return align.align_onto_zoo(import_traces("ets-csv", path, device), ets_csv.zoo_config, progress=progress)
