@@ -133,20 +133,27 @@ def train_cmd(method: str, data_dir: Path, out: Path, device: str | None, source
 @click.option("--data", "data_dir", type=click.Path(file_okay=False, path_type=Path), required=True)
 @click.option("--split", "which", type=click.Choice(["test", "all"]), default="test", show_default=True,
               help="test: only the families the checkpoint held out (when it records a split).")
+@click.option("--device", "data_device",
+              help="Score the checkpoint on this device's rows [default: the checkpoint's own device], "
+                   "e.g. an emulated-T4 model on real T4 traces.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (traces, mre, rmse_ms, wape, ...).")
-def evaluate_cmd(ckpt: Path, data_dir: Path, which: str, as_json: bool) -> None:
+def evaluate_cmd(ckpt: Path, data_dir: Path, which: str, data_device: str | None, as_json: bool) -> None:
     """Evaluate a checkpoint on a dataset: MRE, RMSE, WAPE and where the error comes from."""
     from predictor.dataset import unit_of
     from predictor.evaluate import evaluate
 
     model = _load_checkpoint(ckpt)
+    data_device = data_device or model.device
     try:
         data = read_dataset(data_dir)
-        traces = _device_rows(data, model.device, str(data_dir))
+        traces = _device_rows(data, data_device, str(data_dir))
     except TraceFormatError as exc:
         raise click.ClickException(str(exc)) from None
     if model.method == "habitat":  # it reads its source device's traces too
-        traces = data[data["config_id"].isin(set(traces["config_id"]))]
+        traces = pd.concat([traces, data[data["config_id"].isin(set(traces["config_id"]))
+                                         & ~data["device"].isin({data_device, model.device})]], ignore_index=True)
+    # The truth is the named device's rows; the model predicts them as its own device.
+    traces = traces.assign(device=traces["device"].where(traces["device"] != data_device, model.device))
     held_out = set((model.split or {}).get("test_units", []))
     if which == "test" and held_out:
         configs = traces.groupby("config_id")["family"].first()
@@ -159,7 +166,8 @@ def evaluate_cmd(ckpt: Path, data_dir: Path, which: str, as_json: bool) -> None:
         result = evaluate(model, traces)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
-    _print_evaluation(result, as_json, {"checkpoint": str(ckpt), "method": model.method, "device": model.device})
+    _print_evaluation(result, as_json, {"checkpoint": str(ckpt), "method": model.method, "device": model.device,
+                                        "data_device": data_device})
 
 
 @click.command("predict")

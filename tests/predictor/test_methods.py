@@ -76,3 +76,32 @@ def test_habitat_needs_its_source_device(data_dir, tmp_path):
     out = CliRunner().invoke(ets, ["train", "--method", "ets", "--data", str(data_dir / "data"), "--device",
                                    "emulated:V100", "--source-device", "emulated:T4", "--out", str(tmp_path / "e.pt")])
     assert out.exit_code != 0 and "habitat only" in out.output
+
+
+def test_evaluate_on_another_devices_rows(data_dir):
+    """`ets evaluate --device`: a V100 checkpoint scored on the T4 rows, as if they were its own."""
+    from predictor.evaluate import evaluate
+    from predictor.trace_table import read_dataset
+
+    ckpt = data_dir / "ets-cross.pt"
+    trained = CliRunner().invoke(ets, ["train", "--data", str(data_dir / "data"), "--device", "emulated:V100",
+                                       "--out", str(ckpt), "--test-families", "vgg", "--epochs", "2",
+                                       *SMALL["ets"]])
+    assert trained.exit_code == 0, trained.output
+    out = CliRunner().invoke(ets, ["evaluate", "--ckpt", str(ckpt), "--data", str(data_dir / "data"),
+                                   "--device", "emulated:T4", "--split", "all", "--json"])
+    assert out.exit_code == 0, out.output
+    report = json.loads(out.output)
+    model = methods.load(ckpt)
+    t4 = read_dataset(data_dir / "data").query("device == 'emulated:T4'")
+    expected = evaluate(model, t4.assign(device=model.device))
+    assert report["data_device"] == "emulated:T4" and report["device"] == "emulated:V100"
+    assert report["traces"] == t4["config_id"].nunique()
+    assert report["mre"] == pytest.approx(expected.headline()["mre"])
+    own = json.loads(CliRunner().invoke(ets, ["evaluate", "--ckpt", str(ckpt), "--data", str(data_dir / "data"),
+                                              "--split", "all", "--json"]).output)
+    assert own["data_device"] == "emulated:V100" and own["mre"] != pytest.approx(report["mre"])
+    missing = CliRunner().invoke(ets, ["evaluate", "--ckpt", str(ckpt), "--data", str(data_dir / "data"),
+                                       "--device", "H100"])
+    assert missing.exit_code != 0 and "no traces of device 'H100'" in missing.output
+    assert "emulated:T4" in missing.output and "Traceback" not in missing.output
