@@ -84,6 +84,7 @@ class Target:
     learned: np.ndarray | None = field(default=None, repr=False)
     phase_mask: np.ndarray | None = field(default=None, repr=False)
     grad_gb: float = 0.0  # gradient bytes per step (GB): what DDP synchronises
+    phase_seconds: dict[str, float] = field(default_factory=dict)  # measured per phase (NeuSight)
     class_masks: list[np.ndarray] = field(default_factory=list, repr=False)
     class_real_us: np.ndarray | None = field(default=None, repr=False)
 
@@ -175,9 +176,11 @@ def measured_targets(calibration_dir: str | Path, sources: tuple[str, ...] = SOU
     for r in table.itertuples():
         seq = getattr(r, "seq", None)
         size = int(seq) if seq is not None and not pd.isna(seq) else None
-        phases = ("forward", "backward") if r.source == "neusight" else ALL_PHASES
+        neusight = r.source == "neusight"
+        phases = ("forward", "backward") if neusight else ALL_PHASES
+        by_phase = {"forward": float(r.forward_s), "backward": float(r.backward_s)} if neusight else {}
         out.append(Target(r.source, r.device, r.workload, workload_config(r.workload, int(r.batch), size),
-                          float(r.seconds), r.origin, phases=phases))
+                          float(r.seconds), r.origin, phases=phases, phase_seconds=by_phase))
     return out
 
 
@@ -201,6 +204,14 @@ def predict_seconds(spec: DeviceSpec, targets: list[Target], overhead_ms: dict[s
             emulated = np.array([d[mask].sum() for mask in t.class_masks])
             class_ratios.append(np.log(emulated / t.class_real_us))
     return out
+
+
+def predict_phase_seconds(spec: DeviceSpec, t: Target, host_mult: dict[str, float] | None = None) -> dict[str, float]:
+    """Predicted seconds of each phase the target measured per phase (kernel time + gaps of its
+    ops; the step overhead and DDP sync belong to no phase)."""
+    d = kernel_us(t.ops, spec, t.learned)
+    _, gap = timeline(d, t.host_base * spec.host_scale * (host_mult or {}).get(t.source, 1.0), t.ops.sync_after)
+    return {p: float((d[t.ops.phase == p].sum() + gap[t.ops.phase == p].sum()) / 1e6) for p in t.phase_seconds}
 
 
 @dataclass
@@ -268,10 +279,13 @@ def relative_errors(fit: DeviceFit, targets: list[Target]) -> np.ndarray:
     return np.abs(pred - np.array([t.seconds for t in targets])) / np.array([t.seconds for t in targets])
 
 
-def leave_one_model_out(prior: DeviceSpec, targets: list[Target]) -> dict[str, np.ndarray]:
+def leave_one_model_out(prior: DeviceSpec, targets: list[Target],
+                        phases: dict[str, dict[str, float]] | None = None) -> dict[str, float]:
     """Held-out signed relative errors (pred / measured − 1) per target, keyed by origin: each
     model refit without all its targets. A held-out source's step overhead and host multiplier
-    are kept only when other models of that source remain; else it gets none (0 ms, 1)."""
+    are kept only when other models of that source remain; else it gets none (0 ms, 1).
+    ``phases``, when given, receives the held-out predicted seconds per phase of the targets
+    measured per phase (keyed by origin)."""
     out: dict[str, float] = {}
     for model in sorted({t.model for t in targets}):
         train = [t for t in targets if t.model != model]
@@ -282,6 +296,8 @@ def leave_one_model_out(prior: DeviceSpec, targets: list[Target]) -> dict[str, n
         pred = fit.predict(test)
         for t, p in zip(test, pred):
             out[t.origin] = float(p / t.seconds - 1)
+            if phases is not None and t.phase_seconds:
+                phases[t.origin] = predict_phase_seconds(fit.spec, t, fit.host_mult)
     return out
 
 
@@ -326,7 +342,8 @@ def calibrate(targets: list[Target], sequences: dict[str, pd.DataFrame], host: d
                  "ddp_sync_ms_per_gb": fit.sync_ms_per_gb,
                  "in_sample": _summary(in_sample), "params": {f: round(getattr(fit.spec, f), 5) for f in FITTED_FIELDS}}
         if lomo:
-            held = leave_one_model_out(SPEC_SHEETS[name], group)
+            held_phases: dict[str, dict[str, float]] = {}
+            held = leave_one_model_out(SPEC_SHEETS[name], group, held_phases)
             entry["lomo"] = _summary(list(held.values())) if held else None
             entry["lomo_by_source"] = {s: _summary([held[t.origin] for t in group if t.source == s and t.origin in held])
                                        for s in sources if any(t.source == s and t.origin in held for t in group)}
@@ -335,7 +352,9 @@ def calibrate(targets: list[Target], sequences: dict[str, pd.DataFrame], host: d
                     report["lomo_errors"].append({
                         "device": name, "source": t.source, "model": t.model, "workload": t.workload,
                         "config_id": t.config.config_id, "origin": t.origin, "measured_s": t.seconds,
-                        "predicted_s": t.seconds * (1 + held[t.origin]), "in_sample_s": float(p)})
+                        "predicted_s": t.seconds * (1 + held[t.origin]), "in_sample_s": float(p),
+                        **{f"measured_{k}_s": v for k, v in t.phase_seconds.items()},
+                        **{f"predicted_{k}_s": v for k, v in held_phases.get(t.origin, {}).items()}})
         errs = class_errors(fit, group)
         entry["ets_op_class"] = _summary(errs) if len(errs) else None
         report["devices"][name] = entry

@@ -77,7 +77,28 @@ def _pct(v: float) -> str:
     return "–" if v is None or (isinstance(v, float) and np.isnan(v)) else f"{v:.1%}"
 
 
-def markdown(sets: pd.DataFrame, kernels: pd.DataFrame | None, notes: list[str]) -> str:
+PHASES = ("forward", "backward")
+
+
+def phase_summary(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per set and phase, for the targets measured per phase (NeuSight): n, median |error| and
+    median signed error of the held-out prediction of that phase."""
+    out = []
+    for phase in PHASES:
+        measured, predicted = f"measured_{phase}_s", f"predicted_{phase}_s"
+        if measured not in rows or predicted not in rows:
+            continue
+        have = rows.dropna(subset=[measured, predicted])
+        have = have[have[measured] > 0]
+        for name, g in have.groupby("set", sort=True):
+            error = g[predicted] / g[measured] - 1
+            out.append({"set": name, "phase": phase, "n": len(g), "median": float(error.abs().median()),
+                        "signed_median": float(error.median())})
+    return pd.DataFrame(out, columns=["set", "phase", "n", "median", "signed_median"])
+
+
+def markdown(sets: pd.DataFrame, kernels: pd.DataFrame | None, notes: list[str],
+             phases: pd.DataFrame | None = None) -> str:
     lines = ["# Emulated GPUs against real measurements (out of sample)", "",
              "## Iteration time, leave-one-model-out", "",
              "| set | n | median abs. error | mean | median signed | within ±20 % | ≤ 12 % | ≤ 20 % |",
@@ -85,6 +106,11 @@ def markdown(sets: pd.DataFrame, kernels: pd.DataFrame | None, notes: list[str])
     for r in sets.itertuples():
         lines.append(f"| {r.set} | {r.n} | {r.median:.1%} | {r.mean:.1%} | {r.signed_median:+.1%} | {r.within_20:.0%} | "
                      f"{'yes' if r.target else 'no'} | {'yes' if r.limit else 'no'} |")
+    if phases is not None and len(phases):
+        lines += ["", "## Per phase, leave-one-model-out (sets measured per phase)", "",
+                  "| set | phase | n | median abs. error | median signed |", "|---|---|---:|---:|---:|"]
+        lines += [f"| {r.set} | {r.phase} | {r.n} | {r.median:.1%} | {r.signed_median:+.1%} |"
+                  for r in phases.itertuples()]
     if kernels is not None and len(kernels):
         devices = [c for c in kernels.columns if c not in ("all", "target")]
         lines += ["", "## Kernel time, leave-one-GPU-out (forward kernels; median abs. error)", "",
@@ -135,7 +161,7 @@ def write_report(report_dir: Path, iteration: pd.DataFrame, kernel_rows: pd.Data
     report_dir.mkdir(parents=True, exist_ok=True)
     sets = set_summary(iteration)
     kernels = kernel_summary(kernel_rows) if kernel_rows is not None and len(kernel_rows) else None
-    (report_dir / "report.md").write_text(markdown(sets, kernels, notes))
+    (report_dir / "report.md").write_text(markdown(sets, kernels, notes, phase_summary(iteration)))
     iteration.to_csv(report_dir / "iterations.csv", index=False)
     if kernels is not None:
         kernels.to_csv(report_dir / "kernels.csv")

@@ -146,6 +146,18 @@ def test_calibration_predicts_what_the_emulator_emulates(sequences):
         assert seconds == pytest.approx((trace["duration_us"].sum() + trace["gap_us"].sum()) / 1e6, rel=1e-9)
 
 
+def test_phase_predictions_add_up_to_the_fw_bw_prediction(sequences):
+    params = load_params()
+    spec = params.device("V100")
+    cid = next(iter(sequences))
+    t = cal.Target("neusight", "V100", "m", SimpleNamespace(config_id=cid), 1.0, cid,
+                   phases=("forward", "backward"), phase_seconds={"forward": 0.4, "backward": 0.6})
+    cal.attach([t], sequences, params.host_us)
+    by_phase = cal.predict_phase_seconds(spec, t)
+    assert set(by_phase) == {"forward", "backward"} and min(by_phase.values()) > 0
+    assert sum(by_phase.values()) == pytest.approx(cal.predict_seconds(spec, [t], {})[0], rel=1e-9)
+
+
 def test_kernel_time_follows_the_roofline():
     import pandas as pd
     trace = pd.DataFrame({"op": ["conv2d", "relu_"], "phase": ["forward", "forward"], "flops": [1e12, 1e6],

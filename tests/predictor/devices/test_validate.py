@@ -55,6 +55,27 @@ def test_report_files_and_markdown(tmp_path):
         assert (tmp_path / name).stat().st_size > 0
 
 
+def test_phase_summary_by_hand(tmp_path):
+    errors = _lomo_errors()
+    # two NeuSight V100 runs measured per phase: forward 0.5 s -> 0.6 (+20 %), 1.0 -> 0.9 (-10 %);
+    # backward 1.5 -> 1.5 (0 %), 3.0 -> 2.4 (-20 %)
+    errors[5].update(measured_forward_s=0.5, predicted_forward_s=0.6, measured_backward_s=1.5, predicted_backward_s=1.5)
+    errors.append({"source": "neusight", "device": "V100", "model": "n", "measured_s": 4.0, "predicted_s": 3.3,
+                   "measured_forward_s": 1.0, "predicted_forward_s": 0.9,
+                   "measured_backward_s": 3.0, "predicted_backward_s": 2.4})
+    rows = validate.iteration_rows(errors)
+    table = validate.phase_summary(rows).set_index(["set", "phase"])
+    assert list(table.index) == [("NeuSight V100", "forward"), ("NeuSight V100", "backward")]
+    assert table.loc[("NeuSight V100", "forward"), "n"] == 2
+    assert table.loc[("NeuSight V100", "forward"), "median"] == pytest.approx(0.15)
+    assert table.loc[("NeuSight V100", "forward"), "signed_median"] == pytest.approx(0.05)
+    assert table.loc[("NeuSight V100", "backward"), "median"] == pytest.approx(0.10)
+    assert table.loc[("NeuSight V100", "backward"), "signed_median"] == pytest.approx(-0.10)
+    validate.write_report(tmp_path, rows, None, [])
+    assert "| NeuSight V100 | forward | 2 | 15.0% | +5.0% |" in (tmp_path / "report.md").read_text()
+    assert validate.phase_summary(validate.iteration_rows(_lomo_errors())).empty  # no per-phase rows
+
+
 def test_regime_host_factor_and_unknown_regime():
     params = prior_params()
     assert regime_host_factor(params, "plain") == 1.0
