@@ -217,11 +217,10 @@ def align_onto_zoo(traces: pd.DataFrame, zoo_config, *, progress: bool = False
         source = str(real["source"].iloc[0]).rsplit(":", 1)[0]
         try:
             config = zoo_config(real)
-            captured = capture(config, "meta")
-        except (ValueError, ModelBuildError) as exc:
+            result = align(real, capture(config, "meta"))
+        except (ValueError, ModelBuildError) as exc:  # also: no imported row matches the capture
             skipped.append(Unaligned(config_id, source, str(exc)))
             continue
-        result = align(real, captured)
         out.append(result.trace)
         report.append({"device": device, "config_id": config_id, "family": real["family"].iloc[0],
                        "model": real["model"].iloc[0], "zoo_config": config.config_id, "source": source,

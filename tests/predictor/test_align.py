@@ -144,3 +144,12 @@ def test_cli_import_lists_what_cannot_be_aligned(tmp_path):
     assert "imported 2 iteration(s)" in recorded.output
     wrong = CliRunner().invoke(ets, ["import", "kineto", fixture, "--out", str(tmp_path / "k"), "--features", "zoo"])
     assert wrong.exit_code == 2 and "aligns ets-csv imports only" in wrong.output
+
+
+def test_an_iteration_that_matches_nothing_is_listed_not_raised(captured):
+    real, _ = _as_imported(captured)
+    real["op"] = "no_such_op"
+    aligned, report, skipped = align.align_onto_zoo(real, lambda trace: config_for("alexnet", 2, 64))
+    assert aligned.empty and report.empty
+    assert [s.config_id for s in skipped] == ["ets:alexnet:b2:64x64:float32:1"]
+    assert "no imported row matches" in skipped[0].reason and skipped[0].source == "alexnet.1_7.csv"
