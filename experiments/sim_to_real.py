@@ -34,7 +34,9 @@ import pandas as pd  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from predictor import methods  # noqa: E402
-from predictor.capture.importers import import_onto_zoo, import_traces  # noqa: E402
+from predictor.capture import ets_csv  # noqa: E402
+from predictor.capture.align import align_onto_zoo  # noqa: E402
+from predictor.capture.importers import import_traces  # noqa: E402
 from predictor.checkpoints import pretrained  # noqa: E402
 from predictor.collect import collect  # noqa: E402
 from predictor.dataset import split_by_family  # noqa: E402
@@ -78,11 +80,11 @@ def training_sequences(sequences_dir: Path, half_dir: Path, half: int) -> pd.Dat
 
 def emulated_nsys(sequences: pd.DataFrame, cache: Path) -> pd.DataFrame:
     """Every sequence timed by the emulated T4 under the nsys regime (cached in ``cache``)."""
-    params = load_params()
     if cache.exists():
         traces = pd.read_parquet(cache)
         if set(traces["config_id"]) >= set(sequences["config_id"]):
             return traces
+    params = load_params()
     parts = [emulate(seq, EMULATED, params, seed=0, regime="nsys")
              for _, seq in tqdm(sequences.groupby("config_id", sort=True), desc="emulate T4 (nsys)", unit="config")]
     traces = pd.concat(parts, ignore_index=True)
@@ -163,8 +165,8 @@ def main(minutes: float, sequences_dir: Path, ets_traces: Path, out: Path, half_
     if not real_dir.is_dir():
         raise click.ClickException(f"{real_dir}: no real T4 traces (set --ets-traces or ETS_TRACES_DIR)")
     out.mkdir(parents=True, exist_ok=True)
-    aligned, alignment, skipped = import_onto_zoo(real_dir, progress=True)
     recorded = import_traces("ets-csv", real_dir)
+    aligned, alignment, skipped = align_onto_zoo(recorded, ets_csv.zoo_config, progress=True)
     alignment.to_csv(out / "alignment.csv", index=False)
     # Caches are keyed by the emulator: a refit must not reuse traces or a model of the old one.
     key = f"{emulator_fingerprint(load_params())}-h{half_configs}"
@@ -201,7 +203,7 @@ def main(minutes: float, sequences_dir: Path, ets_traces: Path, out: Path, half_
         f"Real: {aligned['config_id'].nunique()} T4 iterations of {real_dir} imported onto our zoo captures "
         f"({alignment['matched'].sum():,} of {alignment['real_rows'].sum():,} rows matched); "
         + (f"not scored: {'; '.join(s.reason for s in skipped)}." if skipped else "every file scored."),
-        f"Training: {minutes:g} min budget, "
+        f"Training: {model.config.max_minutes:g} min budget, "
         f"{len(history)} epochs, emulated T4 (nsys regime) traces of the pretraining configs without LLMs "
         f"and {half_configs} fp16 vision configs. "
         "Out of sample: no real trace was trained on.",

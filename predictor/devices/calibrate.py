@@ -194,9 +194,7 @@ def predict_seconds(spec: DeviceSpec, targets: list[Target], overhead_ms: dict[s
     ``sync_ms_per_gb``: a DDP source's gradient all-reduce cost per GB of gradients."""
     out = np.empty(len(targets))
     for i, t in enumerate(targets):
-        d = kernel_us(t.ops, spec, t.learned)
-        scale = spec.host_scale * (host_mult or {}).get(t.source, 1.0)
-        _, gap = timeline(d, t.host_base * scale, t.ops.sync_after)
+        d, gap = _kernels_and_gaps(spec, t, host_mult)
         m = t.phase_mask if t.phase_mask is not None else slice(None)
         out[i] = ((d[m].sum() + gap[m].sum()) / 1e6 + overhead_ms.get(t.source, 0.0) / 1e3
                   + (sync_ms_per_gb or {}).get(t.source, 0.0) * t.grad_gb / 1e3)
@@ -206,11 +204,17 @@ def predict_seconds(spec: DeviceSpec, targets: list[Target], overhead_ms: dict[s
     return out
 
 
+def _kernels_and_gaps(spec: DeviceSpec, t: Target, host_mult: dict[str, float] | None) -> tuple[np.ndarray, np.ndarray]:
+    """Kernel time and ETS gap per op of the target's sequence (µs), as :func:`emulate` prices it."""
+    d = kernel_us(t.ops, spec, t.learned)
+    _, gap = timeline(d, t.host_base * spec.host_scale * (host_mult or {}).get(t.source, 1.0), t.ops.sync_after)
+    return d, gap
+
+
 def predict_phase_seconds(spec: DeviceSpec, t: Target, host_mult: dict[str, float] | None = None) -> dict[str, float]:
     """Predicted seconds of each phase the target measured per phase (kernel time + gaps of its
     ops; the step overhead and DDP sync belong to no phase)."""
-    d = kernel_us(t.ops, spec, t.learned)
-    _, gap = timeline(d, t.host_base * spec.host_scale * (host_mult or {}).get(t.source, 1.0), t.ops.sync_after)
+    d, gap = _kernels_and_gaps(spec, t, host_mult)
     return {p: float((d[t.ops.phase == p].sum() + gap[t.ops.phase == p].sum()) / 1e6) for p in t.phase_seconds}
 
 
