@@ -183,7 +183,8 @@ def devices_validate(calibration_dir: Path | None, ets_dir: Path | None, cache: 
     iterations leave-one-model-out (the calibration refitted without each model)."""
     from predictor.devices import calibrate as cal
     from predictor.devices import kernels as kernel_model
-    from predictor.devices import validate
+    from predictor.devices import neusight_ops, validate
+    from predictor.devices.measurements import NEUSIGHT_DIR, MeasurementError
     from predictor.devices.specs import SPEC_SHEETS
 
     calibration_dir, ets_dir, targets, skipped, host, kernels = _inputs(calibration_dir, ets_dir)
@@ -194,12 +195,21 @@ def devices_validate(calibration_dir: Path | None, ets_dir: Path | None, cache: 
     click.echo("iterations, leave-one-model-out ...")
     _, report = cal.calibrate(targets, sequences, host, lomo=True, model=model)
     rows = validate.iteration_rows(report["lomo_errors"])
+    try:
+        labelled = neusight_ops.class_times(neusight_ops.load_neusight_ops(calibration_dir / NEUSIGHT_DIR))
+    except MeasurementError as exc:
+        raise click.ClickException(str(exc)) from None
+    op_classes = validate.class_rows(labelled, report["lomo_classes"])
     notes = [f"{len(rows)} iteration targets on {rows['device'].nunique() if len(rows) else 0} GPUs; "
              f"skipped: {', '.join(skipped) or 'none'}.",
              f"kernels: {len(kernel_rows):,} uncensored rows; {int(kernels['censored'].sum()):,} NeuSight rows on the "
              f"call floor and {kernels.attrs.get('implausible', 0)} implausible ETS rows excluded.",
-             f"nsys host factor (ETS traces vs plain runs, fitted): {report['nsys_host_factor']:.2f}."]
-    sets = validate.write_report(report_dir, rows, kernel_rows, notes)
+             f"nsys host factor (ETS traces vs plain runs, fitted): {report['nsys_host_factor']:.2f}.",
+             "per op class: NeuSight's per-op labels (fx nodes, CUDA-event timed one at a time) against the kernel "
+             "time of the same op class in our trace, priced by the calibration refitted without the model and "
+             "the kernel model (whose microbenchmark kernels do not include these runs); kernel-free nodes "
+             "(shapes, views) and our loss are left out."]
+    sets = validate.write_report(report_dir, rows, kernel_rows, notes, op_classes)
     click.echo((report_dir / "report.md").read_text())
     click.echo(f"report in {report_dir}")
     if len(sets):

@@ -51,6 +51,7 @@ from tqdm import tqdm
 from predictor.capture.costs import op_class
 from predictor.devices import kernels as kernel_model
 from predictor.devices.measurements import SOURCES, load_measurements, workload_config
+from predictor.devices.neusight_ops import LOSS_OPS
 from predictor.devices.specs import FITTED_FIELDS, DeviceParams, DeviceSpec, SPEC_SHEETS, prior_params
 from predictor.devices.timing import OpArrays, host_us, kernel_us, learned_us, timeline
 from predictor.zoo.config import ModelConfig
@@ -87,6 +88,7 @@ class Target:
     phase_seconds: dict[str, float] = field(default_factory=dict)  # measured per phase (NeuSight)
     class_masks: list[np.ndarray] = field(default_factory=list, repr=False)
     class_real_us: np.ndarray | None = field(default=None, repr=False)
+    loss_mask: np.ndarray | None = field(default=None, repr=False)  # ops of the loss (per-phase targets)
 
     @property
     def regime(self) -> str:
@@ -158,6 +160,8 @@ def attach(targets: list[Target], sequences: dict[str, pd.DataFrame], host: dict
         t.learned = learned_us(t.ops, SPEC_SHEETS[t.device], model) if model is not None else None
         t.phase_mask = np.isin(t.ops.phase, t.phases)
         seq = sequences[t.config.config_id]
+        if t.phase_seconds:
+            t.loss_mask = np.array([bool(LOSS_OPS.match(o)) for o in seq["op"]], dtype=bool)
         t.grad_gb = float(seq.loc[seq["op"] == "AccumulateGrad", "bytes"].sum()) / 2 / 1e9  # read + write counted
         t.class_masks, real = [], []
         for (phase, cls), (n, us) in (t.real_classes or {}).items():
@@ -216,6 +220,19 @@ def predict_phase_seconds(spec: DeviceSpec, t: Target, host_mult: dict[str, floa
     ops; the step overhead and DDP sync belong to no phase)."""
     d, gap = _kernels_and_gaps(spec, t, host_mult)
     return {p: float((d[t.ops.phase == p].sum() + gap[t.ops.phase == p].sum()) / 1e6) for p in t.phase_seconds}
+
+
+def predict_class_seconds(spec: DeviceSpec, t: Target) -> dict[tuple[str, str], float]:
+    """Predicted kernel seconds per (phase, op class) of a target measured per phase, without the
+    loss (NeuSight's per-op labels stop at the logits): what its per-op labels are compared with."""
+    d = kernel_us(t.ops, spec, t.learned)
+    keep = ~t.loss_mask if t.loss_mask is not None else np.ones(len(d), dtype=bool)
+    out: dict[tuple[str, str], float] = {}
+    for phase in t.phase_seconds:
+        mine = keep & (t.ops.phase == phase) & (d > 0)
+        for cls in np.unique(t.ops.op_class[mine]):
+            out[(phase, str(cls))] = float(d[mine & (t.ops.op_class == cls)].sum() / 1e6)
+    return out
 
 
 @dataclass
@@ -284,12 +301,13 @@ def relative_errors(fit: DeviceFit, targets: list[Target]) -> np.ndarray:
 
 
 def leave_one_model_out(prior: DeviceSpec, targets: list[Target],
-                        phases: dict[str, dict[str, float]] | None = None) -> dict[str, float]:
+                        phases: dict[str, dict[str, float]] | None = None,
+                        classes: dict[str, dict[tuple[str, str], float]] | None = None) -> dict[str, float]:
     """Held-out signed relative errors (pred / measured − 1) per target, keyed by origin: each
     model refit without all its targets. A held-out source's step overhead and host multiplier
     are kept only when other models of that source remain; else it gets none (0 ms, 1).
-    ``phases``, when given, receives the held-out predicted seconds per phase of the targets
-    measured per phase (keyed by origin)."""
+    ``phases`` and ``classes``, when given, receive (keyed by origin) the held-out predicted
+    seconds per phase, and kernel seconds per (phase, op class), of the targets measured per phase."""
     out: dict[str, float] = {}
     for model in sorted({t.model for t in targets}):
         train = [t for t in targets if t.model != model]
@@ -302,6 +320,8 @@ def leave_one_model_out(prior: DeviceSpec, targets: list[Target],
             out[t.origin] = float(p / t.seconds - 1)
             if phases is not None and t.phase_seconds:
                 phases[t.origin] = predict_phase_seconds(fit.spec, t, fit.host_mult)
+            if classes is not None and t.phase_seconds:
+                classes[t.origin] = predict_class_seconds(fit.spec, t)
     return out
 
 
@@ -329,7 +349,7 @@ def calibrate(targets: list[Target], sequences: dict[str, pd.DataFrame], host: d
     for t in targets:
         by_device.setdefault(t.device, []).append(t)
     devices = dict(prior_params().devices)
-    report: dict = {"host_us": host, "devices": {}, "lomo_errors": []}
+    report: dict = {"host_us": host, "devices": {}, "lomo_errors": [], "lomo_classes": []}
     fits: dict[str, DeviceFit] = {}
     nsys = []
     for name in tqdm(sorted(by_device), desc="calibrate", unit="device", disable=not progress):
@@ -347,7 +367,8 @@ def calibrate(targets: list[Target], sequences: dict[str, pd.DataFrame], host: d
                  "in_sample": _summary(in_sample), "params": {f: round(getattr(fit.spec, f), 5) for f in FITTED_FIELDS}}
         if lomo:
             held_phases: dict[str, dict[str, float]] = {}
-            held = leave_one_model_out(SPEC_SHEETS[name], group, held_phases)
+            held_classes: dict[str, dict[tuple[str, str], float]] = {}
+            held = leave_one_model_out(SPEC_SHEETS[name], group, held_phases, held_classes)
             entry["lomo"] = _summary(list(held.values())) if held else None
             entry["lomo_by_source"] = {s: _summary([held[t.origin] for t in group if t.source == s and t.origin in held])
                                        for s in sources if any(t.source == s and t.origin in held for t in group)}
@@ -359,6 +380,10 @@ def calibrate(targets: list[Target], sequences: dict[str, pd.DataFrame], host: d
                         "predicted_s": t.seconds * (1 + held[t.origin]), "in_sample_s": float(p),
                         **{f"measured_{k}_s": v for k, v in t.phase_seconds.items()},
                         **{f"predicted_{k}_s": v for k, v in held_phases.get(t.origin, {}).items()}})
+                    report["lomo_classes"] += [
+                        {"device": name, "workload": t.workload, "seq": t.config.input_size, "batch": t.config.batch,
+                         "origin": t.origin, "phase": phase, "cls": cls, "predicted_s": v}
+                        for (phase, cls), v in held_classes.get(t.origin, {}).items()]
         errs = class_errors(fit, group)
         entry["ets_op_class"] = _summary(errs) if len(errs) else None
         report["devices"][name] = entry

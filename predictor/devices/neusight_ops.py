@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import ast
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
 
+from predictor.capture.costs import op_class
 from predictor.devices.measurements import (
     MeasurementError, csv_rows, neusight_device_and_workload, neusight_files, neusight_label,
 )
@@ -94,3 +96,81 @@ def load_neusight_ops(directory: str | Path) -> pd.DataFrame:
                     "bw_ms": "float64"})
     df.attrs["excluded"] = excluded
     return df
+
+
+# --- per op class, expanded to the iteration -----------------------------------------------------
+#
+# A node's kernel is named like the aten op our traces record, so that both sides fall into the same
+# op class (:func:`predictor.capture.costs.op_class`). Modules are told apart by their attribute
+# name (HF BERT / GPT-2 / OPT); GPT-2's Conv1D layers are traced through to ``addmm`` nodes.
+# Nodes that launch no kernel (placeholders, Python ints from ``size``/``getitem``/``eq``, views)
+# are dropped: NeuSight times them at the ~8 µs floor of its timer, not as GPU work.
+LAYER_NODE = re.compile(r"_(layer|h|layers)_0_")  # a node of the first transformer layer
+_MODULE_OPS = ((re.compile(r"layer_?norm|ln_|ln$"), "layer_norm"), (re.compile(r"drop"), "dropout"),
+               (re.compile(r"embed|wte|wpe"), "embedding"), (re.compile(r"activation_fn|\.act$"), "gelu"),
+               (re.compile(r"pooler\.activation"), "tanh"))
+_FUNCTION = re.compile(r"^<(?:built-in (?:function|method)|function) (\w+)")
+_RENAMED = {"truediv": "div", "contiguous": "clone", "getitem": "slice", "to": "_to_copy", "type": "_to_copy",
+            "long": "_to_copy", "bool": "_to_copy", "type_as": "_to_copy"}
+_VIEWS = {"view", "reshape", "permute", "transpose", "expand", "unsqueeze", "split", "slice", "size", "dim"}
+# Ops of the loss and its gradient seed: NeuSight's labels stop at the logits, so a comparison
+# leaves them out of our traces too.
+LOSS_OPS = re.compile(r"^(cross_entropy_loss|ones_like|NllLossBackward\d*|LogSoftmaxBackward\d*)$")
+CLASS_COLUMNS = ("device", "workload", "seq", "batch", "phase", "cls", "measured_s", "nodes", "origin")
+
+
+def node_op(fx_op: str, target: str, dtype: str) -> str | None:
+    """The aten-style op a NeuSight fx node runs, or None when it launches no GPU kernel."""
+    if fx_op in ("placeholder", "get_attr", "output") or not dtype:
+        return None  # no tensor out: shapes and Python scalars
+    if fx_op == "call_module":
+        for pattern, op in _MODULE_OPS:
+            if pattern.search(target.lower()):
+                return op
+        return "linear"
+    match = _FUNCTION.match(target)
+    name = match.group(1) if match else target
+    name = _RENAMED.get(name, name)
+    return None if name in _VIEWS else name
+
+
+def layer_block(nodes: pd.DataFrame) -> tuple[int, int]:
+    """[start, stop) positions of the first transformer layer: from its first node to the first
+    module after its last one (the final norm, pooler or head), so that the layer's trailing
+    residual add belongs to it. Raises ValueError when no node names layer 0."""
+    names = nodes["node"].tolist()
+    inside = [i for i, n in enumerate(names) if LAYER_NODE.search(n)]
+    if not inside:
+        raise ValueError("no node of transformer layer 0 (names like ..._layer_0_..., ..._h_0_..., ..._layers_0_...)")
+    modules = nodes["fx_op"].to_numpy() == "call_module"
+    stop = next((i for i in range(inside[-1] + 1, len(names)) if modules[i]), len(names))
+    return inside[0], stop
+
+
+def class_times(ops: pd.DataFrame) -> pd.DataFrame:
+    """Per label file, phase (forward, backward) and op class: the labelled kernel time of the
+    iteration as NeuSight builds it — the nodes outside the first layer once, the layer's nodes
+    ``layers`` times (the zoo model's depth). ``nodes``: labelled nodes with a kernel per pass."""
+    from predictor.zoo.llm import SPECS
+
+    out = []
+    for (device, workload, seq, batch), g in ops.groupby(["device", "workload", "seq", "batch"], sort=True):
+        g = g.reset_index(drop=True)
+        origin = g["origin"].iloc[0].rsplit(":", 1)[0]
+        try:
+            start, stop = layer_block(g)
+        except ValueError as exc:
+            raise MeasurementError(Path(origin), str(exc), field="Name") from None
+        repeat = pd.Series(1, index=g.index)
+        repeat.iloc[start:stop] = SPECS[workload].layers
+        classes = [None if op is None else op_class(op)
+                   for op in (node_op(f, t, d) for f, t, d in zip(g["fx_op"], g["target"], g["dtype"]))]
+        g = g.assign(cls=classes, repeat=repeat).dropna(subset=["cls"])
+        for phase, column in (("forward", "fw_ms"), ("backward", "bw_ms")):
+            for cls, c in g.groupby("cls", sort=True):
+                seconds = float((c[column] * c["repeat"]).sum()) / 1e3
+                if seconds > 0:
+                    out.append({"device": device, "workload": workload, "seq": int(seq), "batch": int(batch),
+                                "phase": phase, "cls": cls, "measured_s": seconds,
+                                "nodes": int((c["repeat"] * (c[column] > 0)).sum()), "origin": origin})
+    return pd.DataFrame(out, columns=list(CLASS_COLUMNS))

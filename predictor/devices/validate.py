@@ -77,6 +77,10 @@ def _pct(v: float) -> str:
     return "–" if v is None or (isinstance(v, float) and np.isnan(v)) else f"{v:.1%}"
 
 
+def _signed(v: float) -> str:
+    return "–" if v is None or np.isnan(v) else f"{v:+.1%}"
+
+
 PHASES = ("forward", "backward")
 
 
@@ -97,8 +101,45 @@ def phase_summary(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out, columns=["set", "phase", "n", "median", "signed_median"])
 
 
+CLASS_KEYS = ["device", "workload", "seq", "batch", "phase", "cls"]
+
+
+def class_rows(measured: pd.DataFrame, predicted: list[dict]) -> pd.DataFrame:
+    """NeuSight's labelled kernel time per config, phase and op class
+    (:func:`predictor.devices.neusight_ops.class_times`) next to the held-out prediction
+    (``calibrate`` report's ``lomo_classes``); a class on one side only keeps NaN on the other."""
+    pred = pd.DataFrame(predicted, columns=[*CLASS_KEYS, "predicted_s"])
+    rows = measured.drop(columns=["origin"], errors="ignore").merge(pred, on=CLASS_KEYS, how="outer")
+    rows = rows[rows["device"].isin(set(pred["device"]))] if len(pred) else rows.iloc[:0]
+    rows.insert(0, "set", [set_name("neusight", d) for d in rows["device"]])
+    rows["error"] = rows["predicted_s"] / rows["measured_s"] - 1
+    return rows.reset_index(drop=True)
+
+
+def class_summary(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per set, phase and op class (and ``all``: the configs' summed labelled kernel time): n
+    configs with both sides, the class's share of the labelled time, median |error| and median
+    signed error; ``missing``: configs where only one side has the class."""
+    out = []
+    for (name, phase), g in rows.groupby(["set", "phase"], sort=True):
+        total = g.dropna(subset=["measured_s", "predicted_s"])["measured_s"].sum()
+        for cls, c in g.groupby("cls", sort=True):
+            matched = c.dropna(subset=["measured_s", "predicted_s"])
+            out.append({"set": name, "phase": phase, "cls": cls, "n": len(matched),
+                        "share": float(matched["measured_s"].sum() / total) if total > 0 else np.nan,
+                        "median": float(matched["error"].abs().median()) if len(matched) else np.nan,
+                        "signed_median": float(matched["error"].median()) if len(matched) else np.nan,
+                        "missing": len(c) - len(matched)})
+        configs = g.groupby(["workload", "seq", "batch"])[["measured_s", "predicted_s"]].sum(min_count=1).dropna()
+        error = configs["predicted_s"] / configs["measured_s"] - 1
+        out.append({"set": name, "phase": phase, "cls": "all", "n": len(configs), "share": 1.0,
+                    "median": float(error.abs().median()) if len(configs) else np.nan,
+                    "signed_median": float(error.median()) if len(configs) else np.nan, "missing": 0})
+    return pd.DataFrame(out, columns=["set", "phase", "cls", "n", "share", "median", "signed_median", "missing"])
+
+
 def markdown(sets: pd.DataFrame, kernels: pd.DataFrame | None, notes: list[str],
-             phases: pd.DataFrame | None = None) -> str:
+             phases: pd.DataFrame | None = None, classes: pd.DataFrame | None = None) -> str:
     lines = ["# Emulated GPUs against real measurements (out of sample)", "",
              "## Iteration time, leave-one-model-out", "",
              "| set | n | median abs. error | mean | median signed | within ±20 % | ≤ 12 % | ≤ 20 % |",
@@ -111,6 +152,14 @@ def markdown(sets: pd.DataFrame, kernels: pd.DataFrame | None, notes: list[str],
                   "| set | phase | n | median abs. error | median signed |", "|---|---|---:|---:|---:|"]
         lines += [f"| {r.set} | {r.phase} | {r.n} | {r.median:.1%} | {r.signed_median:+.1%} |"
                   for r in phases.itertuples()]
+    if classes is not None and len(classes):
+        lines += ["", "## Per op class against NeuSight's per-op labels, leave-one-model-out", "",
+                  "Kernel time of each op class over the iteration (NeuSight's nodes outside the first layer "
+                  "once, the layer's nodes times the depth; our trace without the loss).", "",
+                  "| set | phase | op class | n | share of labelled time | median abs. error | median signed "
+                  "| one side only |", "|---|---|---|---:|---:|---:|---:|---:|"]
+        lines += [f"| {r.set} | {r.phase} | {r.cls} | {r.n} | {_pct(r.share)} | {_pct(r.median)} | "
+                  f"{_signed(r.signed_median)} | {r.missing} |" for r in classes.itertuples()]
     if kernels is not None and len(kernels):
         devices = [c for c in kernels.columns if c not in ("all", "target")]
         lines += ["", "## Kernel time, leave-one-GPU-out (forward kernels; median abs. error)", "",
@@ -122,13 +171,15 @@ def markdown(sets: pd.DataFrame, kernels: pd.DataFrame | None, notes: list[str],
     return "\n".join(lines) + "\n"
 
 
-def plot(rows: pd.DataFrame, path: Path) -> None:
-    """Predicted vs measured iteration time, log–log, one panel per set, identity and ±20 % band."""
+def plot(rows: pd.DataFrame, path: Path, by: str = "device") -> None:
+    """Predicted vs measured time, log–log, one panel per set, identity and ±20 % band; points
+    coloured by ``by`` (iterations: device; op classes: class)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    rows = rows.dropna(subset=["measured_s", "predicted_s"])
     sets = [s for s in SET_ORDER if s in set(rows["set"])] + sorted(set(rows["set"]) - set(SET_ORDER))
     cols = min(4, max(len(sets), 1))
     nrows = max(1, -(-len(sets) // cols))
@@ -137,8 +188,8 @@ def plot(rows: pd.DataFrame, path: Path) -> None:
         ax.axis("off")
     for ax, name in zip(axes.flat, sets):
         g = rows[rows["set"] == name]
-        for device, d in g.groupby("device"):
-            ax.scatter(d["measured_s"] * 1e3, d["predicted_s"] * 1e3, s=10, alpha=0.7, label=device)
+        for key, d in g.groupby(by):
+            ax.scatter(d["measured_s"] * 1e3, d["predicted_s"] * 1e3, s=10, alpha=0.7, label=key)
         lo = min(g["measured_s"].min(), g["predicted_s"].min()) * 1e3 * 0.8
         hi = max(g["measured_s"].max(), g["predicted_s"].max()) * 1e3 * 1.25
         xs = np.array([lo, hi])
@@ -146,7 +197,7 @@ def plot(rows: pd.DataFrame, path: Path) -> None:
         ax.fill_between(xs, xs * 0.8, xs * 1.2, color="grey", alpha=0.2, lw=0)
         ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), title=f"{name} (n={len(g)})",
                xlabel="measured ms", ylabel="emulated ms (held out)")
-        if g["device"].nunique() > 1:
+        if g[by].nunique() > 1:
             ax.legend(fontsize=7)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -156,15 +207,20 @@ def plot(rows: pd.DataFrame, path: Path) -> None:
 
 
 def write_report(report_dir: Path, iteration: pd.DataFrame, kernel_rows: pd.DataFrame | None,
-                 notes: list[str]) -> pd.DataFrame:
-    """Markdown, CSV of every held-out prediction, and the plot; returns the set summary."""
+                 notes: list[str], op_classes: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Markdown, CSVs of every held-out prediction, and the plots; returns the set summary.
+    ``op_classes``: :func:`class_rows` (NeuSight's per-op labels), when available."""
     report_dir.mkdir(parents=True, exist_ok=True)
     sets = set_summary(iteration)
     kernels = kernel_summary(kernel_rows) if kernel_rows is not None and len(kernel_rows) else None
-    (report_dir / "report.md").write_text(markdown(sets, kernels, notes, phase_summary(iteration)))
+    classes = class_summary(op_classes) if op_classes is not None and len(op_classes) else None
+    (report_dir / "report.md").write_text(markdown(sets, kernels, notes, phase_summary(iteration), classes))
     iteration.to_csv(report_dir / "iterations.csv", index=False)
     if kernels is not None:
         kernels.to_csv(report_dir / "kernels.csv")
     if len(iteration):
         plot(iteration, report_dir / "iterations")
+    if classes is not None:
+        op_classes.to_csv(report_dir / "op_classes.csv", index=False)
+        plot(op_classes, report_dir / "op_classes", by="cls")
     return sets

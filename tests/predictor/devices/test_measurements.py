@@ -474,3 +474,62 @@ def test_real_spread_rows(real_calibration):
     assert df.groupby("device").size().to_dict() == {"RTX2080Ti": 99, "T4": 44}
     r50 = df[(df.device == "T4") & (df.workload == "spread_resnet50") & (df.batch == 16)]
     assert r50["seconds"].median() == pytest.approx(0.226, abs=0.01)  # README's example: 226 ms
+
+
+@pytest.mark.parametrize("fx_op, target, dtype, op", [
+    ("call_module", "bert.encoder.layer.0.attention.self.query", "torch.float32", "linear"),
+    ("call_module", "bert.encoder.layer.0.output.LayerNorm", "torch.float32", "layer_norm"),
+    ("call_module", "transformer.h.0.ln_1", "torch.float32", "layer_norm"),
+    ("call_module", "model.decoder.embed_tokens", "torch.float32", "embedding"),
+    ("call_module", "transformer.h.0.attn.attn_dropout", "torch.float32", "dropout"),
+    ("call_module", "model.decoder.layers.0.activation_fn", "torch.float32", "gelu"),
+    ("call_function", "<built-in method addmm of type object at 0x15552dc96d80>", "torch.float32", "addmm"),
+    ("call_function", "<built-in function truediv>", "torch.float32", "div"),
+    ("call_function", "<function softmax at 0x1554949e1a20>", "torch.float32", "softmax"),
+    ("call_method", "contiguous", "torch.float32", "clone"),
+    ("call_method", "view", "torch.float32", None),  # a view launches nothing
+    ("call_function", "<built-in function getitem>", "", None),  # a Python int from a size
+    ("placeholder", "input_ids", "torch.int64", None),
+])
+def test_neusight_node_ops(fx_op, target, dtype, op):
+    assert neusight_ops.node_op(fx_op, target, dtype) == op
+
+
+def _labelled_layer(tmp_path: Path) -> Path:
+    # bert_large has 24 layers: the layer-0 block (rows 3-6, up to the next module) counts 24 times
+    rows = ['input_ids,placeholder,input_ids,[],"(2, 512)",,0,0,0',
+            'bert_embeddings_word_embeddings,call_module,bert.embeddings.word_embeddings,"[[2, 512]]",'
+            '"(2, 512, 1024)",torch.float32,0.3,0.1,0.2',
+            'bert_encoder_layer_0_attention_self_query,call_module,bert.encoder.layer.0.attention.self.query,'
+            '"[[2, 512, 1024]]","(2, 512, 1024)",torch.float32,3.0,1.0,2.0',
+            'matmul,call_function,<built-in method matmul of type object at 0x1>,"[[2, 16, 512, 64], [2, 16, 64, 512]]",'
+            '"(2, 16, 512, 512)",torch.float32,1.5,0.5,1.0',
+            'view,call_method,view,"[[2, 512, 1024]]","(2, 512, 16, 64)",torch.float32,0.01,0.01,0',
+            'add,call_function,<built-in function add>,"[[2, 512, 1024], [2, 512, 1024]]","(2, 512, 1024)",'
+            'torch.float32,0.03,0.02,0.01',
+            'cls_predictions_decoder,call_module,cls.predictions.decoder,"[[2, 512, 1024]]","(2, 512, 30522)",'
+            'torch.float32,9.0,3.0,6.0',
+            'output,output,output,[],"(2, 512, 30522)",torch.float32,0,0,0']
+    return _neusight_tree(tmp_path, "bert_large-train-512-2.csv", _OPS_HEADER + "\n".join(rows) + "\n",
+                          gpu="Tesla_V100-PCIE-32GB")
+
+
+def test_neusight_class_times_expand_the_layer_by_hand(tmp_path):
+    ops = load_neusight_ops(_labelled_layer(tmp_path))
+    assert neusight_ops.layer_block(ops) == (2, 6)
+    table = neusight_ops.class_times(ops).set_index(["phase", "cls"])
+    assert set(table["device"]) == {"V100"} and set(table["batch"]) == {2} and set(table["seq"]) == {512}
+    # matmul: (query 1.0 + matmul 0.5) x 24 + decoder 3.0 = 39 ms forward; (2 + 1) x 24 + 6 = 78 ms backward
+    assert table.loc[("forward", "matmul"), "measured_s"] == pytest.approx(0.039)
+    assert table.loc[("backward", "matmul"), "measured_s"] == pytest.approx(0.078)
+    assert table.loc[("forward", "matmul"), "nodes"] == 2 * 24 + 1
+    assert table.loc[("forward", "elementwise"), "measured_s"] == pytest.approx(0.02 * 24 / 1e3)  # the add, no view
+    assert table.loc[("forward", "embedding"), "measured_s"] == pytest.approx(0.1e-3)  # outside the layer: once
+    assert table.loc[("forward", "embedding"), "origin"].endswith("Tesla_V100-PCIE-32GB/bert_large-train-512-2.csv")
+
+
+def test_neusight_class_times_need_a_layer(tmp_path):
+    text = _OPS_HEADER + 'lm_head,call_module,lm_head,"[[1, 4]]","(1, 8)",torch.float32,1,0.5,0.5\n'
+    with pytest.raises(MeasurementError, match="layer 0") as info:
+        neusight_ops.class_times(load_neusight_ops(_neusight_tree(tmp_path, "gpt2_large-train-1024-1.csv", text)))
+    assert "gpt2_large-train-1024-1.csv" in str(info.value) and info.value.field == "Name"

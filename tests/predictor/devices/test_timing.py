@@ -167,3 +167,19 @@ def test_kernel_time_follows_the_roofline():
     d = kernel_us(OpArrays.from_trace(trace), spec)
     assert d[0] == pytest.approx(2.0 + 1e12 / (spec.fp32_tflops * 1e12 * 0.5) * 1e6, rel=1e-6)  # compute bound
     assert d[1] == pytest.approx(2.0 + 4e9 / (900e9 * 0.5) * 1e6, rel=1e-6)  # memory bound
+
+
+def test_class_predictions_add_up_to_the_kernel_time_of_each_phase(sequences):
+    params = load_params()
+    spec = params.device("V100")
+    cid = next(iter(sequences))
+    t = cal.Target("neusight", "V100", "m", SimpleNamespace(config_id=cid), 1.0, cid,
+                   phases=("forward", "backward"), phase_seconds={"forward": 0.4, "backward": 0.6})
+    cal.attach([t], sequences, params.host_us)
+    by_class = cal.predict_class_seconds(spec, t)
+    d = kernel_us(t.ops, spec, t.learned)
+    assert t.loss_mask.sum() >= 2  # the loss and its gradient seed are not NeuSight's to label
+    for phase in ("forward", "backward"):
+        mine = (t.ops.phase == phase) & ~t.loss_mask
+        assert sum(v for (p, _), v in by_class.items() if p == phase) == pytest.approx(d[mine].sum() / 1e6, rel=1e-9)
+    assert ("forward", "conv") in by_class and not any(p == "update" for p, _ in by_class)

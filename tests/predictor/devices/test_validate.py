@@ -99,3 +99,35 @@ def test_nsys_regime_multiplies_host_time_and_widens_the_gaps():
     assert np.array_equal(nsys["duration_us"], plain["duration_us"])  # kernels are the GPU's
     assert nsys["gap_us"].sum() > plain["gap_us"].sum()
     assert "(nsys regime" in nsys["source"].iloc[0] and "(plain regime" in plain["source"].iloc[0]
+
+
+def test_op_class_rows_and_summary_by_hand(tmp_path):
+    key = {"device": "V100", "workload": "bert_large", "seq": 512}
+    measured = pd.DataFrame([
+        {**key, "batch": 2, "phase": "forward", "cls": "matmul", "measured_s": 0.30, "nodes": 4, "origin": "f"},
+        {**key, "batch": 2, "phase": "forward", "cls": "norm", "measured_s": 0.10, "nodes": 4, "origin": "f"},
+        {**key, "batch": 8, "phase": "forward", "cls": "matmul", "measured_s": 1.00, "nodes": 4, "origin": "g"},
+        {**key, "batch": 8, "phase": "forward", "cls": "softmax", "measured_s": 0.05, "nodes": 4, "origin": "g"}])
+    predicted = [{**key, "batch": 2, "phase": "forward", "cls": "matmul", "predicted_s": 0.36},
+                 {**key, "batch": 2, "phase": "forward", "cls": "norm", "predicted_s": 0.05},
+                 {**key, "batch": 8, "phase": "forward", "cls": "matmul", "predicted_s": 0.90},
+                 {"device": "A100-80GB", "workload": "bert_large", "seq": 512, "batch": 2, "phase": "forward",
+                  "cls": "matmul", "predicted_s": 1.0}]  # no label: kept with NaN measured
+    rows = validate.class_rows(measured, predicted)
+    assert len(rows) == 5 and set(rows["set"]) == {"NeuSight V100", "NeuSight A100-80GB"}
+    table = validate.class_summary(rows).set_index(["set", "phase", "cls"])
+    v100 = table.loc["NeuSight V100", "forward"]
+    # matmul +20 % and -10 % -> median |.| 15 %, signed +5 %; share 1.3 / (1.3 + 0.1) of matched time
+    assert v100.loc["matmul", "median"] == pytest.approx(0.15) and v100.loc["matmul", "signed_median"] == pytest.approx(0.05)
+    assert v100.loc["matmul", "share"] == pytest.approx(1.3 / 1.4) and v100.loc["norm", "median"] == pytest.approx(0.5)
+    assert (v100.loc["softmax", "n"], v100.loc["softmax", "missing"]) == (0, 1)  # labelled, not predicted
+    assert np.isnan(v100.loc["softmax", "median"])
+    # summed per config: b2 0.41 / 0.40 -> +2.5 %; b8 has softmax unpredicted: 0.90 / 1.05 -> -14.3 %
+    assert v100.loc["all", "n"] == 2
+    assert v100.loc["all", "median"] == pytest.approx((0.025 + (1 - 0.9 / 1.05)) / 2)
+    validate.write_report(tmp_path, validate.iteration_rows(_lomo_errors()), None, [], rows)
+    text = (tmp_path / "report.md").read_text()
+    assert "| NeuSight V100 | forward | matmul | 2 | 92.9% | 15.0% | +5.0% | 0 |" in text
+    assert "| NeuSight V100 | forward | softmax | 0 | 0.0% | – | – | 1 |" in text
+    for name in ("op_classes.png", "op_classes.pdf", "op_classes.csv"):
+        assert (tmp_path / name).stat().st_size > 0
