@@ -93,6 +93,39 @@ def emulated_nsys(sequences: pd.DataFrame, cache: Path) -> pd.DataFrame:
     return traces
 
 
+def emulated_model(minutes: float, sequences_dir: Path, out: Path, half_configs: int, seed: int):
+    """ETS trained on the emulated T4's nsys-regime traces only, and its path (cached in ``out``,
+    keyed by the emulator: a refit must not reuse traces or a model of the old one)."""
+    key = f"{emulator_fingerprint(load_params())}-h{half_configs}"
+    model_path = out / f"ets-T4-nsys-{key}.pt"
+    if model_path.exists():
+        return methods.load(model_path), model_path
+    sequences = training_sequences(sequences_dir, out / "half_sequences", half_configs)
+    train = emulated_nsys(sequences, out / f"emulated_T4_nsys-{key}.parquet")
+    split = split_by_family(train, test_fraction=0.0, val_fraction=0.15, seed=seed)
+    from experiments.pretrain import ETS_SETTINGS
+
+    config = methods.make_config("ets", max_minutes=minutes, seed=seed, **ETS_SETTINGS)
+    model = methods.module("ets").train(split.part(train, "train"), split.part(train, "val"), config,
+                                        device=EMULATED, split=split.to_dict())
+    model.save(model_path)
+    return model, model_path
+
+
+def real_traces(ets_traces: Path, gpu: str, progress: bool = True, files: int | None = None):
+    """The real ETS iterations of ``gpu`` (a folder of ``ets_traces``) imported onto our zoo
+    captures: (recorded, aligned, alignment report, skipped). ``files``: only the first N files
+    of the sorted listing (quick runs)."""
+    directory = ets_traces / gpu
+    if not directory.is_dir():
+        raise click.ClickException(f"{directory}: no real {gpu} traces (set --ets-traces or ETS_TRACES_DIR)")
+    recorded = import_traces("ets-csv", directory)
+    if files is not None:
+        recorded = recorded[recorded["config_id"].isin(sorted(recorded["config_id"].unique())[:files])]
+    aligned, alignment, skipped = align_onto_zoo(recorded, ets_csv.zoo_config, progress=progress)
+    return recorded, aligned, alignment, skipped
+
+
 def scored(model, real: pd.DataFrame, label: str) -> pd.DataFrame:
     """Per-trace errors of ``model`` on ``real`` (relabelled to the model's device)."""
     result = evaluate(model, real.assign(device=model.device))
@@ -162,27 +195,10 @@ def plot(per_trace: pd.DataFrame, out: Path) -> None:
 @click.option("--seed", type=int, default=0, show_default=True)
 def main(minutes: float, sequences_dir: Path, ets_traces: Path, out: Path, half_configs: int, seed: int) -> None:
     real_dir = ets_traces / GPU
-    if not real_dir.is_dir():
-        raise click.ClickException(f"{real_dir}: no real T4 traces (set --ets-traces or ETS_TRACES_DIR)")
+    recorded, aligned, alignment, skipped = real_traces(ets_traces, GPU)
     out.mkdir(parents=True, exist_ok=True)
-    recorded = import_traces("ets-csv", real_dir)
-    aligned, alignment, skipped = align_onto_zoo(recorded, ets_csv.zoo_config, progress=True)
     alignment.to_csv(out / "alignment.csv", index=False)
-    # Caches are keyed by the emulator: a refit must not reuse traces or a model of the old one.
-    key = f"{emulator_fingerprint(load_params())}-h{half_configs}"
-    model_path = out / f"ets-T4-nsys-{key}.pt"
-    if model_path.exists():
-        model = methods.load(model_path)
-    else:
-        sequences = training_sequences(sequences_dir, out / "half_sequences", half_configs)
-        train = emulated_nsys(sequences, out / f"emulated_T4_nsys-{key}.parquet")
-        split = split_by_family(train, test_fraction=0.0, val_fraction=0.15, seed=seed)
-        from experiments.pretrain import ETS_SETTINGS
-
-        config = methods.make_config("ets", max_minutes=minutes, seed=seed, **ETS_SETTINGS)
-        model = methods.module("ets").train(split.part(train, "train"), split.part(train, "val"), config,
-                                            device=EMULATED, split=split.to_dict())
-        model.save(model_path)
+    model, _ = emulated_model(minutes, sequences_dir, out, half_configs, seed)
     shipped = pretrained(GPU)
     per_trace = pd.concat([
         scored(model, aligned, "ETS, emulated T4 nsys regime (zoo features)"),

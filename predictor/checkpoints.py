@@ -3,7 +3,8 @@ cluster.
 
 Why: `simrun --predictor ets|habitat|dnnperf` must work right after install. The checkpoints
 are produced by `python -m experiments.pretrain` (emulated traces, family-disjoint split) and
-live in ``predictor/checkpoints/<method>-<GPU>.pt``.
+live in ``predictor/checkpoints/<method>-<GPU>.pt``. ``ets-T4-real.pt`` is ETS fine-tuned on the
+real T4 traces (``python -m experiments.transfer``), for ``ets predict --ckpt``.
 """
 
 from __future__ import annotations
@@ -20,8 +21,12 @@ def checkpoint_path(gpu: str, directory: str | Path = CHECKPOINT_DIR, method: st
 
 
 def available(directory: str | Path = CHECKPOINT_DIR, method: str = "ets") -> list[str]:
-    """GPU types with a pretrained checkpoint of ``method``."""
-    return sorted(p.stem.removeprefix(f"{method}-") for p in Path(directory).glob(f"{method}-*.pt"))
+    """GPU types with a pretrained checkpoint of ``method`` (emulated-trained; other files, such as
+    ``ets-T4-real.pt``, are not a GPU type's default)."""
+    from predictor.devices.specs import SPEC_SHEETS
+
+    names = (p.stem.removeprefix(f"{method}-") for p in Path(directory).glob(f"{method}-*.pt"))
+    return sorted(n for n in names if n in SPEC_SHEETS)
 
 
 def pretrained(gpu: str, directory: str | Path = CHECKPOINT_DIR, method: str = "ets"):

@@ -191,9 +191,14 @@ class EtsPredictor:
     method = "ets"
 
     def __init__(self, spec: FeatureSpec, config: TrainConfig, model: WindowModel, device: str,
-                 fingerprint: str = "", history: list[dict] | None = None, split: dict | None = None) -> None:
+                 fingerprint: str = "", history: list[dict] | None = None, split: dict | None = None,
+                 lineage: list[dict] | None = None, scale: tuple[float, float] = (1.0, 1.0)) -> None:
         self.spec, self.config, self.model, self.device = spec, config, model, device
         self.fingerprint, self.history, self.split = fingerprint, history or [], split or {}
+        self.lineage = lineage or []  # the checkpoints this one was fine-tuned from, oldest first
+        # (kernel time, overhead) factors on every op's prediction: a calibration to a device
+        # from a few traces (predictor.finetune); (1, 1) for a trained model
+        self.scale = (float(scale[0]), float(scale[1]))
 
     # --- inference ---------------------------------------------------------------------------
 
@@ -218,7 +223,12 @@ class EtsPredictor:
         normalised = combine(predictions, w.index, total)
         ordered = pd.concat(w.traces, ignore_index=True)
         micro = decode_targets(self.spec, ordered["op"], normalised)
-        return ordered.assign(pred_duration_us=micro[:, 0], pred_gap_us=micro[:, 1])
+        return ordered.assign(pred_duration_us=micro[:, 0] * self.scale[0], pred_gap_us=micro[:, 1] * self.scale[1])
+
+    def lineage_of_child(self, path: str) -> list[dict]:
+        """The lineage of a model adapted from this one (saved at ``path``)."""
+        return [*self.lineage, {"checkpoint": path, "device": self.device, "fingerprint": self.fingerprint,
+                                "epochs": len(self.history)}]
 
     def iteration_times(self, traces: pd.DataFrame) -> pd.DataFrame:
         """Per trace: predicted iteration time with its breakdown, and the truth when present."""
@@ -227,7 +237,8 @@ class EtsPredictor:
     # --- persistence -------------------------------------------------------------------------
 
     def save(self, path: str | Path) -> Path:
-        return write_checkpoint(path, self, "ets", spec=self.spec.to_dict(), dim=self.spec.dim)
+        return write_checkpoint(path, self, "ets", spec=self.spec.to_dict(), dim=self.spec.dim, lineage=self.lineage,
+                                scale=list(self.scale))
 
 
 def load(path: str | Path) -> EtsPredictor:
@@ -240,7 +251,7 @@ def load(path: str | Path) -> EtsPredictor:
     model = WindowModel(spec.dim, config)
     load_weights(path, model, body["state_dict"])
     return EtsPredictor(spec, config, model, body["device"], body.get("fingerprint", ""), body.get("history"),
-                        body.get("split"))
+                        body.get("split"), body.get("lineage"), tuple(body.get("scale", (1.0, 1.0))))
 
 
 def summarize(ops: pd.DataFrame) -> pd.DataFrame:
@@ -276,27 +287,42 @@ def iteration_mre(summary: pd.DataFrame) -> float:
 
 def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: TrainConfig | None = None, *,
           device: str | None = None, split: dict | None = None, progress: bool = True,
-          log=None) -> EtsPredictor:
-    """Fit a window model on ``train_traces``; early stopping on ``val_traces``' iteration MRE."""
+          log=None, parent: "EtsPredictor | None" = None, parent_path: str = "") -> EtsPredictor:
+    """Fit a window model on ``train_traces``; early stopping on ``val_traces``' iteration MRE.
+
+    ``parent``: continue training that predictor (its feature spec, scalers and weights; the
+    result records it in ``lineage`` and models the data's device) instead of starting afresh;
+    a calibration ``scale`` of the parent is not carried: the weights learn the device instead.
+    Empty ``val_traces`` (too few traces to hold any out): exactly ``max_epochs`` epochs, the
+    last weights kept; the history's MRE is then the training traces'."""
     config = config or TrainConfig()
-    device, train_traces, val_traces = device_rows(train_traces, val_traces, device)
+    if val_traces.empty:
+        device, train_traces, _ = device_rows(train_traces, train_traces, device)
+    else:
+        device, train_traces, val_traces = device_rows(train_traces, val_traces, device)
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
-    spec = fit_features(train_traces, top_k=config.top_k, norm=config.norm, target_transform=config.target_transform,
-                        context=config.context)
-    model = WindowModel(spec.dim, config)
+    if parent is None:
+        spec = fit_features(train_traces, top_k=config.top_k, norm=config.norm,
+                            target_transform=config.target_transform, context=config.context)
+        model, lineage = WindowModel(spec.dim, config), []
+    else:
+        spec, model = parent.spec, copy.deepcopy(parent.model)
+        lineage = parent.lineage_of_child(parent_path)
+    fixed = val_traces.empty
+    checked = train_traces if fixed else val_traces
     predictor = EtsPredictor(spec, config, model, device, fingerprint(pd.concat([train_traces, val_traces])),
-                             [], split)
+                             [], split, lineage)
     tw = make_windows(spec, train_traces, config.width, config.stride)
-    vw = make_windows(spec, val_traces, config.width, config.stride, with_targets=False)
+    vw = make_windows(spec, checked, config.width, config.stride, with_targets=False)
     val_truth = summarize(pd.concat(vw.traces, ignore_index=True).assign(pred_duration_us=0.0, pred_gap_us=0.0))
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
     if config.loss_weight not in LOSS_WEIGHTS:
         raise ValueError(f"loss_weight must be one of {LOSS_WEIGHTS}, got {config.loss_weight!r}")
     average = copy.deepcopy(model) if config.ema else model  # what is validated and kept
     predictor.model = average
-    stop = EarlyStopping(average, predictor.history, config, "train ets", optimizer=optimizer, progress=progress,
-                         log=log)
+    stop = EarlyStopping(average, predictor.history, config, "fine-tune ets" if parent else "train ets",
+                         optimizer=None if fixed else optimizer, progress=progress, log=log)
     steps = 0
     for _ in stop.epochs():
         model.train()
@@ -318,7 +344,9 @@ def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: TrainCon
             losses.append(float(loss.detach()))
         summary = summarize(predictor._ops_from_windows(vw, predictor._predict_windows(vw)))
         summary["true_us"] = val_truth["true_us"].to_numpy()
-        if stop.end_epoch(losses, iteration_mre(summary)):
+        if stop.end_epoch(losses, iteration_mre(summary)) and not fixed:
             break
-    stop.restore()
+        if fixed and stop.out_of_time():
+            break
+    stop.restore(keep="last" if fixed else "best")
     return predictor

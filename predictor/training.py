@@ -135,9 +135,16 @@ class EarlyStopping:
             self.stale += 1
         return self.stale >= self.patience or elapsed > self.max_seconds
 
-    def restore(self) -> None:
-        """Load the best epoch's weights (ValueError when no epoch had a finite validation MRE)."""
+    def out_of_time(self) -> bool:
+        return time.perf_counter() - self.started > self.max_seconds
+
+    def restore(self, keep: str = "best") -> None:
+        """Load the best epoch's weights (``keep="last"``: leave the last epoch's; a fixed epoch
+        count has no held-out traces to pick the best by). ValueError when no epoch had a finite
+        validation MRE."""
         self.bar.close()
+        if keep == "last" and self.history and np.isfinite(self.history[-1]["val_mre"]):
+            return
         if self.best_state is None:
             last = self.history[-1]["val_mre"] if self.history else "no epoch"
             raise ValueError(f"validation MRE was never finite ({last}): check the validation traces' iteration times")

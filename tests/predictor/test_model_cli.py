@@ -47,10 +47,14 @@ def test_predict_a_model_name_and_a_trace_file(trained, tmp_path):
     out = CliRunner().invoke(ets, ["predict", "--ckpt", str(ckpt), "alexnet", "--batch", "2", "--size", "64"])
     assert out.exit_code == 0, out.output
     assert "alexnet:b2:s64:float32:sgd:c1000 on emulated:T4:" in out.output and "overhead" in out.output
+    assert "measured" not in out.output  # a meta capture times nothing: no truth to print
+    meta = json.loads(CliRunner().invoke(ets, ["predict", "--ckpt", str(ckpt), "alexnet", "--json"]).output)
+    assert "true_us" not in meta["predictions"][0]
     parquet = next((root / "data").glob("*.parquet"))
     out = CliRunner().invoke(ets, ["predict", "--ckpt", str(ckpt), str(parquet), "--json"])
     assert out.exit_code == 0, out.output
-    assert len(json.loads(out.output)["predictions"]) == tiny_traces()["config_id"].nunique()
+    predictions = json.loads(out.output)["predictions"]
+    assert len(predictions) == tiny_traces()["config_id"].nunique() and all(p["true_us"] > 0 for p in predictions)
 
 
 def test_user_errors_are_one_line_messages(trained, tmp_path):
