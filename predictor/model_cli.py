@@ -271,13 +271,13 @@ def predict_cmd(ckpt: Path, target: str, batch: int, size: int, as_json: bool) -
             f"kernels {r['pred_duration_us'] / 1e3:.2f} ms + overhead {r['pred_gap_us'] / 1e3:.2f} ms; "
             f"forward {r['pred_forward_us'] / 1e3:.2f}, backward {r['pred_backward_us'] / 1e3:.2f}, "
             f"update {r['pred_update_us'] / 1e3:.2f} ms; ")
-        click.echo(f"{r['config_id']} on {model.device}: {r['pred_us'] / 1e3:.2f} ms per iteration "
+        click.echo(f"{r['config_id']} on {model.device}: predicted {r['pred_us'] / 1e3:.2f} ms per iteration "
                    f"({breakdown}{r['ops']} ops){truth}")
 
 
 def _target_traces(target: str, batch: int, size: int) -> pd.DataFrame:
     from predictor.capture.importers import import_traces
-    from predictor.capture.opseq import capture
+    from predictor.devices.step_time import capture_quietly
     from predictor.zoo.config import ModelBuildError
 
     path = Path(target)
@@ -290,7 +290,7 @@ def _target_traces(target: str, batch: int, size: int) -> pd.DataFrame:
                              f"known: .parquet, {', '.join(TRACE_SUFFIXES)}")
         return import_traces(kind, path)
     try:
-        return capture(_config(target, batch, size), "meta")
+        return capture_quietly(_config(target, batch, size))
     except ModelBuildError as exc:
         raise ValueError(str(exc)) from None
 

@@ -36,6 +36,7 @@ Iteration time = sum(duration_us + gap_us) over the iteration's rows.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -125,7 +126,9 @@ def write_traces(directory: str | Path, traces: pd.DataFrame) -> list[Path]:
             old = pd.read_parquet(path)
             old = old[~old["config_id"].isin(set(rows["config_id"]))]
             rows = pd.concat([old, rows], ignore_index=True)
-        rows.to_parquet(path, index=False)
+        partial = path.with_name(path.name + ".partial")  # a crash mid-write must not lose the old file
+        rows.to_parquet(partial, index=False)
+        os.replace(partial, path)
         written.append(path)
     return written
 
