@@ -24,6 +24,7 @@ to keep the other core's work off it.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import click
@@ -48,16 +49,21 @@ def benchmark_configs(limit: int, max_batch: int, max_size: int) -> list:
     return configs[:limit]
 
 
-def train_and_score(method: str, traces: pd.DataFrame, split, minutes: float) -> dict:
+def train_and_score(method: str, traces: pd.DataFrame, split, minutes: float, out: Path) -> dict:
+    """Train, save ``OUT/<method>.pt``, score the held-out families (overall and per family)."""
     options = {"max_minutes": minutes, **(ETS_SETTINGS if method == "ets" else {})}
     config = methods.make_config(method, **options)
     model = methods.module(method).train(split.part(traces, "train"), split.part(traces, "val"), config,
                                          device=DEVICE, split=split.to_dict())
+    model.save(out / f"{method}.pt")
     result = evaluate(model, split.part(traces, "test"))
     best = min(model.history, key=lambda h: h["val_mre"])
+    per_family = result.per_trace.assign(abs_err=result.per_trace["rel_err"].abs()).groupby("family")
     return {"method": method, **result.headline(), "epochs": len(model.history),
             "train_minutes": round(model.history[-1]["wall_s"] / 60, 2), "best_val_mre": best["val_mre"],
-            "test_units": list(split.test_units)}
+            "test_units": list(split.test_units),
+            "by_family": {f: {"traces": int(len(g)), "mre": float(g["abs_err"].mean()),
+                              "signed": float(g["rel_err"].mean())} for f, g in per_family}}
 
 
 def report(rows: list[dict], info: dict, configs: int, threads: int) -> str:
@@ -76,6 +82,14 @@ def report(rows: list[dict], info: dict, configs: int, threads: int) -> str:
              markdown(table), ""]
     if ets is not None and best is not None:
         lines.append(f"ETS / best baseline ({best['method']}): {ets / best['mre']:.2f}.")
+    families = sorted({f for r in rows for f in r.get("by_family", {})})
+    if families:
+        lines += ["", "Held-out MRE per family:", "", "| family | traces | " + " | ".join(r["method"] for r in rows) + " |",
+                  "|---|---:|" + "---:|" * len(rows)]
+        for f in families:
+            n = next(r["by_family"][f]["traces"] for r in rows if f in r.get("by_family", {}))
+            cells = [f"{r['by_family'][f]['mre']:.1%}" if f in r.get("by_family", {}) else "–" for r in rows]
+            lines.append(f"| {f} | {n} | " + " | ".join(cells) + " |")
     lines += ["", "Framework-overhead share (gap / iteration) over the set: "
               + ", ".join(f"{k} {v:.1%}" for k, v in share.items()) + ".",
               "", "Habitat-style is not run: it scales between GPUs by their spec sheets; a CPU has none."]
@@ -98,6 +112,7 @@ def main(limit: int, max_batch: int, max_size: int, threads: int, minutes: float
     configs = benchmark_configs(limit, max_batch, max_size)
     torch.set_num_threads(threads)
     counts = collect(configs, DEVICE, out / "data", workers=1)
+    torch.set_num_threads(os.cpu_count() or 1)  # training: every core
     if counts["failed"]:
         click.echo(f"{counts['failed']} configs failed to profile: see {out / 'data' / 'failures.jsonl'}")
     traces = read_dataset(out / "data")
@@ -109,7 +124,7 @@ def main(limit: int, max_batch: int, max_size: int, threads: int, minutes: float
     for method in METHODS:
         if any(r["method"] == method for r in rows):
             continue
-        row = train_and_score(method, traces, split, budgets[method])
+        row = train_and_score(method, traces, split, budgets[method], out)
         rows.append(row)
         with results_path.open("a") as f:
             f.write(json.dumps(row, default=float) + "\n")

@@ -15,7 +15,8 @@ def test_selection_is_capped_stratified_and_covers_every_kind():
 
 def test_report_ratio_and_overhead_by_hand():
     rows = [{"method": "ets", "traces": 10, "mre": 0.04, "rmse_ms": 1.0, "wape": 0.05, "epochs": 3,
-             "train_minutes": 1.0, "test_units": ["vgg", "lstm:x"]},
+             "train_minutes": 1.0, "test_units": ["vgg", "lstm:x"],
+             "by_family": {"vgg": {"traces": 4, "mre": 0.05, "signed": 0.01}}},
             {"method": "opbased", "traces": 10, "mre": 0.20, "rmse_ms": 2.0, "wape": 0.2, "epochs": 3,
              "train_minutes": 0.5, "test_units": ["vgg", "lstm:x"]},
             {"method": "dnnperf", "traces": 10, "mre": 0.10, "rmse_ms": 1.5, "wape": 0.1, "epochs": 3,
@@ -26,3 +27,4 @@ def test_report_ratio_and_overhead_by_hand():
     assert "ETS / best baseline (dnnperf): 0.40." in text
     assert "p50 10.0%, p90 40.0%" in text and "Held-out units: vgg, lstm:x." in text
     assert "1 intra-op thread" in text and "Habitat-style is not run" in text
+    assert "| vgg | 4 | 5.0% | – | – |" in text  # per family, where a method recorded it
