@@ -53,6 +53,7 @@ TUNES = ("scale", "all")
 ALL_WEIGHTS_FROM = 20
 RIDGE = 0.1  # pull of the calibration factors towards 1 (the data's weight is ~1 per trace)
 SCALE_RANGE = (0.1, 10.0)
+MIN_COVERAGE = 0.5  # share of the data's time on ops the checkpoint knows by name
 
 
 def default_tune(n_traces: int) -> str:
@@ -94,8 +95,6 @@ def vocabulary_coverage(parent: ets.EtsPredictor, traces: pd.DataFrame) -> float
     time = (traces["duration_us"] + traces["gap_us"]).to_numpy(float)
     return float(time[known.to_numpy()].sum() / max(time.sum(), 1e-12))
 
-
-MIN_COVERAGE = 0.5
 
 
 def check_compatible(parent, traces: pd.DataFrame, path: str = "") -> None:
