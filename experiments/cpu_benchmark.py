@@ -31,6 +31,7 @@ import click
 import pandas as pd
 import torch
 
+from experiments.pretrain import ETS_SETTINGS  # the shipped checkpoints' settings
 from predictor import methods
 from predictor.collect import collect
 from predictor.dataset import split_by_family
@@ -40,7 +41,6 @@ from predictor.zoo.registry import zoo_configs
 
 DEVICE = "cpu"
 METHODS = ("ets", "opbased", "dnnperf")
-ETS_SETTINGS = {"hidden": 32, "batch_size": 512, "lr": 3e-3, "patience": 12}  # as experiments.pretrain
 
 
 def benchmark_configs(limit: int, max_batch: int, max_size: int) -> list:

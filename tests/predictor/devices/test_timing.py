@@ -146,13 +146,18 @@ def test_calibration_predicts_what_the_emulator_emulates(sequences):
         assert seconds == pytest.approx((trace["duration_us"].sum() + trace["gap_us"].sum()) / 1e6, rel=1e-9)
 
 
-def test_phase_predictions_add_up_to_the_fw_bw_prediction(sequences):
+def _per_phase_target(sequences):
+    """The V100 spec and a NeuSight-like target (measured per phase) on the first sequence."""
     params = load_params()
-    spec = params.device("V100")
     cid = next(iter(sequences))
     t = cal.Target("neusight", "V100", "m", SimpleNamespace(config_id=cid), 1.0, cid,
                    phases=("forward", "backward"), phase_seconds={"forward": 0.4, "backward": 0.6})
     cal.attach([t], sequences, params.host_us)
+    return params.device("V100"), t
+
+
+def test_phase_predictions_add_up_to_the_fw_bw_prediction(sequences):
+    spec, t = _per_phase_target(sequences)
     by_phase = cal.predict_phase_seconds(spec, t)
     assert set(by_phase) == {"forward", "backward"} and min(by_phase.values()) > 0
     assert sum(by_phase.values()) == pytest.approx(cal.predict_seconds(spec, [t], {})[0], rel=1e-9)
@@ -170,12 +175,7 @@ def test_kernel_time_follows_the_roofline():
 
 
 def test_class_predictions_add_up_to_the_kernel_time_of_each_phase(sequences):
-    params = load_params()
-    spec = params.device("V100")
-    cid = next(iter(sequences))
-    t = cal.Target("neusight", "V100", "m", SimpleNamespace(config_id=cid), 1.0, cid,
-                   phases=("forward", "backward"), phase_seconds={"forward": 0.4, "backward": 0.6})
-    cal.attach([t], sequences, params.host_us)
+    spec, t = _per_phase_target(sequences)
     by_class = cal.predict_class_seconds(spec, t)
     d = kernel_us(t.ops, spec, t.learned)
     assert t.loss_mask.sum() >= 2  # the loss and its gradient seed are not NeuSight's to label
