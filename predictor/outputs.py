@@ -11,7 +11,6 @@ It sits in the lowest layer (``predictor``) so that every package may use it.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import tempfile
@@ -82,10 +81,6 @@ def write_text(path: str | Path, text: str) -> Path:
     return Path(path)
 
 
-def write_json(path: str | Path, data, **dump_options) -> Path:
-    return write_text(path, json.dumps(data, **{"indent": 2, "default": str, **dump_options}) + "\n")
-
-
 def write_parquet(path: str | Path, frame: pd.DataFrame) -> Path:
     with atomic_file(path) as tmp:
         frame.to_parquet(tmp, index=False)
@@ -105,21 +100,13 @@ def check_writable(folder: str | Path) -> Path:
     return folder
 
 
-def claim_folder(folder: str | Path, *, overwrite: bool, option: str = "--out") -> Path:
-    """Make ``folder`` an empty, writable folder for one new run.
-
-    A folder that already holds files is refused (another run's files kept beside the new ones
-    would mix two runs) unless ``overwrite``, which clears it first."""
+def claim_folder(folder: str | Path, option: str = "--out") -> Path:
+    """``folder`` as a writable folder for one new run: new or empty. A folder that already
+    holds files is refused: another run's files kept beside the new ones would mix two runs."""
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise OutputError(f"{option} {folder} is a file, not a folder")
     if folder.is_dir() and any(folder.iterdir()):
-        if not overwrite:
-            raise OutputError(f"{option} {folder} already holds files of another run; choose a new folder, "
-                              f"or pass --overwrite to clear it first")
-        try:
-            for entry in folder.iterdir():
-                shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
-        except OSError as exc:
-            raise OutputError(f"cannot clear {folder}: {_reason(exc)}") from None
+        raise OutputError(f"{option} {folder} already holds files of another run; choose a new folder, "
+                          f"or pass --overwrite to replace that run")
     return check_writable(folder)

@@ -6,8 +6,9 @@ RunConfig, user errors into one-line messages (never tracebacks), and the summar
 
 from __future__ import annotations
 
+import contextlib
 import re
-import sys
+import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -16,9 +17,11 @@ import click
 
 from policies.base import PolicySpecError
 from policies.registry import policy_help
+from predictor.outputs import OutputError, check_writable, claim_folder
 from simulator.cluster import PRESETS, ClusterError
 from simulator.gpus import UnknownGpuTypeError
-from simulator.run import DEFAULT_CLUSTER, DEFAULT_WORKLOAD, RunConfig, WorkloadSpecError, execute
+from simulator.run import (DEFAULT_CLUSTER, DEFAULT_WORKLOAD, RunConfig, RunOutput, WorkloadSpecError, execute,
+                           readable)
 from simulator.timing import PREDICTOR_HELP, PredictorSpecError
 from traces.binding import BindingError
 from traces.registry import TraceSpecError
@@ -26,22 +29,23 @@ from traces.tables import TableError
 from traces.schema import TraceError
 
 USER_ERRORS = (TraceError, TraceSpecError, ClusterError, PolicySpecError, PredictorSpecError,
-               WorkloadSpecError, UnknownGpuTypeError, BindingError, TableError)
+               WorkloadSpecError, UnknownGpuTypeError, BindingError, TableError, OutputError)
+
 
 def format_summary(summary: dict) -> str:
     """A two-column table of the headline metrics (seconds shown also in hours where long)."""
     def dur(x: float) -> str:
-        return f"{x:,.1f} s" + (f"  ({x / 3600:,.2f} h)" if x >= 3600 else "")
+        return f"{readable(x, 1)} s" + (f"  ({readable(x / 3600, 2)} h)" if x >= 3600 else "")
 
     rows = [
         ("jobs completed", f"{summary['jobs']:,}"),
         ("jobs rejected", f"{summary['rejected']:,}"),
         ("JCT mean", dur(summary["jct_mean"])),
-        ("JCT p50 / p95 / p99", " / ".join(f"{summary[k]:,.0f}" for k in ("jct_p50", "jct_p95", "jct_p99")) + " s"),
+        ("JCT p50 / p95 / p99", " / ".join(readable(summary[k]) for k in ("jct_p50", "jct_p95", "jct_p99")) + " s"),
         ("queueing delay mean", dur(summary["queue_mean"])),
         ("makespan", dur(summary["makespan"])),
         ("late jobs", f"{summary['late_jobs']:,} of {summary['jobs_with_deadline']:,} with a deadline"),
-        ("tardiness total / mean", f"{summary['tardiness_total']:,.0f} s / {summary['tardiness_mean']:,.1f} s"),
+        ("tardiness total / mean", f"{readable(summary['tardiness_total'])} s / {readable(summary['tardiness_mean'], 1)} s"),
         ("utilisation", f"{summary['utilization']:.1%}  ("
          + ", ".join(f"{t} {u:.0%}" for t, u in summary["utilization_by_type"].items()) + ")"),
         ("policy time", f"{summary['policy_seconds']:.3f} s in {summary['policy_calls']:,} calls"),
@@ -52,8 +56,96 @@ def format_summary(summary: dict) -> str:
 
 
 def default_out_dir(policy: str, predictor: str) -> Path:
+    """A new folder runs/<time>_<policy>_<predictor>, created now; a suffix -2, -3, ... keeps it
+    unique when two runs start in the same second (mkdir is atomic, so even concurrent ones)."""
     slug = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{policy}_{predictor}")
-    return Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}_{slug}"
+    base = Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}_{slug}"
+    for n in range(1, 1000):
+        folder = base if n == 1 else base.with_name(f"{base.name}-{n}")
+        try:
+            folder.mkdir(parents=True)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise OutputError(f"cannot create {folder}: {exc.strerror or exc}") from None
+        try:
+            return check_writable(folder)
+        except OutputError:
+            folder.rmdir()  # empty: ours, just made
+            raise
+    raise OutputError(f"cannot find a free name for {base} (999 taken); pass --out")
+
+
+# What a run folder holds: simrun's files, those `simrun timeline` / `simrun plot` add, and the
+# hidden temporary files of an interrupted write.
+RUN_ENTRIES = {*RunOutput.FILES, RunOutput.TRUTH, "timeline.json", "plots"}
+
+
+def _leftover(name: str) -> bool:
+    """A hidden temporary file of an interrupted write (predictor.outputs names them so)."""
+    return name.startswith(".") and (".tmp-" in name or name.startswith(".write-check-"))
+
+
+def refuse_foreign(out: Path) -> None:
+    """--overwrite empties a folder of an earlier run: refuse one that holds anything else (a
+    mistyped --out such as the home folder must not be emptied)."""
+    if not out.is_dir():
+        return
+    foreign = sorted(e.name for e in out.iterdir()
+                     if e.name not in RUN_ENTRIES and not _leftover(e.name))
+    if foreign:
+        raise OutputError(f"--out {out} holds files that are not a simrun run (e.g. {foreign[0]!r}); "
+                          "--overwrite replaces only run folders: choose a new folder")
+
+
+def prepare_out(out: Path | None, overwrite: bool, policy: str, predictor: str) -> Path:
+    """The run folder, checked before any work: a new unique one by default; an explicit --out
+    must be writable and hold no other run's files unless --overwrite (then the earlier run is
+    replaced when the results are written, so a run that fails keeps it)."""
+    if out is None:
+        return default_out_dir(policy, predictor)
+    if not overwrite:
+        return claim_folder(out)
+    refuse_foreign(out)
+    return check_writable(out)
+
+
+def simulate(config: RunConfig, compare_truth: bool, *, progress: bool) -> tuple[RunOutput, RunOutput | None]:
+    """The run and, with --compare-truth, the same workload (bound the same way) planned with the
+    true run times. Sanity warnings go to stderr as soon as the input is read, before the long steps."""
+    output = execute(config, progress=progress, warn=lambda m: click.echo(f"warning: {m}", err=True))
+    truth = None
+    if compare_truth:
+        truth = execute(replace(config, predictor="truth", bind=config.bound, observe_after=None), progress=progress)
+    return output, truth
+
+
+def remove_others(out: Path, keep: set[str]) -> None:
+    """Remove what an earlier run left in ``out`` beside the new run's ``keep`` entries (its
+    truth/, timeline.json, plots/, temporary files)."""
+    for entry in [e for e in out.iterdir() if e.name not in keep]:
+        try:
+            shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+        except OSError as exc:
+            raise OutputError(f"cannot remove {entry}, left by the earlier run: {exc.strerror or exc}") from None
+
+
+def write_results(out_dir: Path, output: RunOutput, truth: RunOutput | None, *, explicit: bool,
+                  overwrite: bool) -> Path:
+    """Write the run (and its truth run) into ``out_dir``, which then holds exactly these files.
+
+    An explicit --out is checked again (another run may have written into it meanwhile). With
+    --overwrite the earlier run's files are replaced and the rest of them removed only once the
+    new ones are written, so a write that fails (full disk) keeps the earlier run whole."""
+    if not explicit:  # the new default folder, ours alone
+        return output.write(out_dir, truth=truth)
+    if not overwrite:
+        claim_folder(out_dir)
+        return output.write(out_dir, truth=truth)
+    refuse_foreign(out_dir)
+    output.write(out_dir, truth=truth)
+    remove_others(out_dir, set(RunOutput.FILES) | ({RunOutput.TRUTH} if truth is not None else set()))
+    return out_dir
 
 
 @click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"],
@@ -93,11 +185,16 @@ def default_out_dir(policy: str, predictor: str) -> Path:
 @click.option("--compare-truth", is_flag=True,
               help="Also run the truth predictor on the same workload and print the ratios.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
-              help="Output directory for jobs.parquet, summary.json, manifest.json [default: runs/<time>_<policy>_<predictor>].")
-@click.option("--quiet", is_flag=True, help="Print only the output directory.")
+              help="Output directory for jobs.parquet, summary.json, manifest.json [default: a new "
+                   "runs/<time>_<policy>_<predictor>]. It must be empty or new (checked before the run).")
+@click.option("--overwrite", is_flag=True,
+              help="Let --out hold an earlier run: it is replaced once this run's results are written "
+                   "(kept if the run fails).")
+@click.option("--quiet", is_flag=True,
+              help="No progress bars; print only the output directory (warnings still go to stderr).")
 @click.pass_context
 def main(ctx: click.Context, policy, predictor, trace, workload, limit, cluster, seed, deadline_fraction,
-         reference_gpu, load_scale, bind, observe_after, compare_truth, out, quiet) -> None:
+         reference_gpu, load_scale, bind, observe_after, compare_truth, out, overwrite, quiet) -> None:
     """Simulate a heterogeneous GPU cluster replaying a job trace under a scheduling policy.
 
     Policies plan with PREDICTED run times; jobs finish after their TRUE run times. With only
@@ -117,13 +214,17 @@ def main(ctx: click.Context, policy, predictor, trace, workload, limit, cluster,
                        cluster=cluster, seed=seed, deadline_fraction=deadline_fraction,
                        reference_gpu=reference_gpu, load_scale=load_scale, bind=bind, observe_after=observe_after)
     try:
-        output = execute(config, progress=not quiet and sys.stderr.isatty())
-        truth = None
-        if compare_truth:  # the same workload (bound the same way), planned with the true run times
-            truth = execute(replace(config, predictor="truth", bind=config.bound, observe_after=None))
+        out_dir = prepare_out(out, overwrite, policy, predictor)  # before any work
+        try:
+            output, truth = simulate(config, compare_truth, progress=not quiet)
+            write_results(out_dir, output, truth, explicit=out is not None, overwrite=overwrite)
+        except BaseException:
+            if out is None:  # the new default folder, still empty: do not leave it behind
+                with contextlib.suppress(OSError):
+                    out_dir.rmdir()
+            raise
     except USER_ERRORS as exc:
         raise click.ClickException(str(exc)) from None
-    out_dir = output.write(out or default_out_dir(policy, predictor))
     if quiet:
         click.echo(out_dir)
         return
@@ -135,7 +236,6 @@ def main(ctx: click.Context, policy, predictor, trace, workload, limit, cluster,
         first = m["rejected_jobs"][0]
         click.echo(f"  rejected e.g. job {first['job_id']} (line {first['line']}): {first['reason']}")
     if truth is not None:
-        truth.write(out_dir / "truth")
         click.echo(format_ratios(output.summary, truth.summary))
     click.echo(f"results in {out_dir}/")
 
@@ -148,7 +248,8 @@ def format_ratios(run: dict, truth: dict) -> str:
     rows = [("JCT mean", "jct_mean", "s"), ("queueing delay mean", "queue_mean", "s"),
             ("tardiness total", "tardiness_total", "s"), ("late jobs", "late_jobs", "")]
     lines = ["against truth (same workload, planned with true run times):"]
-    lines += [f"  {name:<20} {run[key]:>14,.1f} vs {truth[key]:>14,.1f} {unit:<1}  {ratio(key)}" for name, key, unit in rows]
+    lines += [f"  {name:<20} {readable(run[key], 1):>14} vs {readable(truth[key], 1):>14} {unit:<1}  {ratio(key)}"
+              for name, key, unit in rows]
     return "\n".join(lines)
 
 

@@ -21,6 +21,18 @@ class ClusterError(ValueError):
     """A cluster description that cannot be used (unknown preset, bad file, unknown GPU type)."""
 
 
+# The engine keeps state per GPU (and builds the node list one node at a time), so a size past
+# this is a typo (num_gpus: 1e20) that would otherwise overflow, exhaust memory or never finish.
+MAX_GPUS = 10_000_000
+
+
+def check_size(total: int, where: str) -> None:
+    """Refuse a cluster of more than :data:`MAX_GPUS` GPUs."""
+    if total > MAX_GPUS:
+        raise ClusterError(f"{where}: {total:,} GPUs; at most {MAX_GPUS:,} are supported "
+                           "(the simulator keeps state per GPU)")
+
+
 @dataclass(frozen=True)
 class Node:
     name: str
@@ -96,7 +108,11 @@ def scaled(groups: list[tuple[str, int, int]], factor: float) -> list[tuple[str,
     """Scale node counts (at least one node per type)."""
     if not factor > 0:
         raise ClusterError(f"cluster scale must be > 0, got {factor}")
-    return [(t, per, max(1, math.floor(count * factor + 0.5))) for t, per, count in groups]
+    if not math.isfinite(factor) or factor > MAX_GPUS:
+        raise ClusterError(f"cluster scale {factor:g} is too large (at most {MAX_GPUS:,} GPUs are supported)")
+    out = [(t, per, max(1, math.floor(count * factor + 0.5))) for t, per, count in groups]
+    check_size(sum(per * count for _, per, count in out), f"cluster scaled {factor:g}x")
+    return out
 
 
 def from_table(rows, name: str) -> Cluster:
@@ -128,6 +144,7 @@ def load_file(path: str | Path) -> Cluster:
     if not isinstance(doc, dict) or not isinstance(doc.get("nodes"), list):
         raise ClusterError(f"{path}: expected a mapping with a 'nodes' list")
     nodes: list[Node] = []
+    gpus = 0
     for i, entry in enumerate(doc["nodes"], start=1):
         where = f"{path}: nodes[{i}]"
         if not isinstance(entry, dict):
@@ -143,8 +160,11 @@ def load_file(path: str | Path) -> Cluster:
             raise ClusterError(f"{where}: field 'gpu_type': {exc}") from None
         for key, default in (("num_gpus", None), ("count", 1)):
             value = entry.get(key, default)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ClusterError(f"{where}: field {key!r} must be an integer >= 1, got {value!r}")
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_GPUS:
+                raise ClusterError(f"{where}: field {key!r} must be an integer >= 1 and <= {MAX_GPUS:,}, "
+                                   f"got {value!r}")
+        gpus += entry["num_gpus"] * entry.get("count", 1)
+        check_size(gpus, where)  # before the nodes are built one by one
         base = entry.get("name", f"{gpu_type.lower()}-{i}")
         for k in range(entry.get("count", 1)):
             nodes.append(Node(f"{base}-{k}" if entry.get("count", 1) > 1 else str(base), gpu_type, entry["num_gpus"]))

@@ -6,16 +6,21 @@ Why: ``simrun``, sweeps and the paper reproduction all run the same thing; a fro
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import platform
 import sys
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Callable
 
+import numpy as np
 import pandas as pd
 
 from policies.registry import make_policy
+from predictor.outputs import atomic_file
 from simulator.cluster import Cluster, resolve
 from simulator.engine import Simulation
 from simulator.gpus import SPEEDS, canonical_gpu_type
@@ -85,8 +90,10 @@ def load_workload(config: RunConfig) -> JobTrace:
     return assign_deadlines(trace, config.deadline_fraction, seed=config.seed)
 
 
-def bind(trace: JobTrace, gpu_types: list[str], reference: str, seed: int) -> tuple[JobTrace, dict]:
-    """The trace bound to catalog configs (:mod:`traces.binding`), and what the manifest records."""
+def bind(trace: JobTrace, gpu_types: list[str], reference: str, seed: int,
+         *, progress: bool = False) -> tuple[JobTrace, dict]:
+    """The trace bound to catalog configs (:mod:`traces.binding`), and what the manifest records.
+    ``progress``: a bar on stderr while the true iteration times are built (minutes, once)."""
     from traces.binding import CLASS_SHARES, assign_configs, bind_workload
     from traces.catalog import CATALOG_FILE, catalog_configs, read_catalog
     from traces.tables import truth_table
@@ -95,13 +102,78 @@ def bind(trace: JobTrace, gpu_types: list[str], reference: str, seed: int) -> tu
     configs = catalog_configs(sequences)
     _, chosen = assign_configs(trace.jobs, configs, seed)  # only these configs need true times
     types = sorted(set(gpu_types) | set(trace.jobs["gpu_type"]) - {""} | {reference})
-    truth = truth_table(sequences[sequences["config_id"].isin(set(chosen))], types)
+    truth = truth_table(sequences[sequences["config_id"].isin(set(chosen))], types, progress=progress)
     bound = bind_workload(trace, configs, truth, gpu_types, reference, seed=seed)
     jobs = bound.jobs
     return bound, {"catalog": str(CATALOG_FILE), "configs": int(jobs["config_id"].nunique()),
                    "jobs_by_class": {str(k): int(v) for k, v in jobs["job_class"].value_counts().items()},
                    "class_shares_when_untagged": CLASS_SHARES, "truth": truth.source,
                    "reference_gpu_for_untyped_jobs": reference}
+
+
+YEAR_S = 365.25 * 86400
+OVERLOAD_FACTOR = 10.0        # offered load above this many times the cluster's GPUs: warn
+EXTREME_LOAD_SCALE = 100.0    # --load-scale above this, or below its inverse: warn
+
+
+def readable(x: float, decimals: int = 0) -> str:
+    """``x`` with thousands separators, or in scientific notation from 1e12 on (a duration of
+    1e300 s would otherwise print as 300 digits)."""
+    if math.isfinite(x) and abs(x) >= 1e12:
+        return f"{x:.3e}"
+    return f"{x:,.{decimals}f}"
+
+
+def overload_warning(trace: JobTrace, cluster: Cluster) -> str | None:
+    """The offered load while jobs arrive against the cluster's GPUs.
+
+    Offered load: GPU-hours of work per hour of the arrival span, each job counted only up to the
+    last arrival (the GPUs an unlimited cluster would keep busy on average), so one long job in
+    a short trace is no overload. Past :data:`OVERLOAD_FACTOR` times the GPUs, jobs do little but
+    queue: almost always a cluster or load scale that does not fit the trace. None for a single
+    batch of arrivals."""
+    jobs = trace.jobs
+    largest = max(cluster.gpus_of_type(t) for t in cluster.gpu_types)
+    admitted = jobs[jobs["num_gpus"] <= largest]  # the others are rejected, they offer no load
+    submit = admitted["submit_s"].to_numpy(float)
+    if len(submit) < 2 or not submit.max() > submit.min():
+        return None
+    within = np.minimum(admitted["duration_s"].to_numpy(float), submit.max() - submit)
+    with np.errstate(over="ignore"):  # GPU-seconds per second = GPU-hours per hour
+        rate = float((admitted["num_gpus"].to_numpy(float) * within).sum()) / (submit.max() - submit.min())
+    factor = rate / cluster.total_gpus
+    if not factor > OVERLOAD_FACTOR:
+        return None
+    return (f"offered load is {readable(rate)} GPU-hours per hour against {cluster.total_gpus:,} GPUs "
+            f"({readable(factor)}x the cluster's capacity): jobs will mostly queue; use a larger --cluster "
+            "or a --load-scale below 1")
+
+
+def duration_warning(trace: JobTrace) -> str | None:
+    """Jobs that run longer than a year: almost always a wrong unit (ms read as s) or a corrupt row."""
+    duration = trace.jobs["duration_s"].to_numpy(float)
+    long = duration > YEAR_S
+    if not long.any():
+        return None
+    i = int(np.argmax(duration))
+    job = trace.jobs.iloc[i]
+    return (f"{int(long.sum()):,} job(s) run longer than a year (longest: job {job['job_id']}, line "
+            f"{int(job['line'])}, {readable(duration[i] / YEAR_S)} years): check the trace's durations "
+            "(their unit, or corrupt rows)")
+
+
+def load_scale_warning(load_scale: float) -> str | None:
+    """A --load-scale so far from 1 that it is more likely a typo than an experiment."""
+    if 1 / EXTREME_LOAD_SCALE <= load_scale <= EXTREME_LOAD_SCALE:
+        return None
+    how = f"{readable(load_scale)}x denser" if load_scale > 1 else f"{readable(1 / load_scale)}x sparser"
+    return f"--load-scale {load_scale:g} makes arrivals {how} than in the trace"
+
+
+def sanity_warnings(trace: JobTrace, cluster: Cluster, config: RunConfig) -> list[str]:
+    """One line per input that is legal but almost surely a mistake (the run goes on)."""
+    found = (overload_warning(trace, cluster), duration_warning(trace), load_scale_warning(config.load_scale))
+    return [w for w in found if w]
 
 
 def versions() -> dict[str, str]:
@@ -120,22 +192,48 @@ class RunOutput:
     summary: dict
     manifest: dict
 
-    def write(self, out_dir: str | Path) -> Path:
+    FILES = ("jobs.parquet", "summary.json", "manifest.json")
+    TRUTH = "truth"  # the folder of the --compare-truth run
+
+    def _writers(self, prefix: str = "") -> list[tuple[str, Callable[[Path], None]]]:
+        """(relative path, writer of that file's content to a given path), in :data:`FILES` order."""
+        writers = (lambda p: self.records.to_parquet(p, index=False),
+                   lambda p: p.write_text(json.dumps(self.summary, indent=2) + "\n"),
+                   lambda p: p.write_text(json.dumps(self.manifest, indent=2, default=str) + "\n"))
+        return [(prefix + name, write) for name, write in zip(self.FILES, writers)]
+
+    def write(self, out_dir: str | Path, *, truth: RunOutput | None = None) -> Path:
+        """Write the run's files into ``out_dir`` (created if needed), with ``truth`` (the
+        --compare-truth run) in ``out_dir/truth``.
+
+        All or nothing: every file goes to a temporary name first, and only when all are
+        written are they renamed into place. So a full disk or a read-only folder leaves no
+        truncated file and no mix of new and old files; it raises a one-line
+        :class:`~predictor.outputs.OutputError` naming the file.
+        """
         out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        self.records.to_parquet(out / "jobs.parquet", index=False)
-        (out / "summary.json").write_text(json.dumps(self.summary, indent=2) + "\n")
-        (out / "manifest.json").write_text(json.dumps(self.manifest, indent=2, default=str) + "\n")
+        writers = self._writers() + (truth._writers(f"{self.TRUTH}/") if truth is not None else [])
+        with contextlib.ExitStack() as stack:  # on exit, the renames run (last file first)
+            for rel, write in writers:
+                write(stack.enter_context(atomic_file(out / rel)))
         return out
 
 
 def execute(config: RunConfig, *, trace: JobTrace | None = None, cluster: Cluster | None = None,
-            progress: bool = False) -> RunOutput:
-    """Run one simulation; ``trace``/``cluster`` override the config's (tests, sweeps)."""
+            progress: bool = False, warn: Callable[[str], None] | None = None) -> RunOutput:
+    """Run one simulation; ``trace``/``cluster`` override the config's (tests, sweeps).
+
+    ``progress``: bars on stderr for the slow steps (table building, the replay); they do not
+    change results. ``warn`` gets each sanity warning (:func:`sanity_warnings`) as soon as the
+    input is known, before the long steps; the manifest records them in any case."""
     trace = trace if trace is not None else load_workload(config)
     cluster = cluster if cluster is not None else resolve(config.cluster)
+    sanity = sanity_warnings(trace, cluster, config)
+    if warn is not None:
+        for line in sanity:
+            warn(line)
     policy = make_policy(config.policy)
-    predictor = make_predictor(config.predictor, seed=config.seed)
+    predictor = make_predictor(config.predictor, seed=config.seed, progress=progress)
     reference = canonical_gpu_type(config.reference_gpu) if config.reference_gpu else None
     if isinstance(predictor, ModelPredictor):
         predictor.check_devices(cluster.gpu_types)
@@ -144,7 +242,7 @@ def execute(config: RunConfig, *, trace: JobTrace | None = None, cluster: Cluste
         if config.observe_after is not None and config.observe_after < 1:
             raise WorkloadSpecError(f"--observe-after must be >= 1 iteration, got {config.observe_after}")
         reference = reference or max(cluster.gpu_types, key=cluster.gpus_of_type)
-        trace, binding = bind(trace, cluster.gpu_types, reference, config.seed)
+        trace, binding = bind(trace, cluster.gpu_types, reference, config.seed, progress=progress)
     sim = Simulation(trace, cluster, policy, predictor, reference_type=reference, progress=progress,
                      observe_after=config.observe_after)
     result = sim.run()
@@ -164,6 +262,7 @@ def execute(config: RunConfig, *, trace: JobTrace | None = None, cluster: Cluste
         "binding": binding,
         "gpu_speeds": {t: {"relative_time": SPEEDS[t].relative_time, "source": SPEEDS[t].source}
                        for t in used_types},
+        "warnings": sanity,
         "rejected_jobs": result.records.loc[result.records["status"] == "rejected",
                                             ["job_id", "line", "reason"]].head(100).to_dict("records"),
         "versions": versions(),

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from predictor.outputs import check_writable, write_text
 from simulator.cluster import Cluster
 
 US = 1e6
@@ -136,20 +137,28 @@ def _cluster_of(run: Path) -> Cluster | None:
         return None
 
 
-def run_timeline(run_dir: str | Path) -> dict:
-    """The Chrome trace of a run directory (``simrun --out`` or a sweep's runs/<key>)."""
-    run = Path(run_dir)
+def _jobs_file(run: Path) -> Path:
     path = run / "jobs.parquet"
     if not path.is_file():
         raise TimelineInputError(f"{run}: no jobs.parquet here (expected a `simrun --out` directory or "
                                  "a sweep's runs/<key>)")
-    return chrome_trace(pd.read_parquet(path), _cluster_of(run))
+    return path
+
+
+def run_timeline(run_dir: str | Path) -> dict:
+    """The Chrome trace of a run directory (``simrun --out`` or a sweep's runs/<key>)."""
+    run = Path(run_dir)
+    return chrome_trace(pd.read_parquet(_jobs_file(run)), _cluster_of(run))
 
 
 def write_timeline(run_dir: str | Path, out: str | Path | None = None) -> Path:
-    """Write the trace (default RUN_DIR/timeline.json) and return its path."""
-    doc = run_timeline(run_dir)
+    """Write the trace (default RUN_DIR/timeline.json) and return its path.
+
+    The folder of ``out`` is checked before the trace is built, and the file is written
+    atomically: an unwritable place or a full disk raises a one-line
+    :class:`~predictor.outputs.OutputError` and leaves no empty or truncated file (an old one stays)."""
     out = Path(out) if out is not None else Path(run_dir) / "timeline.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, separators=(",", ":")))
-    return out
+    _jobs_file(Path(run_dir))  # a wrong RUN_DIR is reported first, and creates nothing
+    check_writable(out.parent)
+    doc = run_timeline(run_dir)
+    return write_text(out, json.dumps(doc, separators=(",", ":")))

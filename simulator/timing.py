@@ -163,8 +163,9 @@ class ModelPredictor(Predictor):
     """A pretrained predictor (ETS or a baseline) through its iteration-time table over the bound
     workload's configs and the cluster's GPU types (built on first use, cached on disk)."""
 
-    def __init__(self, method: str):
+    def __init__(self, method: str, *, progress: bool = False):
         self.name = self.method = method
+        self.progress = progress  # a bar on stderr while the table is built (not when cached)
         self.table: IterationTimeTable | None = None
 
     def check_devices(self, gpu_types: list[str]) -> None:
@@ -195,7 +196,7 @@ class ModelPredictor(Predictor):
                                          f"(column {col!r} is missing)")
         catalog = read_catalog()
         sequences = catalog[catalog["config_id"].isin(set(jobs["config_id"]))]
-        self.table = method_table(self.method, sequences, gpu_types)
+        self.table = method_table(self.method, sequences, gpu_types, progress=self.progress)
         return TablePredictor(self.name, self.table).runtimes(jobs, gpu_types, truth)
 
     def describe(self) -> dict:
@@ -206,12 +207,13 @@ MODEL_PREDICTORS = ("ets", "habitat", "dnnperf", "opbased")
 PREDICTOR_HELP = "truth | noisy:<MRE> (e.g. noisy:0.1) | ets | habitat | dnnperf | opbased"
 
 
-def make_predictor(spec: str, seed: int = 0) -> Predictor:
+def make_predictor(spec: str, seed: int = 0, *, progress: bool = False) -> Predictor:
+    """The predictor of a --predictor value; ``progress`` shows a model-based one's table building."""
     name, _, arg = spec.partition(":")
     if name == "truth" and not arg:
         return TruthPredictor()
     if name in MODEL_PREDICTORS and not arg:
-        return ModelPredictor(name)
+        return ModelPredictor(name, progress=progress)
     if name == "noisy":
         try:
             return NoisyPredictor(float(arg), seed)

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from traces.schema import (JobTrace, TraceError, canonical_types, finalize, gpu_counts, identifiers,
+from traces.schema import (INT64_LIMIT, JobTrace, TraceError, canonical_types, finalize, gpu_counts, identifiers,
                            numeric, read_csv_rows)
 
 # Column layouts of the headerless official tables, as in the .header files (a test checks them).
@@ -91,6 +91,11 @@ def _whole_instances(inst: np.ndarray, path: Path, lines: np.ndarray, rows: np.n
     if bad.any():
         i = int(np.argmax(bad))
         raise TraceError(path, f"instance count must be a whole number >= 1, got {inst[i]:g}",
+                         line=int(lines[i]), field="inst_num")
+    huge = rows & (inst >= INT64_LIMIT)  # else the job's GPU count would overflow under 'num_gpus'
+    if huge.any():
+        i = int(np.argmax(huge))
+        raise TraceError(path, f"instance count {inst[i]:g} is too large (it overflows a 64-bit integer)",
                          line=int(lines[i]), field="inst_num")
 
 

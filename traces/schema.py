@@ -126,12 +126,22 @@ def numeric(values: pd.Series, path: str | Path, lines: pd.Series | np.ndarray, 
     return parsed
 
 
+INT64_LIMIT = 2.0 ** 63  # the first float that no longer fits an int64 (it would wrap to a negative)
+
+
 def gpu_counts(values: np.ndarray, path: str | Path, lines: np.ndarray, name: str, *, minimum: int = 1) -> np.ndarray:
-    """Whole GPU counts >= ``minimum`` (1 for jobs; 0 for machine lists, where CPU-only nodes occur)."""
+    """Whole GPU counts >= ``minimum`` (1 for jobs; 0 for machine lists, where CPU-only nodes occur).
+    A count too large for a 64-bit integer is refused here, under the file's own field name,
+    instead of wrapping to a negative number."""
     bad = (values < minimum) | (values != np.floor(values))
     if bad.any():
         i = int(np.argmax(bad))
         raise TraceError(path, f"GPU count must be a whole number >= {minimum}, got {values[i]:g}",
+                         line=int(lines[i]), field=name)
+    huge = values >= INT64_LIMIT
+    if huge.any():
+        i = int(np.argmax(huge))
+        raise TraceError(path, f"GPU count {values[i]:g} is too large (it overflows a 64-bit integer)",
                          line=int(lines[i]), field=name)
     return values.astype("int64")
 

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 from pathlib import Path
 
 import pandas as pd
+from tqdm import tqdm
 
 from simulator.timing import MODEL_PREDICTORS as MODEL_METHODS, IterationTimeTable
 
@@ -36,11 +38,21 @@ def _digest(*parts: object) -> str:
     return h.hexdigest()[:16]
 
 
-def emulated_traces(sequences: pd.DataFrame, gpu: str, params) -> pd.DataFrame:
+def emulated_traces(sequences: pd.DataFrame, gpu: str, params, bar: tqdm | None = None) -> pd.DataFrame:
+    """Each config's trace on the emulated ``gpu``; ``bar`` advances by one per config."""
     from predictor.devices.timing import emulate
 
-    return pd.concat([emulate(seq, gpu, params, seed=0) for _, seq in sequences.groupby("config_id", sort=True)],
-                     ignore_index=True)
+    parts = []
+    for _, seq in sequences.groupby("config_id", sort=True):
+        parts.append(emulate(seq, gpu, params, seed=0))
+        if bar is not None:
+            bar.update(1)
+    return pd.concat(parts, ignore_index=True)
+
+
+def _bar(total: int, desc: str, unit: str, progress: bool) -> tqdm:
+    """A progress bar on stderr with an ETA for a table that is being built (minutes, once)."""
+    return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, disable=not progress, leave=False)
 
 
 def _seconds(summary: pd.DataFrame, gpu: str, column: str) -> pd.DataFrame:
@@ -68,8 +80,9 @@ def _gpu_key(gpu: str) -> str:
         raise TableError(str(exc)) from None
 
 
-def truth_table(sequences: pd.DataFrame, gpu_types: list[str]) -> IterationTimeTable:
-    """True seconds per iteration: each config's trace on each (emulated) GPU type."""
+def truth_table(sequences: pd.DataFrame, gpu_types: list[str], *, progress: bool = False) -> IterationTimeTable:
+    """True seconds per iteration: each config's trace on each (emulated) GPU type.
+    ``progress``: a bar on stderr while it is built (the cached table loads at once)."""
     from predictor.devices.specs import load_params
     from predictor.evaluate import iteration_truth
 
@@ -80,9 +93,11 @@ def truth_table(sequences: pd.DataFrame, gpu_types: list[str]) -> IterationTimeT
 
     def build() -> pd.DataFrame:
         parts = []
-        for gpu in types:
-            truth = iteration_truth(emulated_traces(sequences, keys[gpu], params))
-            parts.append(_seconds(truth, gpu, "true_us"))
+        with _bar(len(types) * len(configs), f"true iteration times on {', '.join(types)} (cached after)",
+                  "config", progress) as bar:
+            for gpu in types:
+                truth = iteration_truth(emulated_traces(sequences, keys[gpu], params, bar))
+                parts.append(_seconds(truth, gpu, "true_us"))
         return pd.concat(parts, ignore_index=True)
 
     from predictor.devices.timing import emulator_fingerprint
@@ -92,8 +107,10 @@ def truth_table(sequences: pd.DataFrame, gpu_types: list[str]) -> IterationTimeT
 
 
 def method_table(method: str, sequences: pd.DataFrame, gpu_types: list[str],
-                 checkpoint_dir: str | Path | None = None) -> IterationTimeTable:
-    """Seconds per iteration as the pretrained ``method`` checkpoints predict them."""
+                 checkpoint_dir: str | Path | None = None, *, progress: bool = False) -> IterationTimeTable:
+    """Seconds per iteration as the pretrained ``method`` checkpoints predict them.
+    ``progress``: a bar on stderr while it is built, one step per GPU type (each predicts every
+    config in one batch, so splitting it finer could change the numbers)."""
     from predictor.checkpoints import CHECKPOINT_DIR, checkpoint_path, pretrained
     from predictor.devices.specs import load_params
     from predictor.ets import CheckpointError
@@ -117,15 +134,19 @@ def method_table(method: str, sequences: pd.DataFrame, gpu_types: list[str],
 
     def build() -> pd.DataFrame:
         parts = []
-        for gpu in types:
-            try:
-                model = pretrained(keys[gpu], directory, method)
-            except CheckpointError as exc:
-                raise TableError(str(exc)) from None
-            traces = sequences
-            if method == "habitat":  # scales the trace measured on its source device
-                traces = emulated_traces(sequences, model.config.source_device, params)
-            parts.append(_seconds(model.iteration_times(traces), gpu, "pred_us"))
+        with _bar(len(types), f"{method} predictions of {len(configs)} configs (cached after)", "GPU type",
+                  progress) as bar:
+            for gpu in types:
+                bar.set_postfix_str(gpu)
+                try:
+                    model = pretrained(keys[gpu], directory, method)
+                except CheckpointError as exc:
+                    raise TableError(str(exc)) from None
+                traces = sequences
+                if method == "habitat":  # scales the trace measured on its source device
+                    traces = emulated_traces(sequences, model.config.source_device, params)
+                parts.append(_seconds(model.iteration_times(traces), gpu, "pred_us"))
+                bar.update(1)
         return pd.concat(parts, ignore_index=True)
 
     from predictor.devices.timing import emulator_fingerprint
