@@ -50,12 +50,15 @@ def sweep_cmd(policies, predictors, errors, workloads, traces, seeds, load_scale
 
     Each point is cached as OUT/points/<key>.parquet (config, summary metrics, status) and
     OUT/runs/<key>/ (jobs.parquet, summary.json, manifest.json) as soon as it finishes; a failing
-    point is recorded (status error, OUT/runs/<key>/error.txt) and the others go on. At the end
+    point, or one whose files cannot be written (e.g. a full disk), is recorded (status error,
+    OUT/runs/<key>/error.txt) and the others go on; an OUT that cannot be written at all stops the
+    sweep with one line (checked before the first point). At the end
     OUT/results.parquet holds all points and a table compares each predictor with truth. With a
     model-based predictor (ets, habitat, dnnperf, opbased) every point binds its jobs to model
     configs, so truth and the predictors see the same jobs.
     Exit status 1 when a point of this grid failed.
     """
+    from predictor.outputs import OutputError
     from simulator.sweep import SweepSpecError, config_key, format_table, plan, run_sweep, summary_table
 
     try:
@@ -71,13 +74,15 @@ def sweep_cmd(policies, predictors, errors, workloads, traces, seeds, load_scale
                           progress=not quiet, log=lambda m: click.echo(m, err=True))
     except ConnectionError as exc:
         raise click.ClickException(f"--ray {ray_address}: {exc}") from None
+    except OutputError as exc:  # OUT unusable (checked before any point runs) or broken mid-sweep
+        raise click.ClickException(str(exc)) from None
     current = table[table["key"].isin({config_key(c) for c in configs})]
     click.echo(format_table(summary_table(current)))
     failed = current[current["status"] != "ok"]
     if len(failed):
         click.echo(f"{len(failed)} point(s) failed, e.g. {failed['policy'].iloc[0]} | "
                    f"{failed['predictor'].iloc[0]}: {failed['error'].iloc[0]}  "
-                   f"(traceback in {out / 'runs' / failed['key'].iloc[0] / 'error.txt'}; rerun to retry)")
+                   f"(details in {out / 'runs' / failed['key'].iloc[0] / 'error.txt'}; rerun to retry)")
     click.echo(f"results in {out / 'results.parquet'} ({len(table)} points in {out})")
     if len(failed):
         click.get_current_context().exit(1)
@@ -90,14 +95,17 @@ def sweep_cmd(policies, predictors, errors, workloads, traces, seeds, load_scale
 def plot_cmd(path, out) -> None:
     """Figures (PNG + PDF) of a sweep directory, or JCT CDF + utilisation of a single run directory.
 
-    Sweep: mean JCT and total tardiness / truth per predictor and policy; mean JCT / truth against
-    the MRE of noisy:X points; JCT CDFs per predictor (seed 0, load 1); utilisation over time.
+    Sweep: mean JCT and total tardiness / truth per predictor and policy (bars: the pooled ratio
+    the sweep table prints; dots: each seed); mean JCT / truth against the MRE of noisy:X points
+    (pooled, with each seed); JCT CDFs and utilisation over time of every run (a panel per policy,
+    workload and load; a line per predictor and seed).
     """
+    from predictor.outputs import OutputError
     from simulator.plots import PlotInputError, plot
 
     try:
         files = plot(path, out, log=lambda m: click.echo(m, err=True))
-    except PlotInputError as exc:
+    except (PlotInputError, OutputError) as exc:
         raise click.ClickException(str(exc)) from None
     for f in files:
         click.echo(f)
@@ -112,11 +120,12 @@ def timeline_cmd(run_dir, out) -> None:
 
     One track per GPU (grouped by node), one slice per job per GPU, and a waiting-jobs counter.
     """
+    from predictor.outputs import OutputError
     from simulator.timeline import TimelineInputError, write_timeline
 
     try:
         path = write_timeline(run_dir, out)
-    except TimelineInputError as exc:
+    except (TimelineInputError, OutputError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(path)
 

@@ -3,7 +3,10 @@ cluster utilisation over time (PNG and PDF, matplotlib Agg).
 
 Why: the paper's claims are comparisons with the truth predictor; every figure here is computed
 from the sweep's results.parquet and per-job records through small functions that tests check
-against hand computations (:func:`bar_data`, :func:`error_curve_data`, :func:`utilisation_series`).
+against the sweep table and hand computations (:func:`bar_data`, :func:`error_curve_data`,
+:func:`run_panels`, :func:`utilisation_series`). Bars and curves show the sweep table's pooled
+ratio (:func:`simulator.sweep.pooled_ratio`), never another mean, with each seed as a dot; the CDF
+and utilisation figures draw every run. Each figure says its aggregation in its title.
 """
 
 from __future__ import annotations
@@ -11,16 +14,32 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import numpy as np
 import pandas as pd
 
-from simulator.sweep import load_results, normalise_to_truth, source_label
+from predictor.outputs import atomic_file, check_writable
+from simulator.sweep import load_results, normalise_to_truth, pooled_ratio, source_label
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
 
 
 class PlotInputError(ValueError):
     """A directory that is neither a sweep (points/) nor a run (jobs.parquet)."""
+
+
+# Config fields besides the workload and the load that split panels when they take more than one
+# value: a sweep directory may hold the points of several sweeps (e.g. two --limit values), and
+# points that differ in them must not be pooled into one bar or curve.
+PANEL_EXTRAS = ("cluster", "limit", "deadline_fraction", "reference_gpu", "observe_after", "bind")
+ALL_POINTS = "all points (= sweep table)"
+BAR_AGGREGATION = "bar: pooled ratio over seeds, sum / sum of truth (as in the sweep table); dots: each seed"
+CURVE_AGGREGATION = "line: pooled ratio over seeds (as in the sweep table); dots: each seed"
+RUN_AGGREGATION = "one line per run: colour = predictor, every seed drawn"
 
 
 def _pyplot():
@@ -33,13 +52,16 @@ def _pyplot():
 
 
 def _save(fig, out: Path, name: str) -> list[Path]:
-    out.mkdir(parents=True, exist_ok=True)
+    """Write ``fig`` as OUT/NAME.png and .pdf, each atomically (no truncated figure on a full disk)."""
     paths = []
-    for ext in ("png", "pdf"):
-        path = out / f"{name}.{ext}"
-        fig.savefig(path, dpi=120 if ext == "png" else None, bbox_inches="tight")
-        paths.append(path)
-    _pyplot().close(fig)
+    try:
+        for ext in ("png", "pdf"):
+            path = out / f"{name}.{ext}"
+            with atomic_file(path) as tmp:
+                fig.savefig(tmp, format=ext, dpi=120 if ext == "png" else None, bbox_inches="tight")
+            paths.append(path)
+    finally:
+        _pyplot().close(fig)
     return paths
 
 
@@ -54,10 +76,6 @@ def _grid(n: int, *, width: float = 4.2, height: float = 3.2):
     return fig, list(axes.flat[:n])
 
 
-def _panel_label(source: str, load: float, loads: int) -> str:
-    return source + (f" (load x{load:g})" if loads > 1 else "")
-
-
 def _noisy_mre(spec: str) -> float | None:
     m = re.fullmatch(r"noisy:([0-9.eE+-]+)", str(spec))
     try:
@@ -66,34 +84,95 @@ def _noisy_mre(spec: str) -> float | None:
         return None
 
 
+def _text(column: pd.Series) -> pd.Series:
+    """A config column as comparable text (None/NaN never compare equal)."""
+    return column.astype(object).where(column.notna(), "<none>").astype(str)
+
+
+def panel_columns(results: pd.DataFrame) -> list[str]:
+    """The columns that split panels: workload/trace (``source``), load scale, and each of
+    :data:`PANEL_EXTRAS` that takes more than one value among the ok rows."""
+    ok = results[results["status"] == "ok"]
+    return ["source", "load_scale", *(c for c in PANEL_EXTRAS if c in ok and _text(ok[c]).nunique() > 1)]
+
+
+def panel_title(key: dict, *, show_load: bool = True) -> str:
+    """A panel's title from its values of :func:`panel_columns` (and policy, when given)."""
+    parts = [str(key["policy"])] if "policy" in key else []
+    parts.append(str(key["source"]) + (f" (load x{key['load_scale']:g})" if show_load else ""))
+    parts += [f"{c} {'-' if pd.isna(key[c]) else key[c]}" for c in PANEL_EXTRAS if c in key]
+    return " | ".join(parts)
+
+
 # ---------------------------------------------------------------------------------------------
 # The numbers behind the figures
 
 
-def bar_data(results: pd.DataFrame, metric: str = "jct_mean") -> pd.DataFrame:
-    """Per (source, load_scale, policy, predictor): mean, min and max over seeds of metric / truth.
-
-    Truth rows are left out (their ratio is 1 by definition); rows without a truth run or with an
-    undefined ratio are dropped.
-    """
+def _non_truth(results: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """The ok non-truth rows with their ratio to truth (and ``mre`` for noisy:X predictors)."""
     norm = normalise_to_truth(results, (metric,))
+    norm = norm[norm["predictor"] != "truth"]
+    return norm.assign(mre=[_noisy_mre(p) for p in norm["predictor"]])
+
+
+def _pooled(norm: pd.DataFrame, by: list[str], metric: str) -> pd.DataFrame:
+    """Per group of ``by``: the pooled ratio (:func:`pooled_ratio`, the sweep table's number) and
+    n, the points with a truth run; groups without a defined ratio are dropped."""
+    rows = [{**dict(zip(by, key)), "ratio": pooled_ratio(g, metric), "n": int(g[f"{metric}_truth"].notna().sum())}
+            for key, g in norm.groupby(by, sort=True, dropna=False)] if len(norm) else []
+    frame = pd.DataFrame(rows, columns=[*by, "ratio", "n"])
+    return frame[frame["ratio"].notna()].reset_index(drop=True)
+
+
+def _seed_points(norm: pd.DataFrame, by: list[str], metric: str) -> pd.DataFrame:
     col = f"{metric}_ratio"
-    norm = norm[(norm["predictor"] != "truth") & norm[col].notna()]
-    if norm.empty:
-        return pd.DataFrame(columns=["source", "load_scale", "policy", "predictor", "mean", "min", "max", "n"])
-    return (norm.groupby(["source", "load_scale", "policy", "predictor"])[col]
-            .agg(mean="mean", min="min", max="max", n="count").reset_index())
+    keep = norm[norm[col].notna()]
+    return keep[[*by, "seed", col]].rename(columns={col: "ratio"}).sort_values([*by, "seed"]).reset_index(drop=True)
 
 
-def error_curve_data(results: pd.DataFrame, metric: str = "jct_mean") -> pd.DataFrame:
-    """Per (source, load_scale, policy, mre): mean ratio to truth over seeds, for noisy:<MRE> points."""
-    norm = normalise_to_truth(results, (metric,))
-    norm = norm.assign(mre=[_noisy_mre(p) for p in norm["predictor"]])
-    norm = norm[norm["mre"].notna() & norm[f"{metric}_ratio"].notna()]
-    if norm.empty:
-        return pd.DataFrame(columns=["source", "load_scale", "policy", "mre", "ratio"])
-    return (norm.groupby(["source", "load_scale", "policy", "mre"])[f"{metric}_ratio"].mean()
-            .rename("ratio").reset_index().sort_values(["source", "load_scale", "policy", "mre"]))
+def bar_data(results: pd.DataFrame, metric: str = "jct_mean", *, panels: bool = True) -> pd.DataFrame:
+    """Per panel (:func:`panel_columns`) x policy x predictor: ``ratio``, the pooled ratio of
+    ``metric`` to truth over the seeds, and ``n``. With ``panels=False`` per policy x predictor
+    over every point: exactly the sweep table's ``jct_ratio`` / ``tardiness_ratio``.
+
+    Truth rows are left out (1 by definition); groups without a defined ratio are dropped (the
+    table prints '-')."""
+    by = (panel_columns(results) if panels else []) + ["policy", "predictor"]
+    return _pooled(_non_truth(results, metric), by, metric)
+
+
+def bar_seed_data(results: pd.DataFrame, metric: str = "jct_mean", *, panels: bool = True) -> pd.DataFrame:
+    """The per-seed ratios drawn as dots over :func:`bar_data`'s bars (rows with a defined ratio)."""
+    by = (panel_columns(results) if panels else []) + ["policy", "predictor"]
+    return _seed_points(_non_truth(results, metric), by, metric)
+
+
+def error_curve_data(results: pd.DataFrame, metric: str = "jct_mean", *, panels: bool = True) -> pd.DataFrame:
+    """Per panel x policy x MRE of the noisy:<MRE> points: the pooled ratio to truth over the seeds
+    (the table's number for that noisy predictor) and ``n``."""
+    norm = _non_truth(results, metric)
+    by = (panel_columns(results) if panels else []) + ["policy", "mre"]
+    return _pooled(norm[norm["mre"].notna()], by, metric)
+
+
+def error_curve_seed_data(results: pd.DataFrame, metric: str = "jct_mean", *, panels: bool = True) -> pd.DataFrame:
+    """The per-seed ratios drawn as dots around :func:`error_curve_data`'s curves."""
+    norm = _non_truth(results, metric)
+    by = (panel_columns(results) if panels else []) + ["policy", "mre"]
+    return _seed_points(norm[norm["mre"].notna()], by, metric)
+
+
+def run_panels(results: pd.DataFrame) -> list[tuple[dict, pd.DataFrame]]:
+    """The ok rows split into the panels of the CDF and utilisation figures: one per policy x
+    :func:`panel_columns`, each holding every predictor and seed of it (sorted), so that the two
+    figures cover every run of the sweep."""
+    ok = results[results["status"] == "ok"].copy()
+    if ok.empty:
+        return []
+    ok["source"] = [source_label(r) for _, r in ok.iterrows()]
+    by = ["policy", *panel_columns(results)]
+    return [(dict(zip(by, key)), g.sort_values(["predictor", "seed", "key"]))
+            for key, g in ok.groupby(by, sort=True, dropna=False)]
 
 
 def utilisation_series(jobs: pd.DataFrame, total_gpus: int) -> tuple[np.ndarray, np.ndarray]:
@@ -119,29 +198,56 @@ def _completed(jobs: pd.DataFrame) -> pd.DataFrame:
 # Figures
 
 
+def _colours(names: Iterable[str]) -> dict[str, str]:
+    """One colour per name, the same in every panel and figure."""
+    return {name: f"C{i % 10}" for i, name in enumerate(sorted(set(names)))}
+
+
+def _panels_with_total(data: pd.DataFrame, seeds: pd.DataFrame, total: pd.DataFrame, total_seeds: pd.DataFrame,
+                       results: pd.DataFrame) -> list[tuple[str, pd.DataFrame, pd.DataFrame]]:
+    """(title, data, seeds) per panel; with more than one panel, first the one pooled over all
+    points, whose numbers are the sweep table's."""
+    by = panel_columns(results)
+    show_load = data["load_scale"].nunique() > 1
+
+    def titles(frame: pd.DataFrame) -> pd.Series:
+        return pd.Series([panel_title(dict(zip(by, v)), show_load=show_load) for v in frame[by].itertuples(index=False)],
+                         index=frame.index, dtype=object)
+
+    data_titles, seed_titles = titles(data), titles(seeds)
+    order = list(dict.fromkeys(data_titles[g.index[0]] for _, g in data.groupby(by, sort=True, dropna=False)))
+    panels = [(t + (" (= sweep table)" if len(order) == 1 else ""), data[data_titles == t], seeds[seed_titles == t])
+              for t in order]
+    if len(order) > 1:
+        panels.insert(0, (ALL_POINTS, total, total_seeds))
+    return panels
+
+
 def plot_bars(results: pd.DataFrame, out: Path, metric: str, label: str) -> list[Path]:
     data = bar_data(results, metric)
     if data.empty:
         return []
-    panels = list(data.groupby(["source", "load_scale"], sort=True))
-    nloads = data["load_scale"].nunique()
+    panels = _panels_with_total(data, bar_seed_data(results, metric), bar_data(results, metric, panels=False),
+                                bar_seed_data(results, metric, panels=False), results)
     fig, axes = _grid(len(panels))
-    predictors = sorted(data["predictor"].unique())
-    for ax, ((source, load), d) in zip(axes, panels):
-        policies = sorted(d["policy"].unique())
+    colours = _colours(data["predictor"])
+    predictors = sorted(colours)
+    for ax, (title, d, seeds) in zip(axes, panels):
+        policies = sorted({*d["policy"], *seeds["policy"]})
         width = 0.8 / max(1, len(predictors))
         for j, pred in enumerate(predictors):
-            sel = d[d["predictor"] == pred].set_index("policy").reindex(policies)
             x = np.arange(len(policies)) + (j - (len(predictors) - 1) / 2) * width
-            mean = sel["mean"].to_numpy(float)
-            err = np.vstack([mean - sel["min"].to_numpy(float), sel["max"].to_numpy(float) - mean])
-            ax.bar(x, mean, width, yerr=np.nan_to_num(err), capsize=2, label=pred)
+            sel = d[d["predictor"] == pred].set_index("policy").reindex(policies)
+            ax.bar(x, sel["ratio"].to_numpy(float), width, color=colours[pred], label=pred)
+            dots = seeds[seeds["predictor"] == pred]
+            ax.scatter(x[[policies.index(p) for p in dots["policy"]]], dots["ratio"], s=9, color="black", zorder=3,
+                       label="each seed" if j == 0 else None)
         ax.axhline(1.0, color="black", lw=0.8, ls="--")
         ax.set_xticks(np.arange(len(policies)), policies)
-        ax.set_title(_panel_label(source, load, nloads), fontsize=9)
-        ax.set_ylabel(f"{label} / truth")
+        ax.set_title(title, fontsize=9)
+        ax.set_ylabel(f"{label} / truth (pooled over seeds)")
     axes[0].legend(fontsize=7, title="predictor", title_fontsize=7)
-    fig.suptitle(f"{label} normalised to the truth predictor (mean over seeds, min-max bars)", fontsize=10)
+    fig.suptitle(f"{label} normalised to the truth predictor. {BAR_AGGREGATION}", fontsize=9)
     return _save(fig, out, f"{metric}_vs_truth")
 
 
@@ -149,78 +255,91 @@ def plot_error_curves(results: pd.DataFrame, out: Path) -> list[Path]:
     data = error_curve_data(results)
     if data.empty:
         return []
-    panels = list(data.groupby(["source", "load_scale"], sort=True))
-    nloads = data["load_scale"].nunique()
+    panels = _panels_with_total(data, error_curve_seed_data(results), error_curve_data(results, panels=False),
+                                error_curve_seed_data(results, panels=False), results)
     fig, axes = _grid(len(panels))
-    for ax, ((source, load), d) in zip(axes, panels):
+    colours = _colours(data["policy"])
+    for ax, (title, d, seeds) in zip(axes, panels):
         for policy, p in d.groupby("policy", sort=True):
-            ax.plot(p["mre"], p["ratio"], marker="o", label=policy)
+            ax.plot(p["mre"], p["ratio"], marker="o", color=colours[policy], label=policy)
+            dots = seeds[seeds["policy"] == policy]
+            ax.scatter(dots["mre"], dots["ratio"], s=9, color=colours[policy], alpha=0.6, zorder=3)
         ax.axhline(1.0, color="black", lw=0.8, ls="--")
         ax.set_xlabel("prediction MRE (noisy:X)")
-        ax.set_ylabel("mean JCT / truth")
-        ax.set_title(_panel_label(source, load, nloads), fontsize=9)
+        ax.set_ylabel("mean JCT / truth (pooled over seeds)")
+        ax.set_title(title, fontsize=9)
     axes[0].legend(fontsize=7, title="policy", title_fontsize=7)
+    fig.suptitle(f"mean JCT normalised to truth against the injected error. {CURVE_AGGREGATION}", fontsize=9)
     return _save(fig, out, "jct_vs_error")
 
 
-def _cdf(ax, jct: np.ndarray, label: str) -> None:
+def _cdf(ax: Axes, jct: np.ndarray, label: str, **style) -> Line2D:
     x = np.sort(jct)
-    ax.step(x, np.arange(1, len(x) + 1) / max(1, len(x)), where="post", label=label)
+    (line,) = ax.step(x, np.arange(1, len(x) + 1) / max(1, len(x)), where="post", label=label, **style)
+    return line
 
 
-def _record_selection(results: pd.DataFrame) -> pd.DataFrame:
-    """ok rows of seed 0 (else the smallest seed) and load 1 (else the smallest), per source."""
-    ok = results[results["status"] == "ok"].copy()
-    if ok.empty:
-        return ok
-    ok["source"] = [source_label(r) for _, r in ok.iterrows()]
-    keep = []
-    for _, g in ok.groupby("source", sort=True):
-        seed = 0 if (g["seed"] == 0).any() else g["seed"].min()
-        load = 1.0 if (g["load_scale"] == 1.0).any() else g["load_scale"].min()
-        keep.append(g[(g["seed"] == seed) & (g["load_scale"] == load)])
-    return pd.concat(keep)
+Draw = Callable[["Axes", Path, str, dict], "Line2D"]
+
+
+def _run_figure(results: pd.DataFrame, sweep: Path, draw: Draw, xlabel: str, ylabel: str,
+                what: str) -> Figure | None:
+    """A panel per :func:`run_panels` entry, a line per run (``draw(ax, run_dir, label, style)``,
+    gid = the point's key) coloured by predictor, one legend entry per predictor; None when the
+    sweep has no ok run. Runs whose jobs.parquet is missing are left out."""
+    panels = run_panels(results)
+    if not panels:
+        return None
+    fig, axes = _grid(len(panels))
+    colours = _colours(p for _, g in panels for p in g["predictor"])
+    show_load = len({k["load_scale"] for k, _ in panels}) > 1
+    for ax, (key, g) in zip(axes, panels):
+        for pred, runs in g.groupby("predictor", sort=True):
+            label = f"{pred} ({len(runs)} seed{'s' if len(runs) > 1 else ''})"
+            for _, row in runs.iterrows():
+                run = sweep / "runs" / row["key"]
+                if (run / "jobs.parquet").exists():
+                    line = draw(ax, run, label, dict(color=colours[pred], lw=0.9))
+                    line.set_gid(row["key"])
+                    label = "_nolegend_"  # one entry per predictor
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_title(panel_title(key, show_load=show_load), fontsize=9)
+        if ax.get_lines():
+            ax.legend(fontsize=7)
+    fig.suptitle(f"{what}. {RUN_AGGREGATION}", fontsize=9)
+    return fig
+
+
+def cdf_figure(results: pd.DataFrame, sweep: Path) -> Figure | None:
+    """The JCT CDFs of every run of the sweep (see :func:`run_panels`)."""
+    def draw(ax: Axes, run: Path, label: str, style: dict) -> Line2D:
+        ax.set_xscale("log")
+        jct = _completed(pd.read_parquet(run / "jobs.parquet", columns=["status", "jct"]))["jct"].to_numpy()
+        return _cdf(ax, jct, label, **style)
+
+    return _run_figure(results, sweep, draw, "JCT (s)", "fraction of jobs", "JCT CDF of the completed jobs")
+
+
+def utilisation_figure(results: pd.DataFrame, sweep: Path) -> Figure | None:
+    """Busy GPUs / total over time of every run of the sweep (see :func:`run_panels`)."""
+    def draw(ax: Axes, run: Path, label: str, style: dict) -> Line2D:
+        t, u = utilisation_series(pd.read_parquet(run / "jobs.parquet"), _total_gpus(run))
+        ax.set_ylim(0, 1.05)
+        (line,) = ax.step(t / 3600, u, where="post", label=label, **style)
+        return line
+
+    return _run_figure(results, sweep, draw, "time (h)", "busy GPUs / total", "cluster utilisation")
 
 
 def plot_sweep_cdfs(results: pd.DataFrame, sweep: Path, out: Path) -> list[Path]:
-    sel = _record_selection(results)
-    if sel.empty:
-        return []
-    panels = list(sel.groupby(["policy", "source"], sort=True))
-    fig, axes = _grid(len(panels))
-    for ax, ((policy, source), g) in zip(axes, panels):
-        for _, row in g.sort_values("predictor").iterrows():
-            path = sweep / "runs" / row["key"] / "jobs.parquet"
-            if path.exists():
-                _cdf(ax, _completed(pd.read_parquet(path, columns=["status", "jct"]))["jct"].to_numpy(), row["predictor"])
-        ax.set_xscale("log")
-        ax.set_xlabel("JCT (s)")
-        ax.set_ylabel("fraction of jobs")
-        ax.set_title(f"{policy} | {source} | seed {int(g['seed'].iloc[0])}", fontsize=9)
-        ax.legend(fontsize=7)
-    return _save(fig, out, "jct_cdf")
+    fig = cdf_figure(results, sweep)
+    return [] if fig is None else _save(fig, out, "jct_cdf")
 
 
 def plot_sweep_utilisation(results: pd.DataFrame, sweep: Path, out: Path) -> list[Path]:
-    sel = _record_selection(results)
-    if sel.empty:
-        return []
-    policy = sorted(sel["policy"].unique())[0]
-    source = sorted(sel["source"].unique())[0]
-    g = sel[(sel["policy"] == policy) & (sel["source"] == source)]
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 3.4))
-    for _, row in g.sort_values("predictor").iterrows():
-        run = sweep / "runs" / row["key"]
-        if (run / "jobs.parquet").exists():
-            t, u = utilisation_series(pd.read_parquet(run / "jobs.parquet"), _total_gpus(run))
-            ax.step(t / 3600, u, where="post", label=row["predictor"], lw=0.9)
-    ax.set_xlabel("time (h)")
-    ax.set_ylabel("busy GPUs / total")
-    ax.set_ylim(0, 1.05)
-    ax.set_title(f"cluster utilisation: {policy} | {source} | seed {int(g['seed'].iloc[0])}", fontsize=9)
-    ax.legend(fontsize=7)
-    return _save(fig, out, "utilisation")
+    fig = utilisation_figure(results, sweep)
+    return [] if fig is None else _save(fig, out, "utilisation")
 
 
 def _total_gpus(run: Path) -> int:
@@ -267,7 +386,8 @@ def plot(path: str | Path, out: str | Path | None = None, *,
          log: Callable[[str], None] = print) -> list[Path]:
     """All figures of a sweep directory (or a single run directory); returns the written files.
 
-    Panels whose inputs are missing (e.g. no truth point, no noisy:X point) are skipped with a
+    Raises :class:`~predictor.outputs.OutputError` (one line) before drawing when ``out`` cannot
+    be written. Panels whose inputs are missing (e.g. no truth point, no noisy:X point) are skipped with a
     message through ``log``.
     """
     path = Path(path)
@@ -276,6 +396,7 @@ def plot(path: str | Path, out: str | Path | None = None, *,
         results = load_results(path)
         if not (results["status"] == "ok").any():
             raise PlotInputError(f"{path}: the sweep has no finished point to plot")
+        check_writable(out)
         written: list[Path] = []
         has_truth = (results.loc[results["status"] == "ok", "predictor"] == "truth").any()
         for metric, label in (("jct_mean", "mean JCT"), ("tardiness_total", "total tardiness")):
@@ -294,6 +415,7 @@ def plot(path: str | Path, out: str | Path | None = None, *,
         return written
     if (path / "jobs.parquet").is_file():
         log(f"{path} is a single run: JCT CDF and utilisation only")
+        check_writable(out)
         return plot_run(path, out)
     raise PlotInputError(f"{path}: neither a sweep directory (points/) nor a run directory (jobs.parquet)")
 

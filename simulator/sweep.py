@@ -12,26 +12,39 @@ Layout of a sweep directory OUT::
     OUT/runs/<key>/            jobs.parquet, summary.json, manifest.json (RunOutput.write); for a
                                failed point error.txt with the traceback
     OUT/results.parquet        all point rows, sorted by key (rewritten at the end of each sweep)
+
+Every file and run folder is written atomically (:mod:`predictor.outputs`). OUT is checked for
+writability before any point runs. A point whose output cannot be written (full disk, an I/O
+error) is recorded as failed like a point that raised; only when even that record cannot be
+written (OUT itself is broken) does the sweep stop, with one line (:class:`OutputError`).
+
+OUT may hold the points of several sweeps (other grids): each point is its own file under the
+hash of its full config, so they never overwrite or mix with each other; the sweep command's
+table covers its own grid, ``results.parquet`` and ``simrun plot`` every point in OUT.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
 import os
 import shutil
+import signal
 import sys
+import threading
 import time
 import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
 
+from predictor.outputs import OutputError, atomic_dir, check_writable, write_parquet
 from simulator.run import DEFAULT_CLUSTER, DEFAULT_WORKLOAD, RunConfig
 from simulator.timing import MODEL_PREDICTORS
 
@@ -229,34 +242,51 @@ def _point_frame(row: dict) -> pd.DataFrame:
     return frame
 
 
-def _atomic_parquet(frame: pd.DataFrame, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    frame.to_parquet(tmp, index=False)
-    os.replace(tmp, path)
-
-
 def write_point(out: Path, result: dict) -> None:
-    """Write one point's run dir, then its point row (the marker that the point is done)."""
+    """Write one point's run folder, then its point row (the marker that the point is done),
+    each atomically: a failure leaves the previous files or none, never half of one.
+
+    Raises :class:`OutputError` when the files cannot be written."""
     from simulator.run import RunOutput
 
     key = result["row"]["key"]
-    runs, points = out / "runs", out / "points"
-    runs.mkdir(parents=True, exist_ok=True)
-    points.mkdir(parents=True, exist_ok=True)
-    tmp = runs / f".{key}.tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    if result["records"] is not None:
-        RunOutput(result["records"], result["summary"], result["manifest"]).write(tmp)
-    else:
-        tmp.mkdir()
-        (tmp / "config.json").write_text(json.dumps({k: result["row"][k] for k in CONFIG_FIELDS}, indent=2) + "\n")
-        (tmp / "error.txt").write_text(result["traceback"] or result["row"].get("error") or "")
-    final = runs / key
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    _atomic_parquet(_point_frame(result["row"]), points / f"{key}.parquet")
+    final = out / "runs" / key
+    with atomic_dir(final) as tmp:
+        if result["records"] is not None:
+            try:
+                RunOutput(result["records"], result["summary"], result["manifest"]).write(tmp)
+            except OutputError as exc:  # name the file the user will look for, not its temporary twin
+                raise OutputError(str(exc).replace(str(tmp), str(final))) from None
+        else:
+            (tmp / "config.json").write_text(json.dumps({k: result["row"][k] for k in CONFIG_FIELDS}, indent=2) + "\n")
+            (tmp / "error.txt").write_text(result["traceback"] or result["row"].get("error") or "")
+    write_parquet(out / "points" / f"{key}.parquet", _point_frame(result["row"]))
+
+
+def _unwritten(result: dict, exc: BaseException) -> dict:
+    """The failure record of a point that ran but whose output could not be written."""
+    row = {**{k: result["row"][k] for k in CONFIG_FIELDS}, "key": result["row"]["key"], "status": "error",
+           "error": f"{type(exc).__name__}: {exc}", "point_seconds": result["row"].get("point_seconds")}
+    detail = (f"the point ran, but its output could not be written: {exc}\n" if isinstance(exc, OutputError)
+              else "".join(traceback.format_exception(exc)))
+    return {"row": row, "records": None, "summary": None, "manifest": None, "traceback": detail}
+
+
+def save_point(out: Path, result: dict) -> dict:
+    """Write a point; if its output cannot be written, write a failure record instead and
+    return that (the sweep goes on). Raises :class:`OutputError` only when even the failure
+    record cannot be written: then OUT itself is unusable and the sweep must stop."""
+    try:
+        write_point(out, result)
+        return result
+    except Exception as exc:  # a full disk or a writer's error costs this point only
+        failed = _unwritten(result, exc)
+    try:
+        write_point(out, failed)
+    except OutputError as exc:
+        raise OutputError(f"{exc} (not even a failure record could be written, so the sweep stops; "
+                          f"finished points are kept: rerun with the same --out to resume)") from None
+    return failed
 
 
 def _done_keys(out: Path) -> set[str]:
@@ -282,7 +312,68 @@ def default_workers() -> int:
     return max(1, min(2, os.cpu_count() or 1))
 
 
+# How often a worker without prctl(PR_SET_PDEATHSIG) checks that its parent is still alive.
+PARENT_POLL_SECONDS = 1.0
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _watch_parent(parent_pid: int, on_orphan: Callable[[], None] | None = None,
+                  interval: float = PARENT_POLL_SECONDS) -> threading.Thread:
+    """Start a daemon thread that calls ``on_orphan`` (default: kill this process) once this
+    process's parent is no longer ``parent_pid``, i.e. the parent died and it was re-parented.
+    The portable fallback for :func:`_die_with_parent` where the kernel cannot do it."""
+    def kill_self() -> None:
+        os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(interval)
+        (on_orphan or kill_self)()
+
+    thread = threading.Thread(target=watch, name="watch-parent", daemon=True)
+    thread.start()
+    return thread
+
+
+def _set_parent_death_signal() -> bool:
+    """Ask Linux to SIGKILL this process when its parent (thread) dies; False where unsupported."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Pool worker initializer: end this worker when the sweep's driver dies, even by SIGKILL.
+
+    Why: a worker blocks forever on the task queue (it holds both ends of its pipe), so an
+    orphaned worker (~1 GB with a model predictor) would outlive a killed sweep indefinitely; once
+    the workers are gone, multiprocessing's resource tracker sees its pipe close and exits too.
+    The parent may have died before this ran: then exit at once."""
+    if not _set_parent_death_signal():
+        _watch_parent(parent_pid)
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+
+def _terminate_workers(pool: ProcessPoolExecutor) -> None:
+    """Stop the pool's workers now (an interrupted or stopped sweep must not wait for the points
+    in flight, whose results would be dropped anyway)."""
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        with contextlib.suppress(Exception):
+            proc.terminate()
+
+
 def _iter_local(todo: list[RunConfig], workers: int):
+    """Results of ``todo`` as they finish, in this process or on a pool of spawned workers that
+    die with this process (:func:`_die_with_parent`; the pool starts them in ``submit``, i.e. in
+    the thread that runs the sweep, which is the thread PR_SET_PDEATHSIG watches). Closing the
+    generator early terminates the workers."""
     if workers <= 1:  # in process: no start-up cost, same results
         for config in todo:
             yield run_point(config)
@@ -290,7 +381,9 @@ def _iter_local(todo: list[RunConfig], workers: int):
     import multiprocessing
 
     ctx = multiprocessing.get_context("spawn")  # no fork of a process that may hold threads (torch, tqdm)
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_die_with_parent,
+                               initargs=(os.getpid(),))
+    finished = False
     try:
         futures = {pool.submit(run_point, c): c for c in todo}
         for fut in as_completed(futures):
@@ -299,7 +392,10 @@ def _iter_local(todo: list[RunConfig], workers: int):
             except Exception as exc:  # the worker died (e.g. out of memory)
                 result = _crashed(futures[fut], exc)
             yield result
-    finally:  # on Ctrl-C or an error in the driver: drop the queued points, do not wait for them
+        finished = True
+    finally:  # on Ctrl-C, a stopped sweep or an error in the driver: drop the queued points, do not wait
+        if not finished:  # before shutdown: a worker must not exit cleanly with a point half done
+            _terminate_workers(pool)
         pool.shutdown(wait=False, cancel_futures=True)
 
 
@@ -343,15 +439,14 @@ def run_sweep(configs: Sequence[RunConfig], out: str | Path, *, workers: int | N
     ``"auto"`` or an address -> ``ray.init(address=...)`` (an already initialised Ray is used as is);
     ``"local"`` -> start a local Ray. ``log`` (a print-like callable) gets one line of counts.
     One sweep at a time per OUT (leftover temp files of a killed sweep are removed at the start).
-    The local pool spawns its workers: a script calling this with workers > 1 needs the usual
-    ``if __name__ == "__main__":`` guard.
+    Raises :class:`OutputError` (one line) when OUT cannot be written, before any point runs, or
+    when it breaks during the sweep (a point that merely fails to write is recorded as failed).
+    The local pool spawns its workers, which die with this process (even by SIGKILL); a script
+    calling this with workers > 1 needs the usual ``if __name__ == "__main__":`` guard.
     """
     from tqdm import tqdm
 
-    out = Path(out)
-    (out / "points").mkdir(parents=True, exist_ok=True)
-    for stale in [*(out / "points").glob(".*.tmp-*"), *(out / "runs").glob(".*.tmp-*")]:  # from a killed sweep
-        shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
+    out = _prepare_out(Path(out))
     configs = list(dict.fromkeys(configs))
     done = _done_keys(out)
     todo = [c for c in configs if config_key(c) not in done]
@@ -361,15 +456,32 @@ def run_sweep(configs: Sequence[RunConfig], out: str | Path, *, workers: int | N
             + (f" on Ray ({ray_address})" if ray_address else f" with {workers or default_workers()} worker(s)"))
     results = _iter_ray(todo, ray_address) if ray_address else _iter_local(todo, workers or default_workers())
     failed = 0
-    with tqdm(total=len(todo), desc="sweep", unit="pt", file=sys.stderr, disable=not progress) as bar:
-        for result in results:
-            write_point(out, result)
-            failed += result["row"]["status"] != "ok"
-            bar.set_postfix(failed=failed, refresh=False)
-            bar.update(1)
+    try:
+        with tqdm(total=len(todo), desc="sweep", unit="pt", file=sys.stderr, disable=not progress) as bar:
+            for result in results:
+                result = save_point(out, result)
+                failed += result["row"]["status"] != "ok"
+                bar.set_postfix(failed=failed, refresh=False)
+                bar.update(1)
+    finally:  # stop the workers now, not when the generator is garbage-collected
+        results.close()
     table = load_results(out)
-    _atomic_parquet(table, out / "results.parquet")
+    write_parquet(out / "results.parquet", table)
     return table
+
+
+def _prepare_out(out: Path) -> Path:
+    """Check that OUT, OUT/points and OUT/runs can be written (one-line :class:`OutputError`
+    before any work), and remove the temporary files and folders a killed sweep left."""
+    for folder in (out, out / "points", out / "runs"):
+        check_writable(folder)
+    stale = [p for sub in ("points", "runs") for pattern in (".*.tmp-*", ".*.old-*") for p in (out / sub).glob(pattern)]
+    try:
+        for path in stale:
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+    except OSError as exc:
+        raise OutputError(f"cannot remove {path}, left by an earlier sweep: {exc.strerror or exc}") from None
+    return out
 
 
 def load_results(out: str | Path) -> pd.DataFrame:
@@ -436,27 +548,31 @@ def normalise_to_truth(results: pd.DataFrame, metrics: Sequence[str] = ("jct_mea
     return merged.drop(columns=keys)
 
 
+def pooled_ratio(norm: pd.DataFrame, metric: str) -> float:
+    """sum of ``metric`` / sum of its truth values over the rows of ``norm`` (from
+    :func:`normalise_to_truth`) that have a truth run: robust to near-zero truth tardiness, where
+    the mean of per-point ratios explodes. 1 when both sums are 0, NaN when only the truth's is.
+    The one aggregation of the sweep table and of the plots, so that both show the same number."""
+    matched = norm[norm[f"{metric}_truth"].notna()]
+    den = matched[f"{metric}_truth"].sum()
+    num = matched[metric].sum()
+    return float(num / den) if den > 0 else (1.0 if len(matched) and num == 0 else float("nan"))
+
+
 def summary_table(results: pd.DataFrame) -> pd.DataFrame:
     """Mean JCT / total tardiness per policy x predictor (over workloads, seeds, loads), with the
-    pooled ratio to the matching truth runs (sum over the points that have one / sum of their
-    truth values: robust to near-zero truth tardiness) and counts of ok / failed points."""
+    pooled ratio to the matching truth runs (:func:`pooled_ratio`) and counts of ok / failed points."""
     norm = normalise_to_truth(results)
     counts = results.groupby(["policy", "predictor"])["status"].agg(
         ok=lambda s: int((s == "ok").sum()), failed=lambda s: int((s != "ok").sum()))
     if norm.empty:
         return counts.reset_index()
-    def pooled(g: pd.DataFrame, m: str) -> float:
-        matched = g[g[f"{m}_truth"].notna()]
-        den = matched[f"{m}_truth"].sum()
-        num = matched[m].sum()
-        return float(num / den) if den > 0 else (1.0 if len(matched) and num == 0 else float("nan"))
-
     groups = norm.groupby(["policy", "predictor"])
     agg = pd.DataFrame({
         "jct_mean": groups["jct_mean"].mean(),
-        "jct_ratio": groups.apply(lambda g: pooled(g, "jct_mean"), include_groups=False),
+        "jct_ratio": groups.apply(lambda g: pooled_ratio(g, "jct_mean"), include_groups=False),
         "tardiness_total": groups["tardiness_total"].mean(),
-        "tardiness_ratio": groups.apply(lambda g: pooled(g, "tardiness_total"), include_groups=False),
+        "tardiness_ratio": groups.apply(lambda g: pooled_ratio(g, "tardiness_total"), include_groups=False),
     })
     return counts.join(agg, how="left").reset_index()
 
