@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from predictor.capture.importers import IMPORTERS, import_onto_zoo, import_traces
+from predictor.outputs import OutputError
 from predictor.trace_table import TraceFormatError, dataset_info, read_dataset, write_traces
 
 
@@ -47,7 +48,10 @@ def import_(kind: str, path: Path, out: Path, device: str | None, features: str 
         click.echo(f"not imported: {s.reason} (--features recorded imports it as recorded)", err=True)
     if traces.empty:
         raise click.ClickException(f"{path}: no iteration could be aligned onto a zoo config")
-    files = write_traces(out, traces)
+    try:
+        files = write_traces(out, traces)
+    except (TraceFormatError, OutputError) as exc:  # a broken dataset file in --out, a full disk
+        raise click.ClickException(str(exc)) from None
     n = traces.groupby(["device", "config_id"]).ngroups
     click.echo(f"imported {n} iteration(s), {len(traces):,} ops into {', '.join(map(str, files))}")
     if report is not None:
@@ -99,7 +103,7 @@ def collect_cmd(zoo: str, device: str, limit: int | None, seed: int, max_batch: 
         raise click.BadParameter("a regime applies to emulated devices only", param_hint="--regime")
     try:
         counts = collect(configs, device, out, workers=workers or (2 if device == "meta" else 1), regime=regime)
-    except RegimeMismatchError as exc:
+    except (RegimeMismatchError, TraceFormatError, OutputError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"{counts['captured']} captured, {counts['skipped']} already there, {counts['failed']} failed"
                + (f" (see {out / 'failures.jsonl'})" if counts["failed"] else "") + f"; dataset in {out}")

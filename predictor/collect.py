@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
-from predictor.trace_table import device_file, write_traces
+from predictor.trace_table import device_file, read_trace_file, write_traces
 from predictor.zoo.config import ModelConfig
 
 
@@ -50,7 +50,7 @@ def collect(configs: list[ModelConfig], device: str, out: str | Path, *, workers
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     existing = device_file(out, device)
-    done = pd.read_parquet(existing, columns=["config_id", "source"]) if existing.exists() else None
+    done = read_trace_file(existing) if existing.exists() else None  # a broken file: refused before any work
     if done is not None and device.startswith("emulated:"):
         other = sorted({s.split(" regime")[0].split("(")[-1] for s in done["source"] if f"({regime} regime" not in s})
         if other:

@@ -7,17 +7,27 @@ handle models. Both stay thin: options in, calls out, user errors as one-line me
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
+
+from typing import TYPE_CHECKING
 
 import click
 import pandas as pd
 
-from predictor.trace_table import TraceFormatError, read_dataset
+from predictor.trace_table import TraceFormatError, device_file, read_dataset, read_trace_file
+
+if TYPE_CHECKING:
+    from predictor.zoo.config import ModelConfig
 
 TRACE_SUFFIXES = {".csv": "ets-csv", ".json": "kineto", ".gz": "kineto", ".sqlite": "nsys"}
 
 
-def _device_rows(traces: pd.DataFrame, device: str | None, what: str) -> pd.DataFrame:
+def _device_rows(traces: pd.DataFrame, device: str | None, what: str, *, whose: str = "",
+                 purpose: str = "") -> pd.DataFrame:
+    """The rows of ``device`` (the only device when None); a one-line error that says which
+    --device would work. ``whose``, ``purpose``: how the device was chosen and what --device
+    does, for the message."""
     devices = sorted(traces["device"].unique())
     if device is None:
         if len(devices) != 1:
@@ -26,7 +36,9 @@ def _device_rows(traces: pd.DataFrame, device: str | None, what: str) -> pd.Data
         return traces
     rows = traces[traces["device"] == device]
     if rows.empty:
-        raise click.ClickException(f"{what} has no traces of device {device!r}; it has: {', '.join(devices)}")
+        fix = f"pass --device {devices[0]}" if len(devices) == 1 else "pass --device with one of them"
+        raise click.ClickException(f"{what} has no traces of {whose}device {device!r}; it has: {', '.join(devices)}; "
+                                   f"{fix}{purpose}")
     return rows
 
 
@@ -37,6 +49,25 @@ def _load_checkpoint(path: Path):
     try:
         return load(path)
     except CheckpointError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _check_out(out: Path) -> None:
+    """Refuse an unwritable checkpoint folder before training, not after it."""
+    from predictor.outputs import OutputError, check_writable
+
+    try:
+        check_writable(out.parent)
+    except OutputError as exc:
+        raise click.ClickException(f"--out {out}: {exc}") from None
+
+
+def _save(model, out: Path) -> Path:
+    from predictor.outputs import OutputError
+
+    try:
+        return model.save(out)
+    except OutputError as exc:
         raise click.ClickException(str(exc)) from None
 
 
@@ -92,6 +123,7 @@ def train_cmd(method: str, data_dir: Path, out: Path, device: str | None, source
     from predictor.dataset import split_by_family
     from predictor.evaluate import evaluate
 
+    _check_out(out)
     try:
         data = read_dataset(data_dir)
         if method == "habitat" and not source_device:
@@ -110,7 +142,7 @@ def train_cmd(method: str, data_dir: Path, out: Path, device: str | None, source
                                              device=str(target["device"].iloc[0]), split=split.to_dict())
     except (TraceFormatError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
-    path = model.save(out)
+    path = _save(model, out)
     best = min(model.history, key=lambda h: h["val_mre"])
     if not as_json:
         click.echo(f"checkpoint {path}: {method} for {model.device}, {len(model.history)} epochs in "
@@ -159,6 +191,7 @@ def finetune_cmd(ckpt: Path, data_dir: Path, out: Path, device: str | None, minu
     from predictor.finetune import check_compatible, fit_small
 
     parent = _load_checkpoint(ckpt)
+    _check_out(out)
     try:
         data = read_dataset(data_dir)
         rows = _device_rows(data, device, str(data_dir))
@@ -174,7 +207,7 @@ def finetune_cmd(ckpt: Path, data_dir: Path, out: Path, device: str | None, minu
                           tune=tune, split=held)
     except (TraceFormatError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
-    path = model.save(out)
+    path = _save(model, out)
     summary = {"checkpoint": str(path), "parent": str(ckpt), "parent_device": parent.device, "device": model.device,
                "traces": model.split["train"] + model.split["val"], "validation": model.split["validation"],
                "tune": model.split["tune"],
@@ -211,10 +244,12 @@ def evaluate_cmd(ckpt: Path, data_dir: Path, which: str, data_device: str | None
     from predictor.evaluate import evaluate
 
     model = _load_checkpoint(ckpt)
+    whose = "" if data_device else "the checkpoint's "
     data_device = data_device or model.device
     try:
         data = read_dataset(data_dir)
-        traces = _device_rows(data, data_device, str(data_dir))
+        traces = _device_rows(data, data_device, str(data_dir), whose=whose,
+                              purpose=f" to score this {model.device} checkpoint on those rows")
     except TraceFormatError as exc:
         raise click.ClickException(str(exc)) from None
     if model.method == "habitat":  # it reads its source device's traces too
@@ -248,34 +283,43 @@ def evaluate_cmd(ckpt: Path, data_dir: Path, which: str, data_device: str | None
 def predict_cmd(ckpt: Path, target: str, batch: int, size: int, as_json: bool) -> None:
     """Predict the iteration time of TARGET: a zoo config id (resnet50:b32:s224:float32:sgd:c1000),
     a model name (resnet50, with --batch/--size), or a trace file (.parquet, ETS .csv, Kineto
-    .json[.gz], nsys .sqlite)."""
+    .json[.gz], nsys .sqlite). A model name or config id is captured on the meta device (op
+    order and shapes, nothing is timed); a Habitat-style checkpoint whose source GPU is emulated
+    gets the capture timed on that emulated GPU, as the simulator does. Every number printed
+    says what it is: the checkpoint's prediction, or a timing the trace file (or emulator) holds."""
+    from predictor.memory import estimate, too_big_warning
+
     model = _load_checkpoint(ckpt)
     try:
-        traces = _target_traces(target, batch, size)
+        subject = _target(target, batch, size)
     except (TraceFormatError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
+    if subject.config is not None:
+        warning = too_big_warning(estimate(subject.config, subject.traces))
+        if warning:
+            click.echo(warning, err=True)
     try:
-        summary = model.iteration_times(traces)
-    except ValueError as exc:  # e.g. a Habitat-style model given no trace of its source device
+        rows = _predictions(model, ckpt, subject)
+    except (TraceFormatError, ValueError) as exc:  # e.g. a Habitat-style model given no trace of its source
         raise click.ClickException(str(exc)) from None
-    rows = summary.to_dict("records")
-    for r in rows:  # a meta-device capture has op order and shapes, no measured time
-        if r.get("device") == "meta":
-            r.pop("true_us", None)
     if as_json:
-        click.echo(json.dumps({"device": model.device, "predictions": rows}, indent=1, default=float))
+        click.echo(json.dumps({"device": model.device, "method": model.method, "checkpoint": str(ckpt),
+                               "ops_from": subject.origin, "predictions": rows}, indent=1, default=float))
         return
     for r in rows:
-        truth = f"; measured {r['true_us'] / 1e3:.2f} ms" if "true_us" in r and r["true_us"] > 0 else ""
-        breakdown = "" if pd.isna(r["pred_duration_us"]) else (
-            f"kernels {r['pred_duration_us'] / 1e3:.2f} ms + overhead {r['pred_gap_us'] / 1e3:.2f} ms; "
-            f"forward {r['pred_forward_us'] / 1e3:.2f}, backward {r['pred_backward_us'] / 1e3:.2f}, "
-            f"update {r['pred_update_us'] / 1e3:.2f} ms; ")
-        click.echo(f"{r['config_id']} on {model.device}: predicted {r['pred_us'] / 1e3:.2f} ms per iteration "
-                   f"({breakdown}{r['ops']} ops){truth}")
+        click.echo(_prediction_line(r))
 
 
-def _target_traces(target: str, batch: int, size: int) -> pd.DataFrame:
+@dataclass(frozen=True)
+class _Subject:
+    """What `ets predict` predicts: the op sequences, where they come from, the config if captured."""
+
+    traces: pd.DataFrame
+    origin: str  # CAPTURE_ORIGIN or the trace file
+    config: ModelConfig | None = None  # set for a capture
+
+
+def _target(target: str, batch: int, size: int) -> _Subject:
     from predictor.capture.importers import import_traces
     from predictor.devices.step_time import capture_quietly
     from predictor.zoo.config import ModelBuildError
@@ -283,16 +327,95 @@ def _target_traces(target: str, batch: int, size: int) -> pd.DataFrame:
     path = Path(target)
     if path.exists():
         if path.suffix == ".parquet":
-            return pd.read_parquet(path)
+            return _Subject(read_trace_file(path), str(path))
         kind = TRACE_SUFFIXES.get(path.suffix)
         if kind is None:
             raise ValueError(f"{path}: unknown trace file type {path.suffix!r}; "
                              f"known: .parquet, {', '.join(TRACE_SUFFIXES)}")
-        return import_traces(kind, path)
+        return _Subject(import_traces(kind, path), str(path))
+    config = _config(target, batch, size)
     try:
-        return capture_quietly(_config(target, batch, size))
+        return _Subject(capture_quietly(config), CAPTURE_ORIGIN, config)
     except ModelBuildError as exc:
         raise ValueError(str(exc)) from None
+
+
+CAPTURE_ORIGIN = "a meta-device capture (op order and shapes; nothing timed)"
+
+
+def _predictions(model, ckpt: Path, subject: _Subject) -> list[dict]:
+    """One record per predicted iteration: the summary's columns plus ``prediction`` (what the
+    number is) and ``timings`` (each measured or emulated time of it, labelled)."""
+    if model.method == "habitat":  # one prediction per config, from its source GPU's rows
+        parts = [_with_habitat_source(model, subject)]
+    else:  # a dataset file may hold several devices' iterations of one config: predict each
+        parts = [rows for _, rows in subject.traces.groupby("device", sort=True)]
+    records = []
+    for traces in parts:
+        sources = set(model.source_rows(traces)["device"]) if model.method == "habitat" else set()
+        timings = _timings(traces, subject, sources)
+        for r in model.iteration_times(traces).to_dict("records"):
+            r.pop("true_us", None)  # the labelled timings below say whose time it is
+            r["trace_device"] = r.pop("device", None)  # the rows' device ("meta" for a capture), not the prediction's
+            records.append({**r, "prediction": f"{model.device} prediction by {ckpt.name}",
+                            "ops_from": subject.origin, "timings": timings.get(r["config_id"], [])})
+    return records
+
+
+def _with_habitat_source(model, subject: _Subject) -> pd.DataFrame:
+    """The subject's traces plus, for a capture, its timing on the emulated source GPU; a
+    ValueError that says how to supply a source trace when there is none."""
+    from predictor.devices.specs import EMULATED_PREFIX, load_params
+    from predictor.devices.timing import emulate
+
+    traces, source = subject.traces, model.config.source_device
+    if not model.source_rows(traces).empty:
+        return traces
+    if source.startswith(EMULATED_PREFIX) and set(traces["device"]) == {"meta"}:
+        params = load_params()  # seed 0, as the simulator's Habitat tables
+        return pd.concat([emulate(seq, source, params, seed=0) for _, seq in traces.groupby("config_id", sort=True)],
+                         ignore_index=True)
+    present = ", ".join(sorted(map(str, traces["device"].unique())))
+    if source.startswith(EMULATED_PREFIX):
+        fix = (f"give TARGET as the model name or config id instead (its capture is then timed on {source}), or a "
+               f"trace file holding this config's {source} rows (`ets collect --device {source}`)")
+    else:
+        fix = (f"give TARGET as a trace file of this config measured on {source} "
+               f"(`ets import KIND FILE --out DIR`, then `ets predict --ckpt CKPT {device_file('DIR', source)}`)")
+    raise ValueError(f"this Habitat-style checkpoint scales traces measured on {source!r}, and {subject.origin} has "
+                     f"none (devices: {present}); {fix}")
+
+
+def _timings(traces: pd.DataFrame, subject: _Subject, sources: set[str]) -> dict[str, list[dict]]:
+    """Per config, the iteration time each timed device's rows give, labelled with what it is
+    (``sources``: the devices a Habitat-style model scales from)."""
+    timed = traces[traces["device"] != "meta"]
+    where = "in " + subject.origin if subject.config is None else "of the capture"
+    out: dict[str, list[dict]] = {}
+    totals = (timed["duration_us"] + timed["gap_us"]).groupby([timed["config_id"], timed["device"]]).sum()
+    for (config_id, device), us in totals.items():
+        label = _measurement_label(str(device), where)
+        if device in sources:
+            label += " (the source it scales)"
+        out.setdefault(str(config_id), []).append({"what": label, "ms": float(us) / 1e3})
+    return out
+
+
+def _measurement_label(device: str, where: str) -> str:
+    """'emulated:T4 timing in f.parquet', 'real T4 measurement in f.parquet', 'real CPU measurement ...'."""
+    if device.startswith("emulated:"):
+        return f"{device} timing {where}"
+    return f"real {'CPU' if device == 'cpu' else device} measurement {where}"
+
+
+def _prediction_line(r: dict) -> str:
+    breakdown = "" if pd.isna(r.get("pred_duration_us")) else (
+        f" (kernels {r['pred_duration_us'] / 1e3:.2f} ms + overhead {r['pred_gap_us'] / 1e3:.2f} ms; "
+        f"forward {r['pred_forward_us'] / 1e3:.2f}, backward {r['pred_backward_us'] / 1e3:.2f}, "
+        f"update {r['pred_update_us'] / 1e3:.2f} ms)")
+    timings = "".join(f"; {t['what']}: {t['ms']:.2f} ms" for t in r["timings"])
+    return (f"{r['config_id']}: {r['prediction']}: {r['pred_us'] / 1e3:.2f} ms per iteration{breakdown}; "
+            f"{r['ops']} ops from {r['ops_from']}{timings}")
 
 
 def _config(target: str, batch: int, size: int):

@@ -36,11 +36,12 @@ Iteration time = sum(duration_us + gap_us) over the iteration's rows.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from predictor.outputs import atomic_file
 
 PHASES = ("forward", "backward", "update")
 DTYPES = ("float32", "float16", "float64", "bfloat16")
@@ -65,38 +66,64 @@ class TraceFormatError(ValueError):
         super().__init__(f"{where}:{what} {message}")
 
 
-def validate(df: pd.DataFrame, source: str | Path) -> pd.DataFrame:
+# Bounds of a plausible op time (µs). Real ETS traces have gaps down to -6.3 ms (T4) where an
+# op's kernels overlap the next op's (the trainer clamps those to 0); -1 s is no overlap but a
+# broken file. No op of any dataset under reports/ takes more than 163 s (an LSTM that a meta
+# capture runs on the CPU).
+GAP_FLOOR_US = -1e6
+OP_CEILING_US = 3.6e9  # an hour per op
+VALUE_BOUNDS: dict[str, tuple[float, str, bool]] = {  # column: lowest value, that rule in words, capped?
+    "duration_us": (0.0, ">= 0", True),
+    "gap_us": (GAP_FLOOR_US, ">= -1e6 µs (-1 s; overlapping kernels make gaps a few ms below 0, not more)", True),
+    "flops": (0.0, ">= 0", False),
+    "bytes": (0.0, ">= 0", False),
+}
+
+
+def validate(df: pd.DataFrame, source: str | Path, *, ceiling_us: float = OP_CEILING_US) -> pd.DataFrame:
     """Check and normalise an execution-trace table; returns it with the canonical dtypes."""
-    missing = [c for c in COLUMNS if c not in df.columns]
-    if missing:
-        raise TraceFormatError(source, f"execution trace lacks column(s) {missing}")
-    if df.empty:
-        raise TraceFormatError(source, "execution trace has no rows")
+    check(df, source, ceiling_us=ceiling_us)
     df = df[list(COLUMNS)].copy()
-    bad_phase = ~df["phase"].isin(PHASES)
-    if bad_phase.any():
-        i = int(np.argmax(bad_phase.to_numpy()))
-        raise TraceFormatError(source, f"phase {df['phase'].iloc[i]!r} is not one of {PHASES}",
-                               row=i, field="phase")
-    bad_dtype = ~df["dtype"].isin(DTYPES)
-    if bad_dtype.any():
-        i = int(np.argmax(bad_dtype.to_numpy()))
-        raise TraceFormatError(source, f"dtype {df['dtype'].iloc[i]!r} is not one of {DTYPES}",
-                               row=i, field="dtype")
-    for col in ("duration_us", "flops", "bytes"):
-        values = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype="float64")
-        bad = ~np.isfinite(values) | (values < 0)
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise TraceFormatError(source, f"must be a finite number >= 0, got {df[col].iloc[i]!r}",
-                                   row=i, field=col)
-    gaps = pd.to_numeric(df["gap_us"], errors="coerce").to_numpy(dtype="float64")
-    if not np.isfinite(gaps).all():
-        i = int(np.argmax(~np.isfinite(gaps)))
-        raise TraceFormatError(source, f"must be a finite number, got {df['gap_us'].iloc[i]!r}",
-                               row=i, field="gap_us")
     df["params"] = [list(map(int, p))[:MAX_PARAMS] if p is not None else [] for p in df["params"]]
     return df.astype({k: v for k, v in COLUMNS.items() if k != "params"}).reset_index(drop=True)
+
+
+def check(df: pd.DataFrame, source: str | Path, *, ceiling_us: float = OP_CEILING_US) -> None:
+    """TraceFormatError naming ``source``, the row, the field and the config of the first bad
+    value: missing columns, no rows, unknown phase or dtype, NaN or implausible times.
+    ``ceiling_us``: the longest plausible op (the emulator, which times any config however
+    absurd, passes infinity)."""
+    missing = [c for c in COLUMNS if c not in df.columns]
+    if missing:
+        raise TraceFormatError(source, f"execution trace lacks column(s) {missing}; is it a dataset file of "
+                                       "`ets collect` / `ets import`?", field=missing[0])
+    if df.empty:
+        raise TraceFormatError(source, "execution trace has no rows")
+    for col, allowed in (("phase", PHASES), ("dtype", DTYPES)):
+        bad = ~df[col].isin(allowed).to_numpy()
+        if bad.any():
+            _refuse(df, source, bad, col, f"{col} {df[col].iloc[int(np.argmax(bad))]!r} is not one of {allowed}")
+    for col, (low, rule, capped) in VALUE_BOUNDS.items():
+        high = ceiling_us if capped else np.inf
+        values = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype="float64")
+        bad = ~np.isfinite(values) | (values < low) | (values > high)
+        if bad.any():
+            if np.isfinite(high):
+                rule += f" and <= {high:.3g} µs" + (" (an hour per op)" if high == OP_CEILING_US else "")
+            _refuse(df, source, bad, col, f"must be a finite number {rule}, got {_shown(df[col].iloc[int(np.argmax(bad))])}")
+
+
+def _shown(value) -> str:
+    """A bad value as the user would write it (``nan``, ``-1000000000.0``), not numpy's repr."""
+    return repr(float(value)) if isinstance(value, (int, float, np.number)) else repr(value)
+
+
+def _refuse(df: pd.DataFrame, source: str | Path, bad: np.ndarray, field: str, message: str) -> None:
+    """Raise for the first bad row, naming its config and op too (a file holds many iterations)."""
+    i = int(np.argmax(bad))
+    where = (f" (config {df['config_id'].iloc[i]}, op {df['op'].iloc[i]}; "
+             f"{int(bad.sum()):,} bad row(s) in all)")
+    raise TraceFormatError(source, message + where, row=i, field=field)
 
 
 def iteration_times_us(df: pd.DataFrame) -> pd.Series:
@@ -123,22 +150,37 @@ def write_traces(directory: str | Path, traces: pd.DataFrame) -> list[Path]:
     for device, rows in traces.groupby("device", sort=True):
         path = device_file(out, str(device))
         if path.exists():
-            old = pd.read_parquet(path)
+            old = read_trace_file(path)
             old = old[~old["config_id"].isin(set(rows["config_id"]))]
             rows = pd.concat([old, rows], ignore_index=True)
-        partial = path.with_name(path.name + ".partial")  # a crash mid-write must not lose the old file
-        rows.to_parquet(partial, index=False)
-        os.replace(partial, path)
+        with atomic_file(path) as tmp:  # a crash mid-write must not lose the old file
+            rows.to_parquet(tmp, index=False, write_page_checksum=True)  # flipped bytes are caught on read
         written.append(path)
     return written
 
 
+def read_trace_file(path: str | Path) -> pd.DataFrame:
+    """One dataset file, checked (:func:`check`): a file that is not Parquet, lacks a column or
+    holds NaN or implausible times is refused with one line naming it, not a pyarrow traceback
+    (or, worse, accepted and averaged into a report)."""
+    import pyarrow as pa
+
+    try:  # pages written with a CRC (write_traces) are verified; older files have none to check
+        df = pd.read_parquet(path, page_checksum_verification=True)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise TraceFormatError(path, f"not a readable Parquet file: corrupted, or another format "
+                                     f"({type(exc).__name__}: {first})") from None
+    check(df, path)
+    return df
+
+
 def read_dataset(directory: str | Path) -> pd.DataFrame:
-    """All traces of a dataset directory."""
+    """All traces of a dataset directory, each file checked by :func:`read_trace_file`."""
     files = sorted(Path(directory).glob("*.parquet"))
     if not files:
         raise TraceFormatError(directory, "no execution-trace Parquet files in this directory")
-    return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+    return pd.concat([read_trace_file(f) for f in files], ignore_index=True)
 
 
 OP_COUNT_BUCKETS = (0, 250, 550, 800, np.inf)  # the ETS paper's op-count buckets

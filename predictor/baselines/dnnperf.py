@@ -34,6 +34,7 @@ The paper's pieces and ours:
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -42,9 +43,14 @@ import numpy as np
 import pandas as pd
 import torch
 from torch import nn
-from torch_geometric.data import Data
-from torch_geometric.loader import DataLoader
-from torch_geometric.nn import GATv2Conv, TransformerConv, global_add_pool, global_mean_pool
+
+with warnings.catch_warnings():
+    # importing torch_geometric runs torch.jit.script, which this torch deprecates with a
+    # FutureWarning on every `ets predict`/`simrun`: the library's to fix, not the user's
+    warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated", category=FutureWarning)
+    from torch_geometric.data import Data
+    from torch_geometric.loader import DataLoader
+    from torch_geometric.nn import GATv2Conv, TransformerConv, global_add_pool, global_mean_pool
 
 from predictor.baselines.graph import EDGE_KINDS, build_graph, edge_features
 from predictor.ets import fingerprint, sorted_traces

@@ -275,6 +275,10 @@ class HabitatPredictor:
             out[prepared.varying] = source_us * np.exp(np.clip(log_ratio, -30.0, 30.0))
         return out
 
+    def source_rows(self, traces: pd.DataFrame) -> pd.DataFrame:
+        """The rows of ``traces`` measured on the source GPU (what this model scales)."""
+        return self._split_devices(traces)[0]
+
     def _split_devices(self, traces: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         """The source-device and target-device rows of ``traces`` (device names compared by GPU)."""
         keys = {}

@@ -12,6 +12,7 @@ from predictor.dataset import split_by_family, unit_of
 from predictor.evaluate import evaluate, headline_metrics
 from predictor.features import (CONTEXT_COLUMNS, DTYPES, OPTIMIZERS, PHASES, encode, encode_targets, fit_features,
                                 heavy_ops, iteration_context)
+from predictor.training import load_body
 from tests.predictor.ets_data import tiny_traces
 
 FAST = dict(hidden=16, layers=2, lr=1e-2, batch_size=64, max_minutes=2.0)
@@ -148,12 +149,12 @@ def test_checkpoint_round_trip_gives_identical_predictions(overfit, tmp_path):
 def test_mismatched_checkpoints_are_refused_with_a_reason(overfit, tmp_path):
     model, _ = overfit
     path = model.save(tmp_path / "m.pt")
-    body = torch.load(path, weights_only=False)
+    body = load_body(path)
     body["spec"]["ops"] = body["spec"]["ops"][:-1]  # one op type fewer: the weights no longer fit
     torch.save(body, tmp_path / "spec.pt")
     with pytest.raises(ets.CheckpointError, match="spec.pt.*incompatible"):
         ets.load(tmp_path / "spec.pt")
-    body = torch.load(path, weights_only=False)
+    body = load_body(path)
     body["config"]["hidden"] = 8
     torch.save(body, tmp_path / "arch.pt")
     with pytest.raises(ets.CheckpointError, match="arch.pt.*weights do not match"):
@@ -170,7 +171,7 @@ def test_mismatched_checkpoints_are_refused_with_a_reason(overfit, tmp_path):
 def test_checkpoints_from_before_the_context_columns_still_load(traces, tmp_path):
     data = traces[traces["family"] == "squeezenet"]
     model = ets.train(data, data, ets.TrainConfig(max_epochs=1, patience=1, context=False, **FAST), progress=False)
-    body = torch.load(model.save(tmp_path / "m.pt"), weights_only=False)
+    body = load_body(model.save(tmp_path / "m.pt"))
     del body["spec"]["context"], body["config"]["context"]  # what older versions wrote
     torch.save(body, tmp_path / "old.pt")
     again = ets.load(tmp_path / "old.pt")

@@ -46,15 +46,18 @@ def test_predict_a_model_name_and_a_trace_file(trained, tmp_path):
     root, ckpt, _ = trained
     out = CliRunner().invoke(ets, ["predict", "--ckpt", str(ckpt), "alexnet", "--batch", "2", "--size", "64"])
     assert out.exit_code == 0, out.output
-    assert "alexnet:b2:s64:float32:sgd:c1000 on emulated:T4:" in out.output and "overhead" in out.output
-    assert "measured" not in out.output  # a meta capture times nothing: no truth to print
+    assert out.output.startswith("alexnet:b2:s64:float32:sgd:c1000: emulated:T4 prediction by t4.pt: ")
+    assert "overhead" in out.output and "ops from a meta-device capture (op order and shapes; nothing timed)" in out.output
+    assert "measure" not in out.output and "timing" not in out.output  # a meta capture times nothing
     meta = json.loads(CliRunner().invoke(ets, ["predict", "--ckpt", str(ckpt), "alexnet", "--json"]).output)
-    assert "true_us" not in meta["predictions"][0]
+    assert meta["predictions"][0]["timings"] == [] and "true_us" not in meta["predictions"][0]
     parquet = next((root / "data").glob("*.parquet"))
     out = CliRunner().invoke(ets, ["predict", "--ckpt", str(ckpt), str(parquet), "--json"])
     assert out.exit_code == 0, out.output
     predictions = json.loads(out.output)["predictions"]
-    assert len(predictions) == tiny_traces()["config_id"].nunique() and all(p["true_us"] > 0 for p in predictions)
+    assert len(predictions) == tiny_traces()["config_id"].nunique()
+    assert all(p["timings"][0]["what"] == f"emulated:T4 timing in {parquet}" and p["timings"][0]["ms"] > 0
+               for p in predictions)
 
 
 def test_user_errors_are_one_line_messages(trained, tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from predictor.cli import main as ets
+from predictor.outputs import OutputError
 from predictor.families import TORCHVISION_FAMILIES, family_of
 from predictor.trace_table import (TraceFormatError, dataset_info, iteration_times_us, read_dataset, validate,
                                    write_traces)
@@ -82,3 +84,19 @@ def test_families_cover_the_18_torchvision_families():
              "mnasnet1_3": "mnasnet", "alexnet": "alexnet", "mobilenet_v2": "mobilenet_v2"}
     assert {m: family_of(m) for m in names} == names
     assert set(names.values()) == set(TORCHVISION_FAMILIES)
+
+
+def test_a_failed_dataset_write_keeps_the_old_file_whole(tmp_path, monkeypatch):
+    write_traces(tmp_path, trace("a", "cpu", [10.0, 20.0], [1.0, 2.0]))
+    before = (tmp_path / "cpu.parquet").read_bytes()
+
+    def full_disk(self, path, *args, **kwargs):
+        with open(path, "wb") as f:
+            f.write(b"PAR1 half")  # a truncated file where the write stopped
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", full_disk)
+    with pytest.raises(OutputError, match=r"cpu\.parquet: No space left on device"):
+        write_traces(tmp_path, trace("b", "cpu", [5.0], [0.0]))
+    assert (tmp_path / "cpu.parquet").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cpu.parquet"]  # no temporary file left

@@ -9,6 +9,7 @@ import torch
 
 from predictor.baselines import dnnperf
 from predictor.ets import CheckpointError
+from predictor.training import load_body
 from tests.predictor.ets_data import tiny_traces
 
 FAST = dict(hidden=32, layers=2, heads=2, lr=5e-3, batch_size=4, max_minutes=2.0)
@@ -87,17 +88,17 @@ def test_checkpoint_round_trip_gives_identical_predictions(overfit, tmp_path, tr
 def test_mismatched_and_foreign_checkpoints_are_refused_with_a_reason(overfit, tmp_path):
     model, _, _ = overfit
     path = model.save(tmp_path / "m.pt")
-    body = torch.load(path, weights_only=False)
+    body = load_body(path)
     body["spec"]["ops"] = body["spec"]["ops"][:-1]  # one op type fewer: the weights no longer fit
     torch.save(body, tmp_path / "spec.pt")
     with pytest.raises(CheckpointError, match="spec.pt.*incompatible"):
         dnnperf.load(tmp_path / "spec.pt")
-    body = torch.load(path, weights_only=False)
+    body = load_body(path)
     body["config"]["hidden"] = 16
     torch.save(body, tmp_path / "arch.pt")
     with pytest.raises(CheckpointError, match="arch.pt.*weights do not match"):
         dnnperf.load(tmp_path / "arch.pt")
-    body = torch.load(path, weights_only=False)
+    body = load_body(path)
     body["method"] = "ets"
     torch.save(body, tmp_path / "ets.pt")
     with pytest.raises(CheckpointError, match="ets.pt: a 'ets' checkpoint, not a 'dnnperf' one"):

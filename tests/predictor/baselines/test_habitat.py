@@ -14,6 +14,7 @@ from predictor.baselines import habitat
 from predictor.baselines.opbased import run_mlp
 from predictor.devices.specs import SPEC_SHEETS
 from predictor.ets import CheckpointError, iteration_mre, sorted_traces, summarize
+from predictor.training import load_body
 from tests.predictor.baselines.multi_device_data import multi_device_traces
 
 FAST = dict(hidden=32, layers=2, lr=1e-2, batch_size=64, max_minutes=2.0)
@@ -199,7 +200,7 @@ def test_checkpoint_round_trip_gives_identical_predictions(model, traces, tmp_pa
 
 def test_mismatched_and_foreign_checkpoints_are_refused(model, tmp_path):
     path = model.save(tmp_path / "habitat.pt")
-    body = torch.load(path, weights_only=False)
+    body = load_body(path)
     body["config"]["layers"] = 3
     torch.save(body, tmp_path / "arch.pt")
     with pytest.raises(CheckpointError, match="arch.pt.*weights do not match"):

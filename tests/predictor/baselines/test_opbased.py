@@ -10,6 +10,7 @@ import torch
 from predictor.baselines import opbased
 from predictor.ets import CheckpointError, iteration_mre
 from predictor.features import fit_features
+from predictor.training import load_body
 from tests.predictor.ets_data import tiny_traces
 
 FAST = dict(hidden=32, layers=2, lr=1e-2, batch_size=64, max_minutes=2.0)
@@ -75,12 +76,12 @@ def test_checkpoint_round_trip_gives_identical_predictions(overfit, tmp_path):
 def test_mismatched_and_foreign_checkpoints_are_refused(overfit, tmp_path):
     model, _, _ = overfit
     path = model.save(tmp_path / "op.pt")
-    body = torch.load(path, weights_only=False)
+    body = load_body(path)
     body["spec"]["ops"] = body["spec"]["ops"][:-1]
     torch.save(body, tmp_path / "spec.pt")
     with pytest.raises(CheckpointError, match="spec.pt.*incompatible"):
         opbased.load(tmp_path / "spec.pt")
-    body = torch.load(path, weights_only=False)
+    body = load_body(path)
     body["config"]["hidden"] = 8
     torch.save(body, tmp_path / "arch.pt")
     with pytest.raises(CheckpointError, match="arch.pt.*weights do not match"):

@@ -1,0 +1,86 @@
+"""A rough estimate of the GPU memory one training iteration of a config needs, from its captured
+op sequence, to warn when no known GPU could hold it.
+
+Why: the predictors answer for any batch size, so ``ets predict resnet18 --batch 100000``
+returns a time for a run that could never start (its activations alone are hundreds of GB).
+That is legal input but almost surely a mistake, so ``ets predict`` warns (it does not refuse).
+
+The estimate is the activations autograd keeps for backward — the first input of every
+forward op that is not in place (``relu_``, ``add_`` reuse their input's memory) — plus weights,
+gradients and optimizer state: the parameters' bytes times 3 (SGD with momentum) or 4 (Adam's
+two moments). It leaves out backward temporaries, workspace, the allocator's fragmentation
+and CUDA's context, so it errs low (ResNet-50, batch 32, fp32: 3.2 GB) and a config near the
+limit may still fail: it is for the gross cases, which it does not miss.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
+STATE_COPIES = {"sgd": 3, "adam": 4}  # weights + gradients + momentum | + Adam's two moments
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    config_id: str
+    activation_bytes: float
+    state_bytes: float  # weights, gradients, optimizer state
+
+    @property
+    def total_gb(self) -> float:
+        return (self.activation_bytes + self.state_bytes) / 1e9
+
+
+def _first_input_elements(shapes: str) -> int:
+    """Elements of an op's first input tensor (0 when the capture recorded none)."""
+    try:
+        parsed = json.loads(shapes)
+    except (TypeError, ValueError):
+        return 0
+    first = parsed[0] if isinstance(parsed, list) and parsed else None
+    if not isinstance(first, list) or not all(isinstance(d, int) for d in first):
+        return 0
+    return int(np.prod(first, dtype=np.float64)) if first else 1
+
+
+def activation_bytes(trace: pd.DataFrame) -> float:
+    """Bytes of the tensors the forward pass of one iteration keeps for backward (see module)."""
+    forward = trace[(trace["phase"] == "forward") & ~trace["op"].str.endswith("_")]
+    elements = np.array([_first_input_elements(s) for s in forward["input_shapes"]], dtype=np.float64)
+    sizes = forward["dtype"].map(ELEMENT_BYTES).fillna(4).to_numpy(np.float64)
+    return float((elements * sizes).sum())
+
+
+def estimate(config, trace: pd.DataFrame) -> MemoryEstimate:
+    """The estimate for a zoo config and its captured op sequence (the model is built on the meta
+    device, which allocates nothing, to count its parameters)."""
+    from predictor.zoo.registry import build
+
+    parameters = sum(p.numel() for p in build(config, "meta").model.parameters())
+    state = parameters * ELEMENT_BYTES.get(config.dtype, 4) * STATE_COPIES.get(config.optimizer, 4)
+    return MemoryEstimate(config.config_id, activation_bytes(trace), float(state))
+
+
+def largest_gpu() -> tuple[float, list[str]]:
+    """The memory (GB) of the largest known GPU and the GPUs that have it (the spec sheets)."""
+    from predictor.devices.specs import SPEC_SHEETS
+
+    most = max(s.mem_gb for s in SPEC_SHEETS.values())
+    return most, sorted(s.name for s in SPEC_SHEETS.values() if s.mem_gb == most)
+
+
+def too_big_warning(memory: MemoryEstimate) -> str | None:
+    """A one-line warning when the estimate exceeds the largest known GPU, else None."""
+    most, names = largest_gpu()
+    if memory.total_gb <= most:
+        return None
+    return (f"warning: {memory.config_id} needs about {memory.total_gb:,.0f} GB of GPU memory per iteration "
+            f"(activations {memory.activation_bytes / 1e9:,.0f} GB + weights, gradients and optimizer state "
+            f"{memory.state_bytes / 1e9:,.1f} GB, estimated from the capture), more than the largest known GPU "
+            f"({', '.join(names)}: {most:g} GB): no GPU could run it, so its predicted time is hypothetical; "
+            "lower --batch or --size")
