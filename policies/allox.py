@@ -39,7 +39,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from policies.base import Placement, Policy
-from policies.candidates import round_robin_pick
+from policies.candidates import first_by, round_robin_pick
 from policies.options import choice, count_or_all, number
 from policies.queues import PlannedQueues
 
@@ -60,9 +60,10 @@ def allox_plan(P: np.ndarray, arrival: np.ndarray, feasible: np.ndarray, machine
 
 
 def plan_queues(P: np.ndarray, arrival: np.ndarray, feasible: np.ndarray, machine_type: np.ndarray,
-                machine_avail: np.ndarray) -> dict[int, list[int]]:
+                machine_avail: np.ndarray, stats: dict | None = None) -> dict[int, list[int]]:
     """:func:`allox_plan` as {machine: non-empty queue}. Within a group of interchangeable machines
-    the longest queues go to the machines listed first (callers list idle machines first)."""
+    the longest queues go to the machines listed first (callers list idle machines first).
+    ``stats["cells"]`` gets the size of the cost matrix solved (the decision's work)."""
     n = P.shape[0]
     if n == 0:
         return {}
@@ -84,6 +85,8 @@ def plan_queues(P: np.ndarray, arrival: np.ndarray, feasible: np.ndarray, machin
         cost[:, ~feasible[:, t]] = INFEASIBLE
         blocks.append(cost)
     cost = np.vstack(blocks)
+    if stats is not None:
+        stats["cells"] = cost.size
     group_of_row, copy_of_row, k_of_row = (np.concatenate(x) for x in (rows_group, rows_copy, rows_k))
     rows, cols = linear_sum_assignment(cost)
     slots: dict[tuple[int, int], list[tuple[int, int]]] = {}
@@ -110,9 +113,11 @@ class AlloxPolicy(Policy):
         self.alpha = number("alpha", alpha, 0.0, 1.0, low_open=True)
         self.mode = choice("mode", mode, ("online", "offline"))
         self._queues = PlannedQueues()
+        self.max_work = 0  # the largest cost matrix (cells) one decision solved
 
     def describe(self) -> dict:
-        return {"name": self.name, "window": self.window or "all", "alpha": self.alpha, "mode": self.mode}
+        return {"name": self.name, "window": self.window or "all", "alpha": self.alpha, "mode": self.mode,
+                "max_work_per_decision": self.max_work}
 
     # -- candidate selection -----------------------------------------------------------------
     def _fairness_filter(self, view, jobs: list[int]) -> list[int]:
@@ -133,19 +138,23 @@ class AlloxPolicy(Policy):
     def _window(self, view, jobs: list[int]) -> list[int]:
         if self.window is None or len(jobs) <= self.window:
             return jobs
-        by_type = [sorted(jobs, key=lambda j: (view.predicted[j, k], j)) for k in range(len(view.gpu_types))]
+        idx = np.asarray(jobs)
+        by_type = [first_by(idx, view.predicted[idx, k], self.window) for k in range(len(view.gpu_types))]
         return sorted(round_robin_pick(by_type, self.window))
 
     # -- scheduling ----------------------------------------------------------------------------
     def schedule(self, view) -> list[Placement]:
         state = view.state
-        avail = view.gpu_available_at()
         if self.mode == "online":
             self._queues.clear()
+            if not view.free_by_type.any():
+                return []  # only idle GPUs' heads start, and the plan is redone at the next event
             pending = list(view.waiting)
+            avail = view.gpu_available_at()
         else:
             planned = self._queues.planned_jobs()
             pending = [j for j in view.waiting if j not in planned]
+            avail = view.gpu_available_at()
             for g, q in self._queues.queues.items():
                 avail[g] += float(view.predicted[q, state.gpu_type[g]].sum())
         candidates = self._window(view, self._fairness_filter(view, pending))
@@ -155,7 +164,10 @@ class AlloxPolicy(Policy):
             # idle GPUs listed first: among GPUs free at the same time (a job that overran its
             # prediction is "free now" too) they get the jobs, which then start at once
             order = np.argsort(state.gpu_job >= 0, kind="stable")
-            plan = plan_queues(view.predicted[idx], view.submit[idx], feasible, state.gpu_type[order], avail[order])
+            stats: dict = {}
+            plan = plan_queues(view.predicted[idx], view.submit[idx], feasible, state.gpu_type[order], avail[order],
+                               stats)
+            self.max_work = max(self.max_work, stats.get("cells", 0))
             for i, positions in plan.items():
                 self._queues.extend(int(order[i]), [int(idx[p]) for p in positions])
         return self._queues.start_heads(view)

@@ -7,8 +7,6 @@ load without looking at run times.
 
 from __future__ import annotations
 
-import numpy as np
-
 from policies.base import Placement, Policy
 
 
@@ -16,11 +14,12 @@ class FifoPolicy(Policy):
     name = "fifo"
 
     def schedule(self, view) -> list[Placement]:
-        free = view.free_by_type.copy()
+        free = view.free_by_type.tolist()  # Python ints: this runs once per event on 100k-job traces
+        types = range(len(free))
         out: list[Placement] = []
         for job in view.waiting:
             need = view.num_gpus[job]
-            k = int(np.argmax(free))
+            k = max(types, key=free.__getitem__)  # the first type with the most free GPUs
             if free[k] < need:
                 break  # strict FIFO: nothing overtakes the head
             free[k] -= need

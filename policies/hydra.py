@@ -10,9 +10,11 @@ as its authors' simulator does, with its known bug fixed:
   is only right when every job is submitted at 0.)
 * **Ordering a GPU's queue**: SRTF when it violates no deadline (then optimal); otherwise
   best-first branch-and-bound (the FixNonDDL variant: deadline-free jobs keep SRTF order among
-  themselves) under a time budget (``budget_ms``, default 500) and a node budget (``nodes``; with
-  ``nodes`` set and a generous time budget, results are reproducible), raced against the swap
-  heuristic; the cheaper wins. ``bnb=off`` is the heuristic alone (Hydra's ``hydra_alpha_0``).
+  themselves) under a time budget per scheduling decision, shared by all its searches
+  (``budget_ms``, default 500; once spent, the decision's remaining queues get the heuristic alone)
+  and a node budget per search (``nodes``; with ``nodes`` set and a time budget that never binds,
+  results are reproducible), raced against the swap heuristic; the cheaper wins. An online
+  decision with no idle GPU plans nothing: only idle GPUs' heads start, and the next event re-plans. ``bnb=off`` is the heuristic alone (Hydra's ``hydra_alpha_0``).
 * **Assignment**: greedy "K-means": repeatedly pick the (waiting job, GPU) pair whose GPU queue,
   optimally ordered with the job added, has the lowest *absolute* cost; ties: earlier job in
   arrival order, then lower GPU id. Orderings are memoised on (type, t0, job set); GPUs of a
@@ -36,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from policies.base import Placement, Policy
-from policies.candidates import round_robin_pick
+from policies.candidates import first_by, round_robin_pick
 from policies.options import choice, count_or_all, number, switch
 from policies.queues import PlannedQueues
 
@@ -114,33 +116,42 @@ class SearchStats:
     stopped_by: str = ""  # "", "nodes" or "time"
 
 
-def branch_and_bound(job_set, t0: float, jobs: Jobs, *, budget_s: float, max_nodes: int | None,
+def branch_and_bound(job_set, t0: float, jobs: Jobs, *, stop_at: float = math.inf, max_nodes: int | None,
                      incumbent: tuple[list[int], Cost] | None = None) -> tuple[list[int], Cost, SearchStats]:
-    """Best-first search over job orders (FixNonDDL); returns the best order found and stats."""
+    """Best-first search over job orders (FixNonDDL) until ``stop_at`` (``time.perf_counter``) or
+    ``max_nodes``; returns the best order found and stats.
+
+    Prefixes that are reorderings of one another leave the same jobs from the same time: such a
+    state is expanded only from its cheapest prefix (any other one's completions cost no less),
+    and the SRTF completion of a state is computed once."""
     order = srtf(job_set, jobs)
     stats = SearchStats()
     best_seq, best = incumbent if incumbent else (order, queue_cost(order, t0, jobs))
     deadline_free = [math.isinf(jobs.deadline[j]) for j in order]
 
-    p, submit, due = jobs.p, jobs.submit, jobs.deadline
+    # per SRTF position, as Python floats (the same IEEE sums as numpy's, without its per-scalar cost)
+    p = [float(jobs.p[j]) for j in order]
+    submit = [float(jobs.submit[j]) for j in order]
+    due = [float(jobs.deadline[j]) for j in order]
 
-    def completion(start: float, rest: list[int]) -> tuple[float, float, float]:
-        """Running ``rest`` (SRTF) from ``start``: its tardiness and JCT, and a lower bound on the
-        tardiness of any order of it (each job finishing as early as it possibly could)."""
+    def completion(start: float, rest: tuple[int, ...]) -> tuple[float, float, float]:
+        """Running positions ``rest`` (SRTF) from ``start``: its tardiness and JCT, and a lower bound
+        on the tardiness of any order of it (each job finishing as early as it possibly could)."""
         t, tard, jct, floor = start, 0.0, 0.0, 0.0
-        for j in rest:
-            t += p[j]
-            jct += t - submit[j]
-            if t > due[j]:
-                tard += t - due[j]
-                if start + p[j] > due[j]:
-                    floor += start + p[j] - due[j]
+        for x in rest:
+            t += p[x]
+            jct += t - submit[x]
+            if t > due[x]:
+                tard += t - due[x]
+                if start + p[x] > due[x]:
+                    floor += start + p[x] - due[x]
         return tard, jct, floor
 
-    # node: (key cost, tie counter, prefix, end time, prefix tardiness, prefix JCT, remaining mask)
+    # node: (key cost, tie counter, prefix, end time, prefix tardiness, prefix JCT, remaining positions)
     counter = 0
-    heap = [((0.0, 0.0), counter, (), t0, 0.0, 0.0, tuple(range(len(order))))]
-    stop_at = time.perf_counter() + budget_s
+    heap = [((0.0, 0.0), counter, (), float(t0), 0.0, 0.0, tuple(range(len(order))))]
+    seen: dict[tuple[float, tuple[int, ...]], tuple[float, float, float]] = {}  # completion() memo
+    cheapest: dict[tuple[float, tuple[int, ...]], Cost] = {}  # best prefix cost pushed per state
     while heap:
         if max_nodes is not None and stats.nodes >= max_nodes:
             stats.stopped_by = "nodes"
@@ -151,36 +162,53 @@ def branch_and_bound(job_set, t0: float, jobs: Jobs, *, budget_s: float, max_nod
         _, _, prefix, t_end, tard, jct, rest = heapq.heappop(heap)
         stats.nodes += 1
         first_free = next((r for r in rest if deadline_free[r]), None)  # shortest deadline-free job left
-        for r in rest:
+        for i, r in enumerate(rest):
             if deadline_free[r] and r != first_free:
                 continue  # FixNonDDL: deadline-free jobs keep SRTF order
-            j = order[r]
-            t = t_end + p[j]
-            c_tard = tard + max(0.0, t - due[j])
-            c_jct = jct + t - submit[j]
-            c_rest = tuple(x for x in rest if x != r)
-            r_tard, r_jct, r_floor = completion(t, [order[x] for x in c_rest])
+            t = t_end + p[r]
+            c_tard = tard + (t - due[r] if t > due[r] else 0.0)
+            c_jct = jct + t - submit[r]
+            c_rest = rest[:i] + rest[i + 1:]
+            key = (t, c_rest)  # the same job set after a reordered prefix ends at the same time
+            done = seen.get(key)
+            if done is None:
+                done = seen[key] = completion(t, c_rest)
+            r_tard, r_jct, r_floor = done
             full = (c_tard + r_tard, c_jct + r_jct)  # prefix + SRTF(rest): an upper bound
             if full < best:
-                best, best_seq = full, list(prefix) + [j] + [order[x] for x in c_rest]
+                best, best_seq = full, list(prefix) + [order[r]] + [order[x] for x in c_rest]
             if r_tard == 0.0 or not c_rest:
                 continue  # the branch's optimum is known (SRTF rest meets every deadline)
             if (c_tard + r_floor, c_jct + r_jct) >= best:
                 continue  # lower bound: prefix tardiness is final, each rest job ends no earlier than
                 # t + its run time, and SRTF minimises the JCT of the rest
+            rival = cheapest.get(key)
+            if rival is not None and rival <= (c_tard, c_jct):
+                continue  # dominated: the same jobs left from the same time, after a prefix no cheaper
+            cheapest[key] = (c_tard, c_jct)
             counter += 1
-            heapq.heappush(heap, (full, counter, prefix + (j,), t, c_tard, c_jct, c_rest))
+            heapq.heappush(heap, (full, counter, prefix + (order[r],), t, c_tard, c_jct, c_rest))
     return best_seq, best, stats
 
 
 class QueueOrderer:
-    """Orders a GPU's job set (SRTF / branch-and-bound / swap heuristic), memoised."""
+    """Orders a GPU's job set (SRTF / branch-and-bound / swap heuristic), memoised.
+
+    The time budget is per decision (:meth:`start_decision`), shared by all its searches: once
+    spent, the rest of the decision orders by the heuristic alone, so one scheduling decision
+    costs about ``budget_ms`` of search at most however many queues it orders."""
 
     def __init__(self, bnb: bool, budget_ms: float, max_nodes: int | None):
         self.bnb, self.budget_s, self.max_nodes = bnb, budget_ms / 1000.0, max_nodes
         self.memo: dict[tuple, tuple[list[int], Cost]] = {}
         self.searches = 0
-        self.stopped = {"nodes": 0, "time": 0}
+        self.stopped = {"nodes": 0, "time": 0}  # searches cut short (time: or skipped, budget spent)
+        self.stop_at = math.inf
+        self.work = 0  # this decision's work units: (job, GPU) pairs scored + search nodes expanded
+
+    def start_decision(self) -> None:
+        self.stop_at = time.perf_counter() + self.budget_s
+        self.work = 0
 
     def order(self, job_set: frozenset, t0: float, type_k: int, jobs: Jobs) -> tuple[list[int], Cost]:
         key = (type_k, t0, job_set)
@@ -191,10 +219,13 @@ class QueueOrderer:
         cost = queue_cost(seq, t0, jobs)
         if cost[0] > 0.0:
             seq, cost = swap_heuristic(seq, t0, jobs)
-            if self.bnb and len(seq) > 1:
-                b_seq, b_cost, stats = branch_and_bound(job_set, t0, jobs, budget_s=self.budget_s,
+            if self.bnb and len(seq) > 1 and time.perf_counter() >= self.stop_at:
+                self.stopped["time"] += 1  # the decision's budget is spent: heuristic only
+            elif self.bnb and len(seq) > 1:
+                b_seq, b_cost, stats = branch_and_bound(job_set, t0, jobs, stop_at=self.stop_at,
                                                         max_nodes=self.max_nodes, incumbent=(seq, cost))
                 self.searches += 1
+                self.work += stats.nodes
                 if stats.stopped_by:
                     self.stopped[stats.stopped_by] += 1
                 if b_cost < cost:
@@ -237,6 +268,7 @@ def greedy_assign(waiting: list[int], gpus: list[GpuState], per_type: list[Jobs]
         """Score every waiting job on group c: SRTF of its plan plus the job, vectorised."""
         g = groups[c]
         jobs = per_type[g.type_k]
+        orderer.work += n
         ok = alive & feasible[rows, g.type_k]
         pj = jobs.p[rows]
         if not g.seq:  # a lone job has one order: exact
@@ -308,24 +340,27 @@ class HydraPolicy(Policy):
         self.orderer = QueueOrderer(self.bnb, self.budget_ms, self.max_nodes)
         self._queues = PlannedQueues()
         self._static: tuple[list[Jobs], np.ndarray] | None = None
+        self.max_work = 0  # the most work units one decision took (QueueOrderer.work)
 
     def describe(self) -> dict:
         return {"name": self.name, "budget_ms": self.budget_ms, "nodes": self.max_nodes or "unbounded",
                 "bnb": self.bnb, "mode": self.mode, "window": self.window or "all",
                 "bnb_searches": self.orderer.searches,
                 "bnb_stopped_by_node_budget": self.orderer.stopped["nodes"],
-                "bnb_stopped_by_time_budget": self.orderer.stopped["time"]}
+                "bnb_stopped_by_time_budget": self.orderer.stopped["time"],
+                "max_work_per_decision": self.max_work}
 
     def schedule(self, view) -> list[Placement]:
-        avail = view.gpu_available_at()
         if self.mode == "online":
             self._queues.clear()
+            if not view.free_by_type.any():
+                return []  # only idle GPUs' heads start, and the plan is redone at the next event
             pending = self._window(view, list(view.waiting))
         else:
             planned = self._queues.planned_jobs()
             pending = [j for j in view.waiting if j not in planned]
         if pending:
-            self._plan(view, pending, avail)
+            self._plan(view, pending, view.gpu_available_at())
         return self._queues.start_heads(view)
 
     def _window(self, view, jobs: list[int]) -> list[int]:
@@ -333,9 +368,11 @@ class HydraPolicy(Policy):
         deadline and shortest predicted run time (on any type), ``window`` in all."""
         if self.window is None or len(jobs) <= self.window:
             return jobs
-        with_deadline = [j for j in jobs if not np.isnan(view.deadline[j])]
-        orders = [jobs, sorted(with_deadline, key=lambda j: (view.deadline[j], j)),
-                  sorted(jobs, key=lambda j: (view.predicted[j].min(), j))]
+        idx = np.asarray(jobs)
+        due = view.deadline[idx]
+        dated = ~np.isnan(due)
+        orders = [jobs[:self.window], first_by(idx[dated], due[dated], self.window),
+                  first_by(idx, view.predicted[idx].min(axis=1), self.window)]
         return sorted(round_robin_pick(orders, self.window))
 
     def _plan(self, view, pending: list[int], avail: np.ndarray) -> None:
@@ -361,6 +398,8 @@ class HydraPolicy(Policy):
             for members in np.split(ids, np.flatnonzero(np.diff(t0[ids])) + 1):  # equal t0: one group
                 gpus.append(GpuState(k, float(t0[members[0]]), members.tolist(), []))
         self.orderer.memo.clear()  # keys hold absolute times; a new round rarely reuses them
+        self.orderer.start_decision()
         for group in greedy_assign(pending, gpus, per_type, feasible, self.orderer):
             if group.seq:
                 self._queues.extend(group.members[0], group.seq)
+        self.max_work = max(self.max_work, self.orderer.work)

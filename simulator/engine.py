@@ -7,6 +7,7 @@ placement could ever hold rejected up front, and per-job records identical for i
 
 from __future__ import annotations
 
+import heapq
 import time
 from dataclasses import dataclass, field
 
@@ -21,38 +22,71 @@ from simulator.timing import Predictor, true_runtimes
 from traces.schema import JobTrace
 
 
+def sim_clock(seconds: float) -> str:
+    """A simulated time as days and hours (replays span months)."""
+    days, rest = divmod(max(0.0, seconds), 86400.0)
+    return f"{int(days):,} d {rest / 3600:04.1f} h"
+
+
 class SimulationError(RuntimeError):
     """The run could not finish (e.g. a policy left jobs waiting on an idle cluster)."""
 
 
 class ClusterState:
-    """Free GPUs per node, and the allocation rule for gang jobs."""
+    """Free GPUs per node, and the allocation rule for gang jobs.
+
+    Per-event work is Python-level and O(log nodes): node free counts in lists, and per (type,
+    free count) a heap of node ids (lazy deletion: an entry is live while the node still has that
+    many free), so best fit is a lookup, not a scan of every node of the type.
+    """
 
     def __init__(self, cluster: Cluster):
         self.cluster = cluster
         self.types = cluster.gpu_types
         self.type_index = {t: k for k, t in enumerate(self.types)}
+        sizes = [n.num_gpus for n in cluster.nodes]
         self.node_type = np.array([self.type_index[n.gpu_type] for n in cluster.nodes])
-        self.node_free = np.array([n.num_gpus for n in cluster.nodes], dtype=np.int64)
+        self.node_type_list = self.node_type.tolist()
+        self.node_free = list(sizes)
         self.type_nodes = [np.flatnonzero(self.node_type == k) for k in range(len(self.types))]
         self.free_by_type = np.array([cluster.gpus_of_type(t) for t in self.types], dtype=np.int64)
         self.total_by_type = self.free_by_type.copy()
-        first = np.concatenate([[0], np.cumsum([n.num_gpus for n in cluster.nodes])])
-        self.gpu_node = np.repeat(np.arange(len(cluster.nodes)), [n.num_gpus for n in cluster.nodes])
+        first = np.concatenate([[0], np.cumsum(sizes)])
+        self.gpu_node = np.repeat(np.arange(len(cluster.nodes)), sizes)
+        self.gpu_node_list = self.gpu_node.tolist()
         # free GPU ids per node, kept so that the lowest ids are handed out first
         self.free_ids: list[list[int]] = [list(range(first[i + 1] - 1, first[i] - 1, -1))
                                           for i in range(len(cluster.nodes))]
-        self.gpu_busy = np.zeros(cluster.total_gpus, dtype=bool)
+        self.gpu_busy = [False] * cluster.total_gpus
         self.gpu_type = self.node_type[self.gpu_node]
         self.gpu_job = np.full(cluster.total_gpus, -1, dtype=np.int64)  # running job per GPU, -1 = idle
+        self.max_node = max(sizes, default=0)
+        self._by_free: dict[tuple[int, int], list[int]] = {}
+        for node, free in enumerate(sizes):
+            self._by_free.setdefault((self.node_type_list[node], free), []).append(node)  # ascending: a heap
+
+    def _best_fit(self, type_k: int, n: int) -> int | None:
+        """The node of the type with the fewest free GPUs >= n (lowest id among equals)."""
+        for free in range(n, self.max_node + 1):
+            heap = self._by_free.get((type_k, free))
+            while heap and self.node_free[heap[0]] != free:
+                heapq.heappop(heap)  # stale: the node's free count changed since
+            if heap:
+                return heap[0]
+        return None
+
+    def _set_free(self, node: int, free: int) -> None:
+        self.node_free[node] = free
+        if free:  # best fit never asks for full nodes
+            heapq.heappush(self._by_free.setdefault((self.node_type_list[node], free), []), node)
 
     def allocate(self, type_k: int, n: int) -> tuple[int, ...]:
-        nodes = self.type_nodes[type_k]
-        free = self.node_free[nodes]
-        fits = np.flatnonzero(free >= n)
-        if len(fits):
-            chosen = [(int(nodes[fits[np.argmin(free[fits])]]), n)]
-        else:
+        best = self._best_fit(type_k, n)
+        if best is not None:
+            chosen = [(best, n)]
+        else:  # across nodes: the fullest-free first (ties: lower id), as few nodes as possible
+            nodes = self.type_nodes[type_k]
+            free = np.array([self.node_free[i] for i in nodes])
             chosen = []
             need = n
             for i in np.argsort(-free, kind="stable"):
@@ -73,33 +107,34 @@ class ClusterState:
 
     def claim(self, type_k: int, gpu_ids: tuple[int, ...]) -> tuple[int, ...]:
         for g in gpu_ids:
-            if not 0 <= g < len(self.gpu_node) or self.node_type[self.gpu_node[g]] != type_k:
+            if not 0 <= g < len(self.gpu_node_list) or self.node_type_list[self.gpu_node_list[g]] != type_k:
                 raise PolicyError(f"GPU {g} is not a {self.types[type_k]} GPU")
             if self.gpu_busy[g]:
                 raise PolicyError(f"GPU {g} is already busy")
         if len(set(gpu_ids)) != len(gpu_ids):
             raise PolicyError(f"GPU ids repeat in {gpu_ids}")
         for g in gpu_ids:
-            self.free_ids[self.gpu_node[g]].remove(g)
+            self.free_ids[self.gpu_node_list[g]].remove(g)
         return self._mark(type_k, list(gpu_ids))
 
     def _mark(self, type_k: int, ids: list[int]) -> tuple[int, ...]:
         for g in ids:
-            self.node_free[self.gpu_node[g]] -= 1
-        self.gpu_busy[ids] = True
+            node = self.gpu_node_list[g]
+            self._set_free(node, self.node_free[node] - 1)
+            self.gpu_busy[g] = True
         self.free_by_type[type_k] -= len(ids)
         return tuple(ids)
 
     def release(self, type_k: int, ids: tuple[int, ...]) -> None:
         for g in ids:
-            node = self.gpu_node[g]
-            self.node_free[node] += 1
+            node = self.gpu_node_list[g]
+            self._set_free(node, self.node_free[node] + 1)
             pool = self.free_ids[node]
             pool.append(g)
             if len(pool) > 1 and pool[-2] < g:  # keep descending order so pops give low ids
                 pool.sort(reverse=True)
-        self.gpu_busy[list(ids)] = False
-        self.gpu_job[list(ids)] = -1
+            self.gpu_busy[g] = False
+            self.gpu_job[g] = -1
         self.free_by_type[type_k] += len(ids)
 
 
@@ -264,7 +299,8 @@ class Simulation:
                 raise PolicyError(f"policy {self.policy.name!r} placed job {job} ({n} GPUs) on "
                                   f"{p.gpu_type} with only {self.state.free_by_type[k]} free")
             ids = self.state.allocate(k, n)
-        self.state.gpu_job[list(ids)] = job
+        for g in ids:
+            self.state.gpu_job[g] = job
         del self.view.waiting[job]
         self.view.running[job] = (env.now, k)
         self.start[job], self.type_of[job], self.gpus_of[job] = env.now, k, ids
@@ -288,6 +324,8 @@ class Simulation:
         self.events += 1
         if self._bar is not None:
             self._bar.update(1)
+            if self._bar.n % 512 == 0:  # the simulated clock beside jobs done; cheap enough per 512
+                self._bar.set_postfix_str(f"simulated clock {sim_clock(env.now)}", refresh=False)
         self._request_schedule(env)
 
     # -- driver ----------------------------------------------------------------------------------
@@ -297,10 +335,11 @@ class Simulation:
         first = float(self.view.submit[~self.rejected].min()) if admitted else 0.0
         env = simpy.Environment(initial_time=first)
         self._bar = tqdm(total=admitted, desc=f"simulating {self.policy.name}", unit="job",
-                         disable=not self.progress, leave=False)
+                         leave=False) if self.progress else None
         env.process(self._arrivals(env))
         env.run()
-        self._bar.close()
+        if self._bar is not None:
+            self._bar.close()
         if self.view.waiting:
             stuck = list(self.view.waiting)[:5]
             raise SimulationError(

@@ -144,9 +144,9 @@ def overload_warning(trace: JobTrace, cluster: Cluster) -> str | None:
     factor = rate / cluster.total_gpus
     if not factor > OVERLOAD_FACTOR:
         return None
-    return (f"offered load is {readable(rate)} GPU-hours per hour against {cluster.total_gpus:,} GPUs "
-            f"({readable(factor)}x the cluster's capacity): jobs will mostly queue; use a larger --cluster "
-            "or a --load-scale below 1")
+    gpus = f"{cluster.total_gpus:,} GPU{'s' if cluster.total_gpus != 1 else ''}"
+    return (f"offered load is {readable(rate)} GPU-hours per hour against {gpus} ({readable(factor)}x the "
+            "cluster's capacity): jobs will mostly queue; use a larger --cluster or a --load-scale below 1")
 
 
 def duration_warning(trace: JobTrace) -> str | None:

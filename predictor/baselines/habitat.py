@@ -304,7 +304,10 @@ class HabitatPredictor:
         source, target = self._split_devices(traces)
         if source.empty:
             raise ValueError(f"no traces of the source device {self.config.source_device!r} to predict "
-                             f"{self.device!r} from; devices present: {', '.join(map(str, traces['device'].unique()))}")
+                             f"{self.device!r} from; devices present: {', '.join(map(str, traces['device'].unique()))}; "
+                             f"a Habitat-style model scales measured op times: add the same configs' "
+                             f"{self.config.source_device} rows to the data (`ets collect --device "
+                             f"{self.config.source_device}` for an emulated GPU, `ets import` for a real one)")
         missing = sorted(set(target["config_id"]) - set(source["config_id"]))
         if missing and self.source.key != self.target.key:
             raise ValueError(f"{len(missing)} config(s) have {self.device!r} rows but no source "

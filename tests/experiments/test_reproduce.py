@@ -36,3 +36,17 @@ def test_quick_reproduction_writes_every_section(tmp_path, monkeypatch):
     errors = {r["predictor"] for r in body["error_sweep"]}
     assert errors == {"truth"} | {f"noisy:{e:g}" for e in ERRORS}
     assert (out / "convergence.png").exists() and (out / "predictors").is_dir()
+
+
+def test_the_scheduling_table_pools_over_seeds_as_the_sweep_table_and_plots():
+    import pandas as pd
+
+    from experiments.reproduce import pooled_table
+
+    norm = pd.DataFrame({"policy": "hydra", "source": "pai-like:10", "predictor": "ets", "seed": [0, 1],
+                         "jct_mean": [110.0, 300.0], "jct_mean_truth": [100.0, 300.0],
+                         "tardiness_total": [5.0, 0.0], "tardiness_total_truth": [1.0, 1.0]})
+    row = pooled_table(norm).iloc[0]
+    assert row["jct_mean_ratio"] == pytest.approx(410 / 400)  # not the mean of 1.1 and 1.0
+    assert row["tardiness_total_ratio"] == pytest.approx(5 / 2)
+    assert row["jct_mean"] == pytest.approx(205.0)

@@ -360,7 +360,7 @@ def test_options_parse():
     assert isinstance(p, AlloxPolicy)
     assert (p.window, p.alpha, p.mode) == (None, 0.5, "offline")
     d = make_policy("allox").describe()
-    assert d == {"name": "allox", "window": 50, "alpha": 1.0, "mode": "online"}
+    assert d == {"name": "allox", "window": 50, "alpha": 1.0, "mode": "online", "max_work_per_decision": 0}
     assert make_policy("allox:window=7").window == 7
 
 

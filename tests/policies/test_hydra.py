@@ -142,12 +142,12 @@ def test_branch_and_bound_alone_is_exact_and_respects_budgets():
         if reference_cost(srtf(job_set, jobs), t0, jobs.p, jobs.submit, jobs.deadline)[0] == 0:
             continue
         searched += 1
-        seq, cost, stats = branch_and_bound(job_set, t0, jobs, budget_s=1e3, max_nodes=None)
+        seq, cost, stats = branch_and_bound(job_set, t0, jobs, max_nodes=None)
         best, _, _ = brute_force_order(job_set, t0, jobs)
         assert cost == best and sorted(seq) == sorted(job_set), f"case {case}"
         assert reference_cost(seq, t0, jobs.p, jobs.submit, jobs.deadline) == cost
         assert stats.stopped_by == "" and stats.nodes >= 1
-        _, _, capped = branch_and_bound(job_set, t0, jobs, budget_s=1e3, max_nodes=1)
+        _, _, capped = branch_and_bound(job_set, t0, jobs, max_nodes=1)
         assert capped.nodes <= 1
         if stats.nodes > 1:
             assert capped.stopped_by == "nodes"

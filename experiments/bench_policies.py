@@ -1,0 +1,202 @@
+"""Policy speed: wall time, policy time and decisions/s of every policy on traces up to 1M jobs.
+
+Why: researchers replay whole traces. Each (case, policy) runs in its own process under a time
+limit (a run past it is reported as not finished, with the limit), appended to results.csv as it
+ends (a rerun skips what is there). The FIFO runs also time a bare heapq FIFO loop (no GPU types,
+no placement, no records) on the same jobs in the same process: the engine's overhead as a ratio.
+Memory is the process's peak RSS. Run times are the traces' own (``--predictor truth``); the
+synthetic and Philly traces get simrun's default deadlines (20 % of jobs).
+
+    python -m experiments.bench_policies [--out reports/bench_policies] [--limit-s 600] [--case NAME ...]
+
+Targets (issue 19): Hydra online on full Philly <= 5 min, every run <= 10 min; AlloX online
+exact on heavy 400 <= 5 s of planning; Hydra one-shot on heavy 400 <= 1 s, tardiness <= 6,114 s;
+AlloX online on full Philly <= 60 s; FIFO on full Philly <= 5x the bare loop;
+wall(100k) / wall(10k) <= 11 per policy; FIFO on 1M pai-like jobs <= 60 s within 4 GiB.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+import numpy as np
+import pandas as pd
+
+ONLINE = ("fifo", "sjf", "edf", "allox", "hydra")
+HEAVY = ("hydra:mode=oneshot", "hydra", "allox:mode=offline,window=all", "allox:window=all")
+
+
+def shared_dir() -> Path:
+    return Path(os.environ.get("ETS_SHARED", Path(__file__).resolve().parents[1] / ".." / "shared"))
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    policies: tuple[str, ...]
+    cluster: str
+    workload: str | None = None      # synthetic KIND:N
+    trace: str | None = None         # KIND:PATH under ../shared
+    limit: int | None = None
+
+    def config(self, policy: str):
+        from simulator.run import RunConfig
+
+        trace = None
+        if self.trace:
+            kind, _, rel = self.trace.partition(":")
+            trace = f"{kind}:{shared_dir() / rel}"
+        return RunConfig(policy=policy, predictor="truth", trace=trace, workload=self.workload,
+                         limit=self.limit, cluster=self.cluster)
+
+    def available(self) -> bool:
+        return self.trace is None or (shared_dir() / self.trace.partition(":")[2]).exists()
+
+
+PHILLY = "philly:traces/philly/rfold_philly_trace.csv"
+CASES = {c.name: c for c in (
+    Case("hydra-heavy-400", HEAVY, "hydra-heavy", trace="hydra:hydra_cases/30_ddl.csv", limit=400),
+    Case("pai-like-10k", ONLINE, "default", workload="pai-like:10000"),
+    Case("pai-like-100k", ONLINE, "default", workload="pai-like:100000"),
+    Case("philly-2k", ONLINE, "default", trace=PHILLY, limit=2000),
+    Case("philly-10k", ONLINE, "default", trace=PHILLY, limit=10000),
+    Case("philly-full", ONLINE, "philly", trace=PHILLY),
+    Case("pai-like-1M", ("fifo",), "default", workload="pai-like:1000000"),
+)}
+
+
+def bare_fifo(submit: np.ndarray, num_gpus: np.ndarray, duration: np.ndarray, total_gpus: int) -> int:
+    """FIFO on one pool of ``total_gpus`` GPUs with a heap of completions: the floor of an event
+    loop over these jobs. Returns the number of events (arrivals + completions)."""
+    submit, num_gpus, duration = submit.tolist(), num_gpus.tolist(), duration.tolist()
+    heap: list[tuple[float, int]] = []
+    queue: deque[int] = deque()
+    free, i, n, events = total_gpus, 0, len(submit), 0
+    while i < n or heap:
+        if heap and (i >= n or heap[0][0] <= submit[i]):
+            t, g = heapq.heappop(heap)
+            free += g
+        else:
+            t = submit[i]
+            if num_gpus[i] <= total_gpus:
+                queue.append(i)
+            i += 1
+        events += 1
+        while queue and num_gpus[queue[0]] <= free:
+            j = queue.popleft()
+            free -= num_gpus[j]
+            heapq.heappush(heap, (t + duration[j], num_gpus[j]))
+    return events
+
+
+def run_one(case: Case, policy: str) -> dict:
+    """One measured run in this process (called in a child by the driver)."""
+    from simulator.cluster import resolve
+    from simulator.run import execute, load_workload
+    from simulator.timing import true_runtimes
+
+    config = case.config(policy)
+    t0 = time.perf_counter()
+    trace = load_workload(config)
+    load_s = time.perf_counter() - t0
+    cluster = resolve(case.cluster)
+    t0 = time.perf_counter()
+    out = execute(config, trace=trace, cluster=cluster)
+    wall = time.perf_counter() - t0
+    s = out.summary
+    row = {"case": case.name, "policy": policy, "status": "ok", "jobs": len(trace), "load_s": load_s,
+           "wall_s": wall, "policy_s": s["policy_seconds"], "decisions": s["policy_calls"],
+           "events": s["events"], "jct_mean": s["jct_mean"], "tardiness_total": s["tardiness_total"],
+           "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "bare_s": np.nan}
+    if policy == "fifo":
+        jobs = trace.jobs
+        reference = max(cluster.gpu_types, key=cluster.gpus_of_type)
+        duration = true_runtimes(jobs, cluster.gpu_types, reference)[:, cluster.gpu_types.index(reference)]
+        t0 = time.perf_counter()
+        bare_fifo(jobs["submit_s"].to_numpy(), jobs["num_gpus"].to_numpy(), duration, cluster.total_gpus)
+        row["bare_s"] = time.perf_counter() - t0
+    return row
+
+
+def measure(case: Case, policy: str, limit_s: float) -> dict:
+    """``run_one`` in a child process, killed at ``limit_s``."""
+    cmd = [sys.executable, "-m", "experiments.bench_policies", "--one", case.name, policy]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=limit_s,
+                              cwd=Path(__file__).resolve().parents[1])
+    except subprocess.TimeoutExpired:
+        return {"case": case.name, "policy": policy, "status": f"not finished in {limit_s:.0f} s",
+                "wall_s": np.nan}
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return {"case": case.name, "policy": policy, "status": f"failed: {tail}", "wall_s": np.nan}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def table(df: pd.DataFrame) -> str:
+    lines = ["| case | policy | jobs | wall s | policy s | decisions | decisions/s | peak MiB | "
+             "FIFO / bare loop | tardiness s |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in df.itertuples():
+        if r.status != "ok":
+            lines.append(f"| {r.case} | {r.policy} | | {r.status} | | | | | | |")
+            continue
+        ratio = f"{r.wall_s / r.bare_s:.1f}× ({r.bare_s:.2f} s)" if r.bare_s == r.bare_s else ""
+        rate = f"{r.decisions / r.policy_s:,.0f}" if r.policy_s > 0 else ""
+        lines.append(f"| {r.case} | {r.policy} | {r.jobs:,} | {r.wall_s:,.2f} | {r.policy_s:,.2f} | "
+                     f"{r.decisions:,} | {rate} | {r.peak_rss_mib:,.0f} | {ratio} | {r.tardiness_total:,.0f} |")
+    return "\n".join(lines)
+
+
+def scaling(df: pd.DataFrame) -> str:
+    ok = df[df["status"] == "ok"].set_index(["case", "policy"])["wall_s"]
+    lines = ["| policy | wall(pai-like 100k) / wall(10k) |", "|---|---:|"]
+    for policy in ONLINE:
+        a, b = ok.get(("pai-like-100k", policy)), ok.get(("pai-like-10k", policy))
+        lines.append(f"| {policy} | {a / b:.2f} |" if a is not None and b is not None else f"| {policy} | n/a |")
+    return "\n".join(lines)
+
+
+@click.command()
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("reports/bench_policies"),
+              show_default=True)
+@click.option("--limit-s", type=float, default=600.0, show_default=True, help="Per run; longer runs are stopped.")
+@click.option("--case", "names", multiple=True, type=click.Choice(list(CASES)), help="Only these cases.")
+@click.option("--one", nargs=2, hidden=True, default=None)
+def main(out: Path, limit_s: float, names: tuple[str, ...], one: tuple[str, str] | None) -> None:
+    if one:
+        click.echo(json.dumps(run_one(CASES[one[0]], one[1])))
+        return
+    from tqdm import tqdm
+
+    out.mkdir(parents=True, exist_ok=True)
+    results = out / "results.csv"
+    done = pd.read_csv(results) if results.exists() else pd.DataFrame(columns=["case", "policy"])
+    seen = set(zip(done["case"], done["policy"]))
+    cases = [CASES[n] for n in (names or CASES)]
+    missing = [c.name for c in cases if not c.available()]
+    if missing:
+        click.echo(f"skipping {', '.join(missing)}: trace not under {shared_dir()} (set ETS_SHARED)", err=True)
+    todo = [(c, p) for c in cases if c.available() for p in c.policies if (c.name, p) not in seen]
+    for case, policy in tqdm(todo, desc="policy benchmark", unit="run"):
+        row = measure(case, policy, limit_s)
+        pd.DataFrame([row]).to_csv(results, mode="a", header=not results.exists(), index=False)
+    df = pd.read_csv(results)
+    order = {n: i for i, n in enumerate(CASES)}
+    df = df.sort_values(["case", "policy"], key=lambda c: c.map(order) if c.name == "case" else c, kind="stable")
+    text = f"{table(df)}\n\n{scaling(df)}\n"
+    (out / "table.md").write_text(text)
+    click.echo(text)
+
+
+if __name__ == "__main__":
+    main()
