@@ -33,7 +33,8 @@ import numpy as np
 import pandas as pd
 
 ONLINE = ("fifo", "sjf", "edf", "allox", "hydra")
-HEAVY = ("hydra:mode=oneshot", "hydra", "allox:mode=offline,window=all", "allox:window=all")
+HEAVY = ("hydra:mode=oneshot", "hydra:mode=oneshot,budget_ms=5000", "hydra", "allox:mode=offline,window=all",
+         "allox:window=all")
 
 
 def shared_dir() -> Path:
@@ -152,8 +153,8 @@ def table(df: pd.DataFrame) -> str:
             continue
         ratio = f"{r.wall_s / r.bare_s:.1f}× ({r.bare_s:.2f} s)" if r.bare_s == r.bare_s else ""
         rate = f"{r.decisions / r.policy_s:,.0f}" if r.policy_s > 0 else ""
-        lines.append(f"| {r.case} | {r.policy} | {r.jobs:,} | {r.wall_s:,.2f} | {r.policy_s:,.2f} | "
-                     f"{r.decisions:,} | {rate} | {r.peak_rss_mib:,.0f} | {ratio} | {r.tardiness_total:,.0f} |")
+        lines.append(f"| {r.case} | {r.policy} | {int(r.jobs):,} | {r.wall_s:,.2f} | {r.policy_s:,.2f} | "
+                     f"{int(r.decisions):,} | {rate} | {r.peak_rss_mib:,.0f} | {ratio} | {r.tardiness_total:,.0f} |")
     return "\n".join(lines)
 
 

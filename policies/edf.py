@@ -13,8 +13,6 @@ from __future__ import annotations
 import bisect
 import math
 
-import numpy as np
-
 from policies.base import Placement, Policy
 
 
@@ -32,19 +30,22 @@ class EdfPolicy(Policy):
             bisect.insort(self._order, (*key, float(view.submit[job]), job))
 
     def schedule(self, view) -> list[Placement]:
-        free = view.free_by_type.copy()
+        free = view.free_by_type.tolist()  # Python ints: the walk below may pass thousands of jobs
+        types = range(len(free))
+        most = max(free)
         out: list[Placement] = []
         placed: set[int] = set()
         for entry in self._order:
-            if free.max() <= 0:
+            if most <= 0:
                 break
             job = entry[-1]
             need = view.num_gpus[job]
-            room = np.flatnonzero(free >= need)
-            if not len(room):
-                continue
-            k = int(room[np.argmin(view.predicted[job, room])])
+            if need > most:
+                continue  # fits no type now
+            predicted = view.predicted[job]
+            k = min((k for k in types if free[k] >= need), key=predicted.__getitem__)  # first fastest
             free[k] -= need
+            most = max(free)
             placed.add(job)
             out.append(Placement(job, view.gpu_types[k]))
         if placed:
