@@ -13,8 +13,9 @@ as its authors' simulator does, with its known bug fixed:
   themselves) under a time budget per scheduling decision, shared by all its searches
   (``budget_ms``, default 500; once spent, the decision's remaining queues get the heuristic alone)
   and a node budget per search (``nodes``; with ``nodes`` set and a time budget that never binds,
-  results are reproducible), raced against the swap heuristic; the cheaper wins. An online
-  decision with no idle GPU plans nothing: only idle GPUs' heads start, and the next event re-plans. ``bnb=off`` is the heuristic alone (Hydra's ``hydra_alpha_0``).
+  results are reproducible), raced against the swap heuristic; the cheaper wins. ``bnb=off`` is
+  the heuristic alone (Hydra's ``hydra_alpha_0``). An online decision with no idle GPU plans
+  nothing: only idle GPUs' heads start, and the next event re-plans.
 * **Assignment**: greedy "K-means": repeatedly pick the (waiting job, GPU) pair whose GPU queue,
   optimally ordered with the job added, has the lowest *absolute* cost; ties: earlier job in
   arrival order, then lower GPU id. Orderings are memoised on (type, t0, job set); GPUs of a
