@@ -10,13 +10,13 @@ measured in the same run.
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from pathlib import Path
 
 import click
 
+from experiments.shared_data import shared_dir
 from policies.registry import make_policy
 from simulator.cluster import resolve
 from simulator.engine import Simulation
@@ -25,8 +25,7 @@ from traces.philly import load as load_philly
 
 
 def default_philly() -> Path:
-    shared = Path(os.environ.get("ETS_SHARED", Path(__file__).resolve().parents[1] / ".." / "shared"))
-    return shared / "traces" / "philly" / "rfold_philly_trace.csv"
+    return shared_dir() / "traces" / "philly" / "rfold_philly_trace.csv"
 
 
 @click.command()

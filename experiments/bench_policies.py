@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import heapq
 import json
-import os
 import resource
 import subprocess
 import sys
@@ -32,13 +31,11 @@ import click
 import numpy as np
 import pandas as pd
 
+from experiments.shared_data import shared_dir
+
 ONLINE = ("fifo", "sjf", "edf", "allox", "hydra")
 HEAVY = ("hydra:mode=oneshot", "hydra:mode=oneshot,budget_ms=5000", "hydra", "allox:mode=offline,window=all",
          "allox:window=all")
-
-
-def shared_dir() -> Path:
-    return Path(os.environ.get("ETS_SHARED", Path(__file__).resolve().parents[1] / ".." / "shared"))
 
 
 @dataclass(frozen=True)

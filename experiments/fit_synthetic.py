@@ -11,20 +11,14 @@ with the real statistics (and times the generation).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+from experiments.shared_data import shared_dir
 from traces import synthetic as syn
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def default_shared() -> Path:
-    return Path(os.environ.get("ETS_SHARED") or REPO.parent / "shared")
 
 
 def compare(params: syn.SyntheticParams, num_jobs: int, seed: int) -> list[tuple[str, str, str]]:
@@ -63,7 +57,7 @@ def compare(params: syn.SyntheticParams, num_jobs: int, seed: int) -> list[tuple
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shared", type=Path, default=default_shared(),
+    ap.add_argument("--shared", type=Path, default=shared_dir(),
                     help="the shared/ folder (default: %(default)s)")
     ap.add_argument("--jobs", type=int, default=100_000, help="jobs in the comparison sample")
     ap.add_argument("--seed", type=int, default=0)

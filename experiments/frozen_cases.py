@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import click
 import pandas as pd
+
+from experiments.hydra_cases import default_cases
 
 DIGESTS = Path(__file__).resolve().parent / "frozen_cases.json"
 
@@ -52,7 +53,7 @@ class Case:
             from traces.hydra_cases import load
 
             file = {"hydra-light": "20_ddl.csv", "hydra-heavy": "30_ddl.csv"}[kind]
-            trace = load(hydra_cases_dir() / file).head(int(n))
+            trace = load(default_cases() / file).head(int(n))
             config = RunConfig(policy=policy, predictor=self.predictor)
             return execute(config, trace=trace, cluster=resolve(kind)).records
         config = RunConfig(policy=policy, predictor=self.predictor, workload=self.workload)
@@ -75,11 +76,6 @@ CASES = (
 )
 
 
-def hydra_cases_dir() -> Path:
-    shared = Path(os.environ.get("ETS_SHARED", Path(__file__).resolve().parents[1] / ".." / "shared"))
-    return Path(os.environ.get("ETS_HYDRA_CASES", shared / "hydra_cases"))
-
-
 def digest(records: pd.DataFrame) -> str:
     """SHA-256 over the exact bits of every record (values and column names, in order)."""
     h = hashlib.sha256(",".join(records.columns).encode())
@@ -96,7 +92,7 @@ def load_digests() -> dict[str, str]:
 
 
 def selected(big: bool) -> list[Case]:
-    return [c for c in CASES if c.big == big and (not c.needs_shared or hydra_cases_dir().exists())]
+    return [c for c in CASES if c.big == big and (not c.needs_shared or default_cases().exists())]
 
 
 @click.group()

@@ -15,13 +15,13 @@ skips the rows already there), table.md, and jct_tardiness.png/.pdf.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
 import pandas as pd
 from tqdm import tqdm
 
+from experiments.shared_data import shared_dir
 from simulator.cluster import resolve
 from simulator.run import RunConfig, execute
 from traces.hydra_cases import load as load_case
@@ -40,8 +40,7 @@ COLUMNS = ["workload", "n", "policy", "spec", "jct_mean", "queue_mean", "late_jo
 
 
 def default_cases() -> Path:
-    shared = Path(os.environ.get("ETS_SHARED", Path(__file__).resolve().parents[1] / ".." / "shared"))
-    return shared / "hydra_cases"
+    return shared_dir() / "hydra_cases"
 
 
 def run_point(trace, cluster, spec: str) -> dict:

@@ -19,7 +19,6 @@ loss, 15 epochs) on the same features and targets: the measured basis of the cho
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from pathlib import Path
 
@@ -30,10 +29,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from experiments.shared_data import shared_dir  # noqa: E402
 from predictor.devices import kernel_data, kernels  # noqa: E402
 from predictor.devices.specs import SPEC_SHEETS  # noqa: E402
 
-SHARED = Path(os.environ.get("ETS_SHARED", Path(__file__).resolve().parents[2] / "shared"))
+SHARED = shared_dir()
 
 
 def table(rows: pd.DataFrame) -> str:

@@ -208,8 +208,11 @@ class QueueOrderer:
         self.work = 0  # this decision's work units: (job, GPU) pairs scored + search nodes expanded
 
     def start_decision(self) -> None:
+        """A new decision: its time budget starts, its work count and the memo are reset (the
+        memo's keys hold absolute times; a new decision rarely reuses them)."""
         self.stop_at = time.perf_counter() + self.budget_s
         self.work = 0
+        self.memo.clear()
 
     def order(self, job_set: frozenset, t0: float, type_k: int, jobs: Jobs) -> tuple[list[int], Cost]:
         key = (type_k, t0, job_set)
@@ -220,19 +223,24 @@ class QueueOrderer:
         cost = queue_cost(seq, t0, jobs)
         if cost[0] > 0.0:
             seq, cost = swap_heuristic(seq, t0, jobs)
-            if self.bnb and len(seq) > 1 and time.perf_counter() >= self.stop_at:
-                self.stopped["time"] += 1  # the decision's budget is spent: heuristic only
-            elif self.bnb and len(seq) > 1:
-                b_seq, b_cost, stats = branch_and_bound(job_set, t0, jobs, stop_at=self.stop_at,
-                                                        max_nodes=self.max_nodes, incumbent=(seq, cost))
-                self.searches += 1
-                self.work += stats.nodes
-                if stats.stopped_by:
-                    self.stopped[stats.stopped_by] += 1
-                if b_cost < cost:
-                    seq, cost = b_seq, b_cost
+            if self.bnb and len(seq) > 1:
+                seq, cost = self._search(job_set, t0, jobs, (seq, cost))
         self.memo[key] = (seq, cost)
         return seq, cost
+
+    def _search(self, job_set: frozenset, t0: float, jobs: Jobs,
+                heuristic: tuple[list[int], Cost]) -> tuple[list[int], Cost]:
+        """Branch-and-bound from the heuristic's order, unless the decision's budget is spent."""
+        if time.perf_counter() >= self.stop_at:
+            self.stopped["time"] += 1  # heuristic only
+            return heuristic
+        b_seq, b_cost, stats = branch_and_bound(job_set, t0, jobs, stop_at=self.stop_at,
+                                                max_nodes=self.max_nodes, incumbent=heuristic)
+        self.searches += 1
+        self.work += stats.nodes
+        if stats.stopped_by:
+            self.stopped[stats.stopped_by] += 1
+        return (b_seq, b_cost) if b_cost < heuristic[1] else heuristic
 
 
 @dataclass
@@ -398,7 +406,6 @@ class HydraPolicy(Policy):
                 ids = ids[t0[ids] <= t0[ids[len(pending) - 1]]]
             for members in np.split(ids, np.flatnonzero(np.diff(t0[ids])) + 1):  # equal t0: one group
                 gpus.append(GpuState(k, float(t0[members[0]]), members.tolist(), []))
-        self.orderer.memo.clear()  # keys hold absolute times; a new round rarely reuses them
         self.orderer.start_decision()
         for group in greedy_assign(pending, gpus, per_type, feasible, self.orderer):
             if group.seq:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.frozen_cases import CASES, POLICIES, digest, hydra_cases_dir, key, load_digests
+from experiments.frozen_cases import CASES, POLICIES, digest, key, load_digests
+from experiments.hydra_cases import default_cases
 
 DIGESTS = load_digests()
 SMALL = [c for c in CASES if not c.big]
@@ -17,8 +18,8 @@ SMALL = [c for c in CASES if not c.big]
 @pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("case", SMALL, ids=[c.name for c in SMALL])
 def test_records_equal_the_frozen_ones(case, policy):
-    if case.needs_shared and not hydra_cases_dir().exists():
-        pytest.skip(f"Hydra's cases not found at {hydra_cases_dir()} (set ETS_SHARED)")
+    if case.needs_shared and not default_cases().exists():
+        pytest.skip(f"Hydra's cases not found at {default_cases()} (set ETS_SHARED)")
     assert key(case, policy) in DIGESTS, "case not recorded"
     assert digest(case.run(policy)) == DIGESTS[key(case, policy)]
 
