@@ -5,6 +5,11 @@ decide. The digests of the records were taken before that work; the suite checks
 cases, ``python -m experiments.frozen_cases check --big`` (and the policy benchmark) the big ones.
 A digest is over every record column, bit for bit (``pandas.util.hash_pandas_object``).
 
+Re-recorded on purpose: AlloX's digests, when its matching began to offer positions lazily. The
+plan's total completion time is the same optimum (checked decision by decision against the old
+full matrix on these cases: at most 9e-16 apart, i.e. summation order), but among equal-cost
+matchings (same-type GPUs swapping equally long queues) the solver may now pick another one.
+
 Hydra runs here with a node budget and a time budget that never binds, so that its searches end
 the same way on any machine: with a binding time budget, Hydra's plan depends on the CPU's speed.
 

@@ -44,6 +44,7 @@ from policies.options import choice, count_or_all, number
 from policies.queues import PlannedQueues
 
 INFEASIBLE = 1e30  # cost of a slot a job cannot use (gang job larger than the type's pool)
+SMALL_MATRIX_ROWS = 256  # up to this many slots, every position is offered at once (no first guess)
 
 
 def allox_plan(P: np.ndarray, arrival: np.ndarray, feasible: np.ndarray, machine_type: np.ndarray,
@@ -63,46 +64,107 @@ def plan_queues(P: np.ndarray, arrival: np.ndarray, feasible: np.ndarray, machin
                 machine_avail: np.ndarray, stats: dict | None = None) -> dict[int, list[int]]:
     """:func:`allox_plan` as {machine: non-empty queue}. Within a group of interchangeable machines
     the longest queues go to the machines listed first (callers list idle machines first).
-    ``stats["cells"]`` gets the size of the cost matrix solved (the decision's work)."""
+    ``stats["cells"]`` gets the number of cost-matrix cells solved (the decision's work).
+
+    Positions are added lazily: the matching is first solved with about n/M + 1 positions per
+    machine, and a group whose machine fills all of its positions gets twice as many, until none
+    does. The result is the full matching's optimum: a slot's cost D + k*P never falls as k grows,
+    so when every machine leaves its last offered position empty, that slot's dual price is 0 and
+    no slot further back can improve the matching (LP complementary slackness). Without the cap,
+    n jobs on M machines of distinct free times need n*M rows; with it, about n + M. Among
+    matchings of equal cost the one found may differ from the uncapped matrix's.
+    """
     n = P.shape[0]
     if n == 0:
         return {}
-    # groups of interchangeable machines: (type, avail) -> machine ids, n earliest per type
-    groups: dict[tuple[int, float], list[int]] = {}
-    for t in np.unique(machine_type):
-        ids = np.flatnonzero(machine_type == t)
-        ids = ids[np.argsort(machine_avail[ids], kind="stable")][:n]
-        for i in ids:
-            groups.setdefault((int(t), float(machine_avail[i])), []).append(int(i))
-    rows_group, rows_copy, rows_k, blocks = [], [], [], []
-    for gid, ((t, avail), members) in enumerate(groups.items()):
-        positions = math.ceil(n / len(members))
-        rows_k.append(np.repeat(np.arange(1, positions + 1), len(members)))  # slot position from the end
-        rows_copy.append(np.tile(np.arange(len(members)), positions))
-        rows_group.append(np.full(positions * len(members), gid))
-        delay = np.maximum(0.0, avail - arrival)                               # D[i][j]
-        cost = delay[None, :] + rows_k[-1][:, None] * P[:, t][None, :]
-        cost[:, ~feasible[:, t]] = INFEASIBLE
-        blocks.append(cost)
-    cost = np.vstack(blocks)
+    # groups of interchangeable machines (same type and avail), the n earliest of each type, in
+    # (type, avail, id) order: group g holds machines[start[g]:start[g] + size[g]]
+    order = np.lexsort((np.arange(len(machine_type)), machine_avail, machine_type))
+    kinds = machine_type[order]
+    keep = np.arange(len(order)) - np.searchsorted(kinds, kinds) < n  # place among its type < n
+    machines, kinds, avails = order[keep], kinds[keep], machine_avail[order[keep]]
+    start = np.flatnonzero(np.r_[True, (np.diff(kinds) != 0) | (np.diff(avails) != 0)])
+    size = np.diff(np.r_[start, len(machines)])
+    group_type, group_avail = kinds[start].astype(np.int64), avails[start]
+    needed = -(-n // size)  # ceil(n / size): enough positions, always
+    if int(np.dot(needed, size)) <= SMALL_MATRIX_ROWS:
+        caps = needed.copy()  # small enough to solve whole at once
+    else:
+        guess = _first_guess(P, feasible, group_type, group_avail, size)
+        caps = np.minimum(needed, np.ceil(1.25 * guess).astype(np.int64) + 1)
+    cells = 0
+    while True:
+        (group, copy, k, job), cells_solved = _match(P, arrival, feasible, group_type, group_avail, size, caps)
+        cells += cells_solved
+        full = np.unique(group[k == caps[group]])
+        full = full[caps[full] < needed[full]]
+        if not len(full):
+            break
+        caps[full] = np.minimum(needed[full], 2 * caps[full])  # only groups that used their last position
     if stats is not None:
-        stats["cells"] = cost.size
-    group_of_row, copy_of_row, k_of_row = (np.concatenate(x) for x in (rows_group, rows_copy, rows_k))
+        stats["cells"] = cells
+    if not len(job):
+        return {}
+    # queues per (group, member), largest k (first to run) first
+    by_slot = np.lexsort((-k, copy, group))
+    group, copy, job = group[by_slot], copy[by_slot], job[by_slot]
+    cut = np.flatnonzero(np.r_[True, (np.diff(group) != 0) | (np.diff(copy) != 0)])
+    queues = np.split(job, cut[1:])
+    length = np.diff(np.r_[cut, len(job)])
+    # within a group the longest queues go to the machines listed first (ties: member order)
+    unit_group = group[cut]
+    rank_order = np.lexsort((copy[cut], -length, unit_group))
+    rank = np.empty(len(cut), dtype=np.int64)
+    rank[rank_order] = np.arange(len(cut)) - np.searchsorted(unit_group[rank_order], unit_group[rank_order])
+    target = machines[start[unit_group] + rank]
+    return {int(target[u]): queues[u].tolist() for u in rank_order.tolist()}
+
+
+def _first_guess(P: np.ndarray, feasible: np.ndarray, group_type: np.ndarray, group_avail: np.ndarray,
+                 size: np.ndarray) -> np.ndarray:
+    """Per group, a guess at how many positions the matching uses on its machines: the larger of
+    the longest queue of a greedy plan (shortest jobs first, each on the machine where it would
+    finish first) and a share of the jobs in proportion to the type's speed (1 / median time).
+    Only the work depends on the guess, not the plan."""
+    group_of = np.repeat(np.arange(len(size)), size)
+    times = np.where(feasible, P, np.inf)
+    finish = group_avail[group_of].astype(np.float64)
+    machine_times = times[:, group_type[group_of]]
+    length = np.zeros(len(finish), dtype=np.int64)
+    for j in np.argsort(times.min(axis=1), kind="stable").tolist():
+        ends = finish + machine_times[j]
+        i = int(ends.argmin())
+        if ends[i] < np.inf:
+            finish[i] = ends[i]
+            length[i] += 1
+    greedy = np.maximum.reduceat(length, np.flatnonzero(np.diff(group_of, prepend=-1)))
+    type_speed = {t: 1.0 / np.median(P[feasible[:, t], t]) if feasible[:, t].any() else 0.0
+                  for t in np.unique(group_type).tolist()}
+    speed = np.array([type_speed[t] for t in group_type.tolist()])
+    share = P.shape[0] * speed / max(float(np.dot(speed, size)), 1e-300)
+    return np.nan_to_num(np.maximum(greedy, share), nan=P.shape[0], posinf=P.shape[0])  # zero times
+
+
+def _match(P: np.ndarray, arrival: np.ndarray, feasible: np.ndarray, group_type: np.ndarray,
+           group_avail: np.ndarray, size: np.ndarray, caps: np.ndarray
+           ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], int]:
+    """The min-cost matching with at most ``caps[g]`` positions per machine of group g: per
+    feasibly placed job its group, member, position from the end and index; and the cost
+    matrix's size."""
+    per_group = size * caps
+    group_of_row = np.repeat(np.arange(len(size)), per_group)
+    first = np.cumsum(per_group) - per_group  # each group's first row
+    offset = np.arange(len(group_of_row)) - first[group_of_row]
+    k_of_row = offset // size[group_of_row] + 1   # slot position from the end
+    copy_of_row = offset % size[group_of_row]     # which member of the group
+    t_row = group_type[group_of_row]
+    delay = np.maximum(0.0, group_avail[group_of_row][:, None] - arrival[None, :])  # D[i][j]
+    cost = delay + k_of_row[:, None] * P.T[t_row]
+    cost[~feasible.T[t_row]] = INFEASIBLE
     rows, cols = linear_sum_assignment(cost)
-    slots: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    for r, j in zip(rows, cols):
-        if cost[r, j] >= INFEASIBLE:
-            continue  # no feasible slot for this job (cannot happen while some type fits it)
-        slots.setdefault((int(group_of_row[r]), int(copy_of_row[r])), []).append((int(k_of_row[r]), int(j)))
-    by_group: dict[int, list[list[int]]] = {}
-    for (gid, _), entries in sorted(slots.items()):
-        by_group.setdefault(gid, []).append([j for _, j in sorted(entries, key=lambda s: (-s[0], s[1]))])
-    plan: dict[int, list[int]] = {}
-    members_of = list(groups.values())
-    for gid, queues in by_group.items():  # largest k runs first; longest queues to the first members
-        for machine, queue in zip(members_of[gid], sorted(queues, key=len, reverse=True)):
-            plan[machine] = queue
-    return plan
+    placed = cost[rows, cols] < INFEASIBLE  # a job with no feasible slot (cannot happen while some type fits it)
+    rows, cols = rows[placed], cols[placed]
+    return (group_of_row[rows], copy_of_row[rows], k_of_row[rows], cols), cost.size
 
 
 class AlloxPolicy(Policy):

@@ -6,11 +6,17 @@ job index. Walk that order and start every job that fits now (list scheduling: a
 not fit does not block later ones), on the GPU type that leaves it the most slack, i.e. the type
 with the least predicted run time among those with room (ties: cluster type order). Jobs without
 a deadline are placed the same way (fastest type that fits).
+
+The waiting jobs are kept in one heap per GPU count, so a decision never walks the jobs that do
+not fit: the next job of the walk is the first, in the order above, among the heap heads of the
+GPU counts that fit in the most free GPUs of any type. (Free GPUs only shrink during a decision,
+so every job the walk passed over still does not fit.) That is the same walk in
+O(placements x GPU counts x log n) instead of O(waiting jobs).
 """
 
 from __future__ import annotations
 
-import bisect
+import heapq
 import math
 
 from policies.base import Placement, Policy
@@ -20,34 +26,43 @@ class EdfPolicy(Policy):
     name = "edf"
 
     def __init__(self) -> None:
-        self._order: list[tuple[int, float, float, float, int]] = []
+        # GPU count -> heap of (0, deadline, shortest, submit, job) or (1, shortest, 0.0, submit, job)
+        self._heaps: dict[int, list[tuple[int, float, float, float, int]]] = {}
+        self._needs: list[int] = []  # the GPU counts with a heap, ascending
 
     def on_arrival(self, view, jobs: list[int]) -> None:
         for job in jobs:
             shortest = float(view.predicted[job].min())
             deadline = float(view.deadline[job])
             key = (0, deadline, shortest) if not math.isnan(deadline) else (1, shortest, 0.0)
-            bisect.insort(self._order, (*key, float(view.submit[job]), job))
+            need = int(view.num_gpus[job])
+            heap = self._heaps.get(need)
+            if heap is None:
+                heap = self._heaps[need] = []
+                self._needs = sorted(self._heaps)
+            heapq.heappush(heap, (*key, float(view.submit[job]), job))
 
     def schedule(self, view) -> list[Placement]:
-        free = view.free_by_type.tolist()  # Python ints: the walk below may pass thousands of jobs
+        free = view.free_by_type.tolist()  # Python ints
         types = range(len(free))
         most = max(free)
         out: list[Placement] = []
-        placed: set[int] = set()
-        for entry in self._order:
-            if most <= 0:
+        heaps = self._heaps
+        while most > 0:
+            first, first_need = None, 0
+            for need in self._needs:
+                if need > most:
+                    break  # fits no type now (nor do the larger counts)
+                heap = heaps[need]
+                if heap and (first is None or heap[0] < first):
+                    first, first_need = heap[0], need
+            if first is None:
                 break
-            job = entry[-1]
-            need = view.num_gpus[job]
-            if need > most:
-                continue  # fits no type now
+            heapq.heappop(heaps[first_need])
+            job = first[-1]
             predicted = view.predicted[job]
-            k = min((k for k in types if free[k] >= need), key=predicted.__getitem__)  # first fastest
-            free[k] -= need
+            k = min((k for k in types if free[k] >= first_need), key=predicted.__getitem__)  # first fastest
+            free[k] -= first_need
             most = max(free)
-            placed.add(job)
             out.append(Placement(job, view.gpu_types[k]))
-        if placed:
-            self._order = [e for e in self._order if e[-1] not in placed]
         return out

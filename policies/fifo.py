@@ -3,9 +3,15 @@
 Why: the baseline every scheduler is compared with. Heterogeneity-unaware: the head job goes to
 the GPU type with the most free GPUs that can hold it (ties: cluster type order), which spreads
 load without looking at run times.
+
+The policy keeps its own arrival queue (a deque fed by ``on_arrival``), so a decision costs
+O(jobs started + 1) however long the queue is; walking ``view.waiting`` from its front would not
+(a dict that loses its oldest keys keeps their empty slots until it is resized).
 """
 
 from __future__ import annotations
+
+from collections import deque
 
 from policies.base import Placement, Policy
 
@@ -13,15 +19,33 @@ from policies.base import Placement, Policy
 class FifoPolicy(Policy):
     name = "fifo"
 
+    def __init__(self) -> None:
+        self._queue: deque[int] = deque()  # waiting jobs in arrival order
+        self._num_gpus = None  # the run's GPU counts per job (the view's array) ...
+        self._needs: list[int] = []  # ... as Python ints
+
+    def on_arrival(self, view, jobs: list[int]) -> None:
+        if self._num_gpus is not view.num_gpus:  # a new run
+            self._queue.clear()
+            self._num_gpus, self._needs = view.num_gpus, view.num_gpus.tolist()
+        self._queue.extend(jobs)
+
     def schedule(self, view) -> list[Placement]:
+        queue, waiting, needs = self._queue, view.waiting, self._needs
         free = view.free_by_type.tolist()  # Python ints: this runs once per event on 100k-job traces
-        types = range(len(free))
+        gpu_types = view.gpu_types
         out: list[Placement] = []
-        for job in view.waiting:
-            need = view.num_gpus[job]
-            k = max(types, key=free.__getitem__)  # the first type with the most free GPUs
-            if free[k] < need:
+        while queue:
+            job = queue[0]
+            if job not in waiting:  # no longer waiting (not started by this policy): skip it
+                queue.popleft()
+                continue
+            need = needs[job]
+            most = max(free)
+            if most < need:
                 break  # strict FIFO: nothing overtakes the head
-            free[k] -= need
-            out.append(Placement(job, view.gpu_types[k]))
+            k = free.index(most)  # the first type with the most free GPUs
+            free[k] = most - need
+            out.append(Placement(job, gpu_types[k]))
+            queue.popleft()  # the engine starts it
         return out

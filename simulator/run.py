@@ -249,7 +249,7 @@ def execute(config: RunConfig, *, trace: JobTrace | None = None, cluster: Cluste
     summary = summarize(result.records, cluster, policy_seconds=result.policy_seconds,
                         policy_calls=result.policy_calls, wall_seconds=result.wall_seconds,
                         events=result.events)
-    used_types = sorted(set(cluster.gpu_types) | set(trace.jobs["gpu_type"]) - {""} | {sim.reference_type})
+    used_types = sorted(set(cluster.gpu_types) | set(trace.jobs["gpu_type"].unique()) - {""} | {sim.reference_type})
     manifest = {
         "config": asdict(config),
         "policy": policy.describe(),

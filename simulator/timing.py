@@ -22,6 +22,7 @@ the same configs' true iteration times.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from pathlib import Path
 
@@ -31,7 +32,7 @@ from scipy.optimize import brentq
 from scipy.special import ndtr, ndtri
 
 from simulator.gpus import relative_time
-from simulator.seeding import hashed_uniform
+from simulator.seeding import hashed_uniform, scalar_exp
 from traces.schema import RUNTIME_PREFIX
 
 
@@ -41,9 +42,10 @@ class PredictorSpecError(ValueError):
 
 def true_runtimes(jobs: pd.DataFrame, gpu_types: list[str], reference_type: str) -> np.ndarray:
     """Seconds each job takes on each GPU type alone (matrix n_jobs x n_types)."""
-    observed = jobs["gpu_type"].astype(str).replace("", reference_type)
+    codes, observed = pd.factorize(jobs["gpu_type"].astype(str), use_na_sentinel=False)  # per type, not per job
+    speeds = np.array([relative_time(reference_type if t == "" else t) for t in observed], dtype="float64")
+    obs_speed = speeds[codes]
     duration = jobs["duration_s"].to_numpy(dtype="float64")
-    obs_speed = observed.map({t: relative_time(t) for t in observed.unique()}).to_numpy(dtype="float64")
     out = np.empty((len(jobs), len(gpu_types)))
     for k, gpu in enumerate(gpu_types):
         measured = RUNTIME_PREFIX + gpu
@@ -78,7 +80,8 @@ def sigma_for_mre(mre: float) -> float:
     """Log-normal sigma whose expected |exp(sigma z) - 1| equals ``mre``."""
     if mre == 0:
         return 0.0
-    return brentq(lambda s: np.exp(s * s / 2) * (2 * ndtr(s) - 1) - mre, 1e-12, 20.0, xtol=1e-14)
+    # math.exp, not np.exp: the root moves with the last bit of exp, and numpy's differs by CPU
+    return brentq(lambda s: math.exp(s * s / 2) * (2 * float(ndtr(s)) - 1) - mre, 1e-12, 20.0, xtol=1e-14)
 
 
 class NoisyPredictor(Predictor):
@@ -96,7 +99,7 @@ class NoisyPredictor(Predictor):
         out = np.empty_like(truth)
         for k, gpu in enumerate(gpu_types):
             z = ndtri(hashed_uniform([f"{self.seed}|{gpu}|{i}" for i in ids]))
-            out[:, k] = truth[:, k] * np.exp(self.sigma * z)
+            out[:, k] = truth[:, k] * scalar_exp(self.sigma * z)
         return out
 
     def describe(self) -> dict:

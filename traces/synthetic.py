@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from simulator.seeding import scalar_exp, scalar_log
 from traces.schema import JobTrace, finalize
 
 # Knot probabilities of every duration quantile table (30 knots, denser in the tails and near p90).
@@ -467,7 +468,7 @@ def generate(kind: str, num_jobs: int, seed: int = 0, *, rate_per_hour: float | 
     for name, knots in params.durations.items():
         mask = cell == name
         if mask.any():
-            duration[mask] = np.exp(np.interp(u_dur[mask], log_p, np.log(np.asarray(knots, dtype=float))))
+            duration[mask] = scalar_exp(np.interp(u_dur[mask], log_p, scalar_log(knots)))
     duration = np.maximum(duration, MIN_DURATION_S)
 
     df = pd.DataFrame({

@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 import pytest
+from scipy.optimize import linear_sum_assignment
 
 from policies.allox import AlloxPolicy, allox_plan
 from policies.base import PolicySpecError
@@ -104,6 +105,52 @@ def test_plan_total_equals_brute_force_optimum(flavour, seed, count):
         assert all(feasible[j, mtype[i]] for i, q in enumerate(plan) for j in q), where
         got = sum(queue_total(q, mavail[i], mtype[i], P, arrival) for i, q in enumerate(plan))
         assert got == pytest.approx(brute_force_total(P, arrival, feasible, mtype, mavail), rel=1e-9), where
+
+
+def full_matrix_total(P, arrival, feasible, machine_type, machine_avail):
+    """The textbook AlloX matching: every machine offers all n positions (n*M rows), solved whole;
+    its total completion time is the optimum the capped matching must reach."""
+    n, m = P.shape[0], len(machine_type)
+    k = np.repeat(np.arange(1, n + 1), m)
+    machine = np.tile(np.arange(m), n)
+    cost = (np.maximum(0.0, machine_avail[machine][:, None] - arrival[None, :])
+            + k[:, None] * P[:, machine_type[machine]].T)
+    cost[~feasible[:, machine_type[machine]].T] = 1e30
+    rows, cols = linear_sum_assignment(cost)
+    return float(cost[rows, cols].sum())
+
+
+def larger_instance(rng, n, m):
+    num_types = 3
+    P = rng.uniform(1.0, 100.0, size=(n, num_types)) * np.array([1.0, 1.7, 3.1])  # fast and slow types
+    arrival = rng.uniform(0.0, 50.0, n)
+    machine_type = rng.integers(0, num_types, m)
+    machine_avail = np.where(rng.random(m) < 0.5, 50.0, 50.0 + rng.uniform(0.0, 300.0, m))
+    feasible = rng.random((n, num_types)) < 0.9
+    feasible[np.arange(n), machine_type[rng.integers(0, m, n)]] = True  # each job fits some machine
+    return P, arrival, feasible, machine_type, machine_avail
+
+
+@pytest.mark.parametrize("first_guess", ["as built", "one position"])
+def test_capped_matching_reaches_the_full_matrix_optimum(first_guess, monkeypatch):
+    # Instances too large to offer every position at once (n*M > SMALL_MATRIX_ROWS), so positions
+    # are added lazily; with a first guess of one position per machine every group must grow.
+    import policies.allox as allox
+
+    if first_guess == "one position":
+        monkeypatch.setattr(allox, "_first_guess", lambda P, feasible, kinds, avail, size: np.zeros(len(size)))
+    rng = np.random.default_rng(7)
+    for case in range(25):
+        n, m = int(rng.integers(20, 70)), int(rng.integers(6, 20))
+        P, arrival, feasible, mtype, mavail = larger_instance(rng, n, m)
+        stats: dict = {}
+        plan = allox.plan_queues(P, arrival, feasible, mtype, mavail, stats)
+        assert sorted(j for q in plan.values() for j in q) == list(range(n)), case
+        assert all(feasible[j, mtype[i]] for i, q in plan.items() for j in q), case
+        got = sum(queue_total(q, mavail[i], mtype[i], P, arrival) for i, q in plan.items())
+        want = full_matrix_total(P, arrival, feasible, mtype, mavail)
+        assert got == pytest.approx(want, rel=1e-12), case
+        assert stats["cells"] < n * n * m  # and it solved less than the full matrix
 
 
 def test_brute_force_respects_feasibility():

@@ -47,7 +47,7 @@ def test_an_unbounded_window_does_grow_so_the_count_can_fail():
         policy = AlloxPolicy(window="all")
         simulate(backlog(n), CLUSTER, policy)
         work[n] = policy.describe()["max_work_per_decision"]
-    assert work[200] > 50 * work[20]  # cells grow ~ n^2
+    assert work[200] > 25 * work[20]  # cells grow ~ n^2: about (n + machines) positions x n jobs
 
 
 def test_hydra_time_budget_bounds_the_whole_decision():
