@@ -8,6 +8,7 @@ Memory is the process's peak RSS. Run times are the traces' own (``--predictor t
 synthetic and Philly traces get simrun's default deadlines (20 % of jobs).
 
     python -m experiments.bench_policies [--out reports/bench_policies] [--limit-s 600] [--case NAME ...]
+                                         [--policy SPEC ...]
 
 Targets (issue 19): Hydra online on full Philly <= 5 min, every run <= 10 min; AlloX online
 exact on heavy 400 <= 5 s of planning; Hydra one-shot on heavy 400 <= 1 s, tardiness <= 6,114 s;
@@ -169,8 +170,10 @@ def scaling(df: pd.DataFrame) -> str:
               show_default=True)
 @click.option("--limit-s", type=float, default=600.0, show_default=True, help="Per run; longer runs are stopped.")
 @click.option("--case", "names", multiple=True, type=click.Choice(list(CASES)), help="Only these cases.")
+@click.option("--policy", "policies", multiple=True, help="Only these policy specs (e.g. hydra, allox:window=all).")
 @click.option("--one", nargs=2, hidden=True, default=None)
-def main(out: Path, limit_s: float, names: tuple[str, ...], one: tuple[str, str] | None) -> None:
+def main(out: Path, limit_s: float, names: tuple[str, ...], policies: tuple[str, ...],
+         one: tuple[str, str] | None) -> None:
     if one:
         click.echo(json.dumps(run_one(CASES[one[0]], one[1])))
         return
@@ -184,7 +187,8 @@ def main(out: Path, limit_s: float, names: tuple[str, ...], one: tuple[str, str]
     missing = [c.name for c in cases if not c.available()]
     if missing:
         click.echo(f"skipping {', '.join(missing)}: trace not under {shared_dir()} (set ETS_SHARED)", err=True)
-    todo = [(c, p) for c in cases if c.available() for p in c.policies if (c.name, p) not in seen]
+    todo = [(c, p) for c in cases if c.available() for p in c.policies
+            if (c.name, p) not in seen and (not policies or p in policies)]
     for case, policy in tqdm(todo, desc="policy benchmark", unit="run"):
         row = measure(case, policy, limit_s)
         pd.DataFrame([row]).to_csv(results, mode="a", header=not results.exists(), index=False)

@@ -12,6 +12,7 @@ matchings (same-type GPUs swapping equally long queues) the solver may now pick 
 
 Hydra runs here with a node budget and a time budget that never binds, so that its searches end
 the same way on any machine: with a binding time budget, Hydra's plan depends on the CPU's speed.
+(``bnb=off`` needs the large budget too since the budget bounds the heuristic as well.)
 
     python -m experiments.frozen_cases record [--big]   # only before an intended change
     python -m experiments.frozen_cases check [--big]
@@ -36,7 +37,7 @@ POLICIES = (
     "allox", "allox:window=all", "allox:mode=offline,window=all",
     "hydra:nodes=2000,budget_ms=3600000",
     "hydra:mode=oneshot,nodes=2000,budget_ms=3600000",
-    "hydra:bnb=off",
+    "hydra:bnb=off,budget_ms=3600000",
 )
 
 

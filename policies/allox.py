@@ -230,6 +230,10 @@ class AlloxPolicy(Policy):
             plan = plan_queues(view.predicted[idx], view.submit[idx], feasible, state.gpu_type[order], avail[order],
                                stats)
             self.max_work = max(self.max_work, stats.get("cells", 0))
+            online = self.mode == "online"
             for i, positions in plan.items():
-                self._queues.extend(int(order[i]), [int(idx[p]) for p in positions])
+                gpu = int(order[i])
+                if online and state.gpu_job[gpu] >= 0:
+                    continue  # online, only idle GPUs' heads start; the rest is re-planned anyway
+                self._queues.extend(gpu, [int(idx[p]) for p in positions])
         return self._queues.start_heads(view)

@@ -10,12 +10,13 @@ as its authors' simulator does, with its known bug fixed:
   is only right when every job is submitted at 0.)
 * **Ordering a GPU's queue**: SRTF when it violates no deadline (then optimal); otherwise
   best-first branch-and-bound (the FixNonDDL variant: deadline-free jobs keep SRTF order among
-  themselves) under a time budget per scheduling decision, shared by all its searches
-  (``budget_ms``, default 500; once spent, the decision's remaining queues get the heuristic alone)
-  and a node budget per search (``nodes``; with ``nodes`` set and a time budget that never binds,
-  results are reproducible), raced against the swap heuristic; the cheaper wins. ``bnb=off`` is
-  the heuristic alone (Hydra's ``hydra_alpha_0``). An online decision with no idle GPU plans
-  nothing: only idle GPUs' heads start, and the next event re-plans.
+  themselves) and a node budget per search (``nodes``), raced against the swap heuristic; the
+  cheaper wins. ``bnb=off`` is the heuristic alone (Hydra's ``hydra_alpha_0``). A time budget
+  bounds each whole decision (``budget_ms``, default 20 online, 1000 one-shot): once spent, the
+  decision's remaining queues are ordered and scored by SRTF alone, with neither heuristic nor
+  search. With ``nodes`` set and a time budget that never binds, results are reproducible; a
+  binding time budget makes the plan depend on the CPU's speed. An online decision with no idle
+  GPU plans nothing: only idle GPUs' heads start, and the next event re-plans.
 * **Assignment**: greedy "K-means": repeatedly pick the (waiting job, GPU) pair whose GPU queue,
   optimally ordered with the job added, has the lowest *absolute* cost; ties: earlier job in
   arrival order, then lower GPU id. Orderings are memoised on (type, t0, job set); GPUs of a
@@ -44,6 +45,9 @@ from policies.options import choice, count_or_all, number, switch
 from policies.queues import PlannedQueues
 
 Cost = tuple[float, float]  # (total tardiness, total JCT), compared lexicographically
+# Time budget of one decision by mode: online re-plans at every event (a replay makes ~2 decisions
+# per job), one-shot plans each batch of arrivals once.
+DEFAULT_BUDGET_MS = {"online": 20.0, "oneshot": 1000.0}
 TARDINESS_WEIGHT = 1e20
 
 
@@ -195,9 +199,9 @@ def branch_and_bound(job_set, t0: float, jobs: Jobs, *, stop_at: float = math.in
 class QueueOrderer:
     """Orders a GPU's job set (SRTF / branch-and-bound / swap heuristic), memoised.
 
-    The time budget is per decision (:meth:`start_decision`), shared by all its searches: once
-    spent, the rest of the decision orders by the heuristic alone, so one scheduling decision
-    costs about ``budget_ms`` of search at most however many queues it orders."""
+    The time budget is per decision (:meth:`start_decision`), shared by all its orderings: once
+    spent, the rest of the decision orders by SRTF alone, so one scheduling decision costs about
+    ``budget_ms`` of heuristic and search at most however many queues it orders."""
 
     def __init__(self, bnb: bool, budget_ms: float, max_nodes: int | None):
         self.bnb, self.budget_s, self.max_nodes = bnb, budget_ms / 1000.0, max_nodes
@@ -214,7 +218,13 @@ class QueueOrderer:
         self.work = 0
         self.memo.clear()
 
+    def spent(self) -> bool:
+        """Whether this decision's time budget is used up."""
+        return time.perf_counter() >= self.stop_at
+
     def order(self, job_set: frozenset, t0: float, type_k: int, jobs: Jobs) -> tuple[list[int], Cost]:
+        """The best order found for the set: SRTF when it meets every deadline; else the swap
+        heuristic and branch-and-bound, while the decision's budget lasts (SRTF after)."""
         key = (type_k, t0, job_set)
         hit = self.memo.get(key)
         if hit is not None:
@@ -222,6 +232,10 @@ class QueueOrderer:
         seq = srtf(job_set, jobs)
         cost = queue_cost(seq, t0, jobs)
         if cost[0] > 0.0:
+            if self.spent():
+                self.stopped["time"] += 1  # SRTF only
+                return seq, cost  # not memoised: a memo hit must not depend on when it was made
+            self.work += len(seq)
             seq, cost = swap_heuristic(seq, t0, jobs)
             if self.bnb and len(seq) > 1:
                 seq, cost = self._search(job_set, t0, jobs, (seq, cost))
@@ -231,7 +245,7 @@ class QueueOrderer:
     def _search(self, job_set: frozenset, t0: float, jobs: Jobs,
                 heuristic: tuple[list[int], Cost]) -> tuple[list[int], Cost]:
         """Branch-and-bound from the heuristic's order, unless the decision's budget is spent."""
-        if time.perf_counter() >= self.stop_at:
+        if self.spent():
             self.stopped["time"] += 1  # heuristic only
             return heuristic
         b_seq, b_cost, stats = branch_and_bound(job_set, t0, jobs, stop_at=self.stop_at,
@@ -262,7 +276,9 @@ def greedy_assign(waiting: list[int], gpus: list[GpuState], per_type: list[Jobs]
     SRTF, which is exact when SRTF meets every deadline and otherwise gives a lower bound
     (tardiness >= the queue's own and the job's tardiness if run first; JCT >= SRTF's). The
     expensive ordering (branch-and-bound) runs only for a pair whose bound is the current minimum,
-    so the choice is the same as scoring every pair exactly.
+    so the choice is the same as scoring every pair exactly. Once the decision's time budget is
+    spent, every pair is scored by its SRTF cost as exact and queues are ordered by SRTF: the
+    rest of the decision costs one vectorised column per assignment.
     """
     n = len(waiting)
     groups = list(gpus)
@@ -272,18 +288,23 @@ def greedy_assign(waiting: list[int], gpus: list[GpuState], per_type: list[Jobs]
     exact = np.zeros((n, width), dtype=bool)
     alive = np.ones(n, dtype=bool)
     rows = np.asarray(waiting)
+    srtf_only = False  # the budget is spent: SRTF scores are taken as exact
+    # the waiting jobs' facts, per type where they differ (read once per column otherwise)
+    row_p = [jobs.p[rows] for jobs in per_type]
+    row_feasible = feasible[rows].T
+    row_submit, row_deadline = per_type[0].submit[rows], per_type[0].deadline[rows]
 
     def fill_column(c: int) -> None:
         """Score every waiting job on group c: SRTF of its plan plus the job, vectorised."""
         g = groups[c]
         jobs = per_type[g.type_k]
         orderer.work += n
-        ok = alive & feasible[rows, g.type_k]
-        pj = jobs.p[rows]
+        ok = alive & row_feasible[g.type_k]
+        pj = row_p[g.type_k]
         if not g.seq:  # a lone job has one order: exact
             end = g.t0 + pj
-            tard[:, c] = np.where(ok, np.maximum(0.0, end - jobs.deadline[rows]), np.inf)
-            jct[:, c] = np.where(ok, end - jobs.submit[rows], np.inf)
+            tard[:, c] = np.where(ok, np.maximum(0.0, end - row_deadline), np.inf)
+            jct[:, c] = np.where(ok, end - row_submit, np.inf)
             exact[:, c] = True
             return
         seq = np.array(srtf(g.seq, jobs))
@@ -293,28 +314,46 @@ def greedy_assign(waiting: list[int], gpus: list[GpuState], per_type: list[Jobs]
         before = (ps[None, :] < pj[:, None]) | ((ps[None, :] == pj[:, None]) & (seq[None, :] < rows[:, None]))
         end_j = ends[before.sum(axis=1)] + pj
         shifted = ends[None, 1:] + np.where(before, 0.0, pj[:, None])
-        total_jct = (shifted - jobs.submit[seq][None, :]).sum(axis=1) + end_j - jobs.submit[rows]
+        total_jct = (shifted - jobs.submit[seq][None, :]).sum(axis=1) + end_j - row_submit
         total_tard = (np.maximum(0.0, shifted - jobs.deadline[seq][None, :]).sum(axis=1)
-                      + np.maximum(0.0, end_j - jobs.deadline[rows]))
+                      + np.maximum(0.0, end_j - row_deadline))
         on_time = total_tard == 0.0
-        alone = np.maximum(0.0, g.t0 + pj - jobs.deadline[rows])
-        tard[:, c] = np.where(ok, np.where(on_time, 0.0, np.maximum(g.tardiness, alone)), np.inf)
         jct[:, c] = np.where(ok, total_jct, np.inf)
+        if srtf_only:
+            tard[:, c] = np.where(ok, total_tard, np.inf)
+            exact[:, c] = True
+            return
+        alone = np.maximum(0.0, g.t0 + pj - row_deadline)
+        tard[:, c] = np.where(ok, np.where(on_time, 0.0, np.maximum(g.tardiness, alone)), np.inf)
         exact[:, c] = on_time
 
+    empty = [c for c, g in enumerate(groups) if not g.seq]
+    if empty:  # every group without a plan at once: a lone job has one order, its cost is exact
+        kinds = [groups[c].type_k for c in empty]
+        t0 = np.array([groups[c].t0 for c in empty])
+        end = t0[None, :] + np.stack([row_p[k] for k in kinds], axis=1)
+        ok = row_feasible[kinds].T
+        tard[:, empty] = np.where(ok, np.maximum(0.0, end - row_deadline[:, None]), np.inf)
+        jct[:, empty] = np.where(ok, end - row_submit[:, None], np.inf)
+        exact[:, empty] = True
+        orderer.work += n * len(empty)
     for c in range(len(groups)):
-        fill_column(c)
+        if groups[c].seq:
+            fill_column(c)
     for _ in range(n):
-        alive_rows = np.flatnonzero(alive)
-        while True:
+        if not srtf_only and orderer.spent():
+            srtf_only = True
+            for c in range(len(groups)):
+                fill_column(c)
+        while True:  # assigned jobs' rows are all inf, so the whole matrix can be searched
             used = len(groups)
-            t_used, j_used = tard[alive_rows, :used], jct[alive_rows, :used]
+            t_used, j_used = tard[:, :used], jct[:, :used]
             t_min = t_used.min()
             if not np.isfinite(t_min):
                 return groups  # nothing left that fits anywhere
             masked = np.where(t_used == t_min, j_used, np.inf)
             r, c = np.unravel_index(int(np.argmin(masked)), masked.shape)
-            r = int(alive_rows[r])
+            r = int(r)
             if exact[r, c]:
                 break
             g = groups[c]
@@ -339,12 +378,13 @@ def greedy_assign(waiting: list[int], gpus: list[GpuState], per_type: list[Jobs]
 class HydraPolicy(Policy):
     name = "hydra"
 
-    def __init__(self, budget_ms: str | float = 500, nodes: str | int | None = None, bnb: str | bool = "on",
+    def __init__(self, budget_ms: str | float | None = None, nodes: str | int | None = None, bnb: str | bool = "on",
                  mode: str = "online", window: str | int = 100):
-        self.budget_ms = number("budget_ms", budget_ms, 0.0, 3.6e6)
+        self.mode = choice("mode", mode, ("online", "oneshot"))
+        default_budget = DEFAULT_BUDGET_MS[self.mode]
+        self.budget_ms = number("budget_ms", default_budget if budget_ms is None else budget_ms, 0.0, 3.6e6)
         self.max_nodes = count_or_all("nodes", nodes)
         self.bnb = switch("bnb", bnb)
-        self.mode = choice("mode", mode, ("online", "oneshot"))
         self.window = count_or_all("window", window)
         self.orderer = QueueOrderer(self.bnb, self.budget_ms, self.max_nodes)
         self._queues = PlannedQueues()

@@ -410,7 +410,8 @@ def test_options_parse():
     assert (p.orderer.bnb, p.orderer.budget_s, p.orderer.max_nodes) == (False, 0.1, 1000)
     d = make_policy("hydra").describe()
     assert {k: d[k] for k in ("budget_ms", "nodes", "bnb", "mode", "window")} == \
-        {"budget_ms": 500.0, "nodes": "unbounded", "bnb": True, "mode": "online", "window": 100}
+        {"budget_ms": 20.0, "nodes": "unbounded", "bnb": True, "mode": "online", "window": 100}
+    assert make_policy("hydra:mode=oneshot").budget_ms == 1000.0  # one plan per batch of arrivals
     assert make_policy("hydra:nodes=all,bnb=on,window=5").max_nodes is None
     assert make_policy("hydra:window=5").window == 5
 

@@ -40,6 +40,26 @@ def test_noisy_predictor_hits_the_requested_mre_and_is_seeded_per_job():
     assert not np.allclose(pred[:, 0] / truth[:, 0], pred[:, 1] / truth[:, 1])
 
 
+def test_seeded_inputs_do_not_use_numpys_simd_exp_or_log(monkeypatch):
+    """numpy's exp/log round differently with and without AVX-512; a synthetic trace and its noisy
+    predictions must come out bit for bit the same whatever numpy's exp/log return."""
+    from traces.synthetic import generate
+
+    def inputs():
+        jobs = generate("pai-like", 300, seed=3).jobs
+        types = ["T4", "P100", "V100"]
+        truth = true_runtimes(jobs, types, "V100")
+        return jobs["duration_s"].to_numpy(), NoisyPredictor(0.2, seed=1).runtimes(jobs, types, truth)
+
+    duration, predicted = inputs()
+    real_exp, real_log = np.exp, np.log
+    monkeypatch.setattr(np, "exp", lambda x, *a, **k: np.nextafter(real_exp(x, *a, **k), np.inf))
+    monkeypatch.setattr(np, "log", lambda x, *a, **k: np.nextafter(real_log(x, *a, **k), np.inf))
+    assert np.exp(1.0) != real_exp(1.0)  # the perturbation is in place
+    moved_duration, moved_predicted = inputs()
+    assert np.array_equal(duration, moved_duration) and np.array_equal(predicted, moved_predicted)
+
+
 def test_zero_error_is_truth_and_specs_parse():
     truth = np.array([[1.0, 2.0]])
     jobs = from_records([dict(submit_s=0, num_gpus=1, duration_s=1)]).jobs
