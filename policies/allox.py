@@ -66,13 +66,14 @@ def plan_queues(P: np.ndarray, arrival: np.ndarray, feasible: np.ndarray, machin
     the longest queues go to the machines listed first (callers list idle machines first).
     ``stats["cells"]`` gets the number of cost-matrix cells solved (the decision's work).
 
-    Positions are added lazily: the matching is first solved with about n/M + 1 positions per
-    machine, and a group whose machine fills all of its positions gets twice as many, until none
-    does. The result is the full matching's optimum: a slot's cost D + k*P never falls as k grows,
-    so when every machine leaves its last offered position empty, that slot's dual price is 0 and
-    no slot further back can improve the matching (LP complementary slackness). Without the cap,
-    n jobs on M machines of distinct free times need n*M rows; with it, about n + M. Among
-    matchings of equal cost the one found may differ from the uncapped matrix's.
+    Positions are added lazily: the matching is first solved with the positions a cheap guess
+    expects each machine to use (plus a margin), and a group whose machine fills all of its
+    positions gets twice as many, until none does. The result is the full matching's optimum: a
+    slot's cost D + k*P never falls as k grows (P >= 0), so when every machine leaves its last
+    offered position empty, that slot's dual price is 0 and no slot further back can improve the
+    matching (LP complementary slackness). Without the cap, n jobs on M machines of distinct
+    free times need n*M rows; with it, about n + M. Among matchings of equal cost (same-type GPUs
+    swapping equally long queues) the one found depends on the matrix, so on the guess.
     """
     n = P.shape[0]
     if n == 0:
@@ -83,8 +84,8 @@ def plan_queues(P: np.ndarray, arrival: np.ndarray, feasible: np.ndarray, machin
     kinds = machine_type[order]
     keep = np.arange(len(order)) - np.searchsorted(kinds, kinds) < n  # place among its type < n
     machines, kinds, avails = order[keep], kinds[keep], machine_avail[order[keep]]
-    start = np.flatnonzero(np.r_[True, (np.diff(kinds) != 0) | (np.diff(avails) != 0)])
-    size = np.diff(np.r_[start, len(machines)])
+    start = _run_starts(kinds, avails)
+    size = _run_lengths(start, len(machines))
     group_type, group_avail = kinds[start].astype(np.int64), avails[start]
     needed = -(-n // size)  # ceil(n / size): enough positions, always
     if int(np.dot(needed, size)) <= SMALL_MATRIX_ROWS:
@@ -108,16 +109,35 @@ def plan_queues(P: np.ndarray, arrival: np.ndarray, feasible: np.ndarray, machin
     # queues per (group, member), largest k (first to run) first
     by_slot = np.lexsort((-k, copy, group))
     group, copy, job = group[by_slot], copy[by_slot], job[by_slot]
-    cut = np.flatnonzero(np.r_[True, (np.diff(group) != 0) | (np.diff(copy) != 0)])
-    queues = np.split(job, cut[1:])
-    length = np.diff(np.r_[cut, len(job)])
+    cut = _run_starts(group, copy)
+    length = _run_lengths(cut, len(job))
+    jobs = job.tolist()
+    queues = [jobs[a:a + m] for a, m in zip(cut.tolist(), length.tolist())]
     # within a group the longest queues go to the machines listed first (ties: member order)
     unit_group = group[cut]
     rank_order = np.lexsort((copy[cut], -length, unit_group))
     rank = np.empty(len(cut), dtype=np.int64)
     rank[rank_order] = np.arange(len(cut)) - np.searchsorted(unit_group[rank_order], unit_group[rank_order])
     target = machines[start[unit_group] + rank]
-    return {int(target[u]): queues[u].tolist() for u in rank_order.tolist()}
+    target = target.tolist()
+    return {target[u]: queues[u] for u in rank_order.tolist()}
+
+
+def _run_lengths(starts: np.ndarray, total: int) -> np.ndarray:
+    """The lengths of the runs that begin at ``starts`` in a sequence of ``total`` items."""
+    lengths = np.empty(len(starts), dtype=np.int64)
+    lengths[:-1] = starts[1:] - starts[:-1]
+    lengths[-1] = total - starts[-1]
+    return lengths
+
+
+def _run_starts(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Where each run of equal (a, b) pairs begins (a non-empty sequence)."""
+    change = np.empty(len(a), dtype=bool)
+    change[0] = True
+    np.not_equal(a[1:], a[:-1], out=change[1:])
+    change[1:] |= b[1:] != b[:-1]
+    return np.flatnonzero(change)
 
 
 def _first_guess(P: np.ndarray, feasible: np.ndarray, group_type: np.ndarray, group_avail: np.ndarray,
@@ -125,7 +145,7 @@ def _first_guess(P: np.ndarray, feasible: np.ndarray, group_type: np.ndarray, gr
     """Per group, a guess at how many positions the matching uses on its machines: the larger of
     the longest queue of a greedy plan (shortest jobs first, each on the machine where it would
     finish first) and a share of the jobs in proportion to the type's speed (1 / median time).
-    Only the work depends on the guess, not the plan."""
+    The guess changes the work, and which of several equal-cost plans is found; never the cost."""
     group_of = np.repeat(np.arange(len(size)), size)
     times = np.where(feasible, P, np.inf)
     finish = group_avail[group_of].astype(np.float64)
@@ -139,7 +159,7 @@ def _first_guess(P: np.ndarray, feasible: np.ndarray, group_type: np.ndarray, gr
             length[i] += 1
     greedy = np.maximum.reduceat(length, np.flatnonzero(np.diff(group_of, prepend=-1)))
     type_speed = {t: 1.0 / np.median(P[feasible[:, t], t]) if feasible[:, t].any() else 0.0
-                  for t in np.unique(group_type).tolist()}
+                  for t in set(group_type.tolist())}
     speed = np.array([type_speed[t] for t in group_type.tolist()])
     share = P.shape[0] * speed / max(float(np.dot(speed, size)), 1e-300)
     return np.nan_to_num(np.maximum(greedy, share), nan=P.shape[0], posinf=P.shape[0])  # zero times
@@ -175,6 +195,7 @@ class AlloxPolicy(Policy):
         self.alpha = number("alpha", alpha, 0.0, 1.0, low_open=True)
         self.mode = choice("mode", mode, ("online", "offline"))
         self._queues = PlannedQueues()
+        self._gpus_of_type: tuple | None = None  # (cluster state, GPU ids per type), made once
         self.max_work = 0  # the largest cost matrix (cells) one decision solved
 
     def describe(self) -> dict:
@@ -204,6 +225,30 @@ class AlloxPolicy(Policy):
         by_type = [first_by(idx, view.predicted[idx, k], self.window) for k in range(len(view.gpu_types))]
         return sorted(round_robin_pick(by_type, self.window))
 
+    def _earliest_gpus(self, view, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per type the n GPUs a plan of n jobs can use (the earliest free; idle before busy, then
+        by id), idle ones first, with when each is free: what :func:`plan_queues` keeps of all
+        GPUs listed idle first, without computing every busy GPU's free time."""
+        state = view.state
+        if self._gpus_of_type is None or self._gpus_of_type[0] is not state:
+            self._gpus_of_type = (state, [np.flatnonzero(state.gpu_type == k) for k in range(len(view.gpu_types))])
+        idle_parts, busy_parts, busy_avail = [], [], []
+        for ids in self._gpus_of_type[1]:
+            busy = state.gpu_job[ids] >= 0
+            idle = ids[~busy]
+            idle_parts.append(idle[:n])
+            if len(idle) < n:
+                taken = ids[busy]
+                jobs = state.gpu_job[taken]
+                avail = np.maximum(view.now, view.start[jobs] + view.predicted[jobs, view.type_of[jobs]])
+                first = np.lexsort((taken, avail))[:n - len(idle)]
+                keep = np.sort(first)  # listed by id, as among all GPUs
+                busy_parts.append(taken[keep])
+                busy_avail.append(avail[keep])
+        idle = np.concatenate(idle_parts)
+        order = np.concatenate([idle, *busy_parts])
+        return order, np.concatenate([np.full(len(idle), float(view.now)), *busy_avail])
+
     # -- scheduling ----------------------------------------------------------------------------
     def schedule(self, view) -> list[Placement]:
         state = view.state
@@ -212,7 +257,7 @@ class AlloxPolicy(Policy):
             if not view.free_by_type.any():
                 return []  # only idle GPUs' heads start, and the plan is redone at the next event
             pending = list(view.waiting)
-            avail = view.gpu_available_at()
+            avail = None  # only the GPUs that can take a job are looked at (_earliest_gpus)
         else:
             planned = self._queues.planned_jobs()
             pending = [j for j in view.waiting if j not in planned]
@@ -225,9 +270,13 @@ class AlloxPolicy(Policy):
             feasible = view.num_gpus[idx][:, None] <= view.total_by_type[None, :]
             # idle GPUs listed first: among GPUs free at the same time (a job that overran its
             # prediction is "free now" too) they get the jobs, which then start at once
-            order = np.argsort(state.gpu_job >= 0, kind="stable")
+            if avail is None:
+                order, machine_avail = self._earliest_gpus(view, len(idx))
+            else:
+                order = np.argsort(state.gpu_job >= 0, kind="stable")
+                machine_avail = avail[order]
             stats: dict = {}
-            plan = plan_queues(view.predicted[idx], view.submit[idx], feasible, state.gpu_type[order], avail[order],
+            plan = plan_queues(view.predicted[idx], view.submit[idx], feasible, state.gpu_type[order], machine_avail,
                                stats)
             self.max_work = max(self.max_work, stats.get("cells", 0))
             online = self.mode == "online"

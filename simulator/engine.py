@@ -76,58 +76,35 @@ class ClusterState:
         """n GPUs of the type: on one node if any has room (best fit: the node with the fewest free
         GPUs >= n, lowest id among equals), else across nodes; lowest GPU ids first on each node."""
         heaps, node_free = self._by_free[type_k], self.node_free
+        chosen: list[tuple[int, int]] = []
         for free in range(n, self.max_node + 1):
             heap = heaps[free]
             while heap and node_free[heap[0]] != free:
                 heapq.heappop(heap)  # stale
-            if not heap:
-                continue
-            node = heap[0]  # the usual case: one node
-            pool = self.free_ids[node]
-            if n == 1:
-                ids = (pool.pop(),)
-            else:
-                ids = tuple(reversed(pool[-n:]))
-                del pool[-n:]
-            left = free - n
-            node_free[node] = left
-            if left:
-                heapq.heappush(heaps[left], node)
-            busy = self.gpu_busy
-            for g in ids:
-                busy[g] = True
-            self.free_by_type[type_k] -= n
-            return ids
-        # Across nodes: the fullest-free first (ties: lower id), as few nodes as possible. No node
-        # has n free, so the free counts to walk, downwards, are n - 1 .. 1.
-        heaps, node_free = self._by_free[type_k], self.node_free
-        chosen: list[tuple[int, int]] = []
-        need = n
-        for free in range(min(n - 1, self.max_node), 0, -1):
-            for node in sorted({node for node in heaps[free] if node_free[node] == free}):
-                take = min(free, need)
-                chosen.append((node, take))
-                need -= take
+            if heap:
+                chosen.append((heap[0], n))  # the usual case: one node
+                break
+        else:
+            # Across nodes: the fullest-free first (ties: lower id), as few nodes as possible. No
+            # node has n free, so the free counts to walk, downwards, are n - 1 .. 1.
+            need = n
+            for free in range(min(n - 1, self.max_node), 0, -1):
+                for node in sorted({node for node in heaps[free] if node_free[node] == free}):
+                    take = min(free, need)
+                    chosen.append((node, take))
+                    need -= take
+                    if need == 0:
+                        break
                 if need == 0:
                     break
-            if need == 0:
-                break
-        if need:
-            raise PolicyError(f"not enough free {self.types[type_k]} GPUs for a {n}-GPU job")
+            if need:
+                raise PolicyError(f"not enough free {self.types[type_k]} GPUs for a {n}-GPU job")
         ids: list[int] = []
         for node, take in chosen:
             pool = self.free_ids[node]
-            ids.extend(reversed(pool[-take:]))
+            ids.extend(pool[:-take - 1:-1])  # the lowest ids: the pool is in descending order
             del pool[-take:]
-            left = node_free[node] - take
-            node_free[node] = left
-            if left:
-                heapq.heappush(heaps[left], node)
-        busy = self.gpu_busy
-        for g in ids:
-            busy[g] = True
-        self.free_by_type[type_k] -= n
-        return tuple(ids)
+        return self._taken(type_k, chosen, ids)
 
     def claim(self, type_k: int, gpu_ids: tuple[int, ...]) -> tuple[int, ...]:
         for g in gpu_ids:
@@ -154,9 +131,13 @@ class ClusterState:
 
     def _mark(self, type_k: int, ids: list[int]) -> tuple[int, ...]:
         """Mark GPUs (already out of their nodes' free pools) busy."""
+        return self._taken(type_k, [(node, len(gs)) for node, gs in self._per_node(ids).items()], ids)
+
+    def _taken(self, type_k: int, per_node: list[tuple[int, int]], ids: list[int]) -> tuple[int, ...]:
+        """Book GPUs ``ids`` (out of their nodes' pools; ``per_node``: (node, how many)) as busy."""
         heaps, node_free = self._by_free[type_k], self.node_free
-        for node, gs in self._per_node(ids).items():
-            free = node_free[node] - len(gs)
+        for node, count in per_node:
+            free = node_free[node] - count
             node_free[node] = free
             if free:
                 heapq.heappush(heaps[free], node)

@@ -424,3 +424,42 @@ def test_bad_option_values_name_the_option(spec, option):
 def test_unknown_option_is_rejected():
     with pytest.raises(PolicySpecError, match="budget_ms"):
         make_policy("allox:budget_ms=5")
+
+
+def test_online_looks_only_at_the_gpus_a_plan_can_use():
+    # The online decision passes plan_queues the per-type n earliest GPUs instead of all GPUs
+    # (idle first); the plan, mapped back to GPU ids, must be the same as with every GPU listed.
+    from types import SimpleNamespace
+
+    import policies.allox as allox
+
+    rng = np.random.default_rng(11)
+    for case in range(40):
+        # more GPUs than jobs, many busy: the choice of which GPUs to look at matters
+        gpus, types, jobs = int(rng.integers(8, 60)), int(rng.integers(1, 4)), int(rng.integers(1, 8))
+        gpu_type = rng.integers(0, types, gpus)
+        running = int(rng.integers(0, gpus))
+        predicted = rng.integers(1, 40, size=(jobs + running, types)).astype(float)
+        gpu_job = np.full(gpus, -1)
+        busy = rng.choice(gpus, size=min(running, gpus), replace=False)
+        gpu_job[busy] = jobs + np.arange(len(busy))
+        start = np.full(jobs + running, np.nan)
+        type_of = np.full(jobs + running, -1)
+        start[gpu_job[busy]] = rng.integers(0, 30, len(busy)).astype(float)  # some overrun (end < now)
+        type_of[gpu_job[busy]] = gpu_type[busy]
+        state = SimpleNamespace(gpu_job=gpu_job, gpu_type=gpu_type)
+        view = SimpleNamespace(state=state, now=25.0, start=start, predicted=predicted, type_of=type_of,
+                               gpu_types=[f"t{k}" for k in range(types)])
+        avail = np.full(gpus, 25.0)
+        avail[busy] = np.maximum(25.0, start[gpu_job[busy]] + predicted[gpu_job[busy], gpu_type[busy]])
+        P, arrival = predicted[:jobs], rng.uniform(0.0, 25.0, jobs)
+        feasible = np.ones((jobs, types), dtype=bool)
+        everything = np.argsort(gpu_job >= 0, kind="stable")
+        want = {int(everything[i]): q for i, q in
+                allox.plan_queues(P, arrival, feasible, gpu_type[everything], avail[everything]).items()}
+        policy = AlloxPolicy()
+        order, machine_avail = policy._earliest_gpus(view, jobs)
+        assert np.array_equal(machine_avail, avail[order]), case
+        got = {int(order[i]): q for i, q in
+               allox.plan_queues(P, arrival, feasible, gpu_type[order], machine_avail).items()}
+        assert got == want, case
