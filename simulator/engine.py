@@ -311,7 +311,12 @@ class Simulation:
         self._new += jobs
         self.events += len(jobs)
         self._pending = True
-        if env.peek() > now:  # no other event of this timestamp left: the policy's turn
+        self._after_event()
+
+    def _after_event(self) -> None:
+        """Call the policy if something changed at this timestamp and no other event of it is left
+        (the moment a scheduling event queued behind every event of the timestamp would run)."""
+        if self._pending and self._env.peek() > self._env.now:
             self._schedule()
 
     def _schedule(self) -> None:
@@ -379,14 +384,11 @@ class Simulation:
             self.predicted[job, k] = self.truth[job, k]
             self.events += 1
             self._pending = True
-        env = self._env
-        if self._pending and env.peek() > env.now:
-            self._schedule()
+        self._after_event()
 
     def _complete(self, ev: simpy.Event) -> None:
         """Jobs end (all those whose end is this instant); their GPUs are free."""
-        env = self._env
-        now = env.now
+        now = self._env.now
         jobs = ev.value
         del self._ending[now]
         running, release, end, gpus_of = self.view.running, self.state.release, self.end, self.gpus_of
@@ -400,8 +402,7 @@ class Simulation:
             if before // 512 != self._bar.n // 512:  # the simulated clock beside jobs done, now and then
                 self._bar.set_postfix_str(f"simulated clock {sim_clock(now)}", refresh=False)
         self._pending = True
-        if env.peek() > now:
-            self._schedule()
+        self._after_event()
 
     # -- driver ----------------------------------------------------------------------------------
     def run(self) -> SimulationResult:
