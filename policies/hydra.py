@@ -20,7 +20,9 @@ as its authors' simulator does, with its known bug fixed:
 * **Assignment**: greedy "K-means": repeatedly pick the (waiting job, GPU) pair whose GPU queue,
   optimally ordered with the job added, has the lowest *absolute* cost; ties: earlier job in
   arrival order, then lower GPU id. Orderings are memoised on (type, t0, job set); GPUs of a
-  type that are free at the same time with empty plans are evaluated once.
+  type that are free at the same time with empty plans are evaluated once. Pairs are scored and
+  picked by compiled loops (:mod:`policies.hydra_greedy`, bit-identical to the numpy scoring it
+  replaced; numba compiles it on the first Hydra run after install and caches it).
 * **Modes**: ``mode=online`` (default) re-plans at every arrival and completion and starts only
   the heads of idle GPUs' queues (``window`` jobs are planned per decision, default 100,
   ``window=all`` for all: picked round-robin from the longest-waiting, earliest-deadline and
@@ -39,6 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from policies import hydra_greedy as kernels
 from policies.base import Placement, Policy
 from policies.candidates import first_by, round_robin_pick
 from policies.options import choice, count_or_all, number, switch
@@ -49,6 +52,7 @@ Cost = tuple[float, float]  # (total tardiness, total JCT), compared lexicograph
 # per job), one-shot plans each batch of arrivals once.
 DEFAULT_BUDGET_MS = {"online": 20.0, "oneshot": 1000.0}
 TARDINESS_WEIGHT = 1e20
+ROUNDS_PER_CHECK = 64  # compiled greedy rounds between two looks at the time budget
 
 
 def weighted(cost: Cost) -> float:
@@ -270,109 +274,76 @@ class GpuState:
 
 def greedy_assign(waiting: list[int], gpus: list[GpuState], per_type: list[Jobs],
                   feasible: np.ndarray, orderer: QueueOrderer) -> list[GpuState]:
-    """Hydra's greedy assignment of ``waiting`` jobs (rows of ``feasible[job, type]``) to GPUs.
+    """Hydra's greedy assignment of ``waiting`` jobs (rows of ``feasible[job, type]``) to GPU
+    groups with empty plans; returns the groups, new ones (split off a group) appended.
 
     Each round takes the (job, GPU) pair of least absolute queue cost. Pairs are first scored by
     SRTF, which is exact when SRTF meets every deadline and otherwise gives a lower bound
     (tardiness >= the queue's own and the job's tardiness if run first; JCT >= SRTF's). The
     expensive ordering (branch-and-bound) runs only for a pair whose bound is the current minimum,
     so the choice is the same as scoring every pair exactly. Once the decision's time budget is
-    spent, every pair is scored by its SRTF cost as exact and queues are ordered by SRTF: the
-    rest of the decision costs one vectorised column per assignment.
+    spent, every pair is scored by its SRTF cost as exact and queues are ordered by SRTF. Scoring
+    and the rounds whose queue SRTF orders on time run compiled (:mod:`policies.hydra_greedy`);
+    the budget is checked whenever control is back here (at least every ``ROUNDS_PER_CHECK``).
     """
-    n = len(waiting)
-    groups = list(gpus)
-    width = len(groups) + n  # every assignment can split at most one new group off
-    tard = np.full((n, width), np.inf)
-    jct = np.full((n, width), np.inf)
-    exact = np.zeros((n, width), dtype=bool)
+    if any(g.seq for g in gpus):
+        raise ValueError("greedy_assign takes GPU groups with empty plans; a group came with one")
+    n, m = len(waiting), len(gpus)
+    if n == 0:
+        return list(gpus)
+    width = m + n  # every assignment can split at most one new group off
+    rows = np.asarray(waiting, dtype=np.int64)
+    tard, jct = np.full((n, width), np.inf), np.full((n, width), np.inf)
+    code = np.zeros((n, width), dtype=np.int8)
     alive = np.ones(n, dtype=bool)
-    rows = np.asarray(waiting)
+    row_p = np.stack([np.asarray(jobs.p, dtype=np.float64)[rows] for jobs in per_type])
+    row_ok = np.ascontiguousarray(np.asarray(feasible, dtype=bool)[rows].T)
+    row_submit = np.asarray(per_type[0].submit, dtype=np.float64)[rows]
+    row_deadline = np.asarray(per_type[0].deadline, dtype=np.float64)[rows]
+    g_type, g_t0 = np.zeros(width, dtype=np.int64), np.zeros(width)
+    g_type[:m] = [g.type_k for g in gpus]
+    g_t0[:m] = [g.t0 for g in gpus]
+    g_tard, g_len = np.zeros(width), np.zeros(width, dtype=np.int64)
+    g_slot, g_parent = np.full(width, -1, dtype=np.int64), np.full(width, -1, dtype=np.int64)
+    g_count = np.zeros(width, dtype=np.int64)
+    g_count[:m] = [len(g.members) for g in gpus]
+    g_srtf = np.zeros(width, dtype=bool)  # whether a group's plan is its SRTF order (else in ``ordered``)
+    seqs = np.empty((n, n), dtype=np.int64)
+    counters = np.array([m, 0, 0], dtype=np.int64)
+    scores = (tard, jct, code, alive, rows, row_p, row_ok, row_submit, row_deadline)
+    groups = (g_type, g_t0, g_tard, g_len, g_slot)
+    ordered: dict[int, list[int]] = {}
     srtf_only = False  # the budget is spent: SRTF scores are taken as exact
-    # the waiting jobs' facts, per type where they differ (read once per column otherwise)
-    row_p = [jobs.p[rows] for jobs in per_type]
-    row_feasible = feasible[rows].T
-    row_submit, row_deadline = per_type[0].submit[rows], per_type[0].deadline[rows]
-
-    def fill_column(c: int) -> None:
-        """Score every waiting job on group c: SRTF of its plan plus the job, vectorised."""
-        g = groups[c]
-        jobs = per_type[g.type_k]
-        orderer.work += n
-        ok = alive & row_feasible[g.type_k]
-        pj = row_p[g.type_k]
-        if not g.seq:  # a lone job has one order: exact
-            end = g.t0 + pj
-            tard[:, c] = np.where(ok, np.maximum(0.0, end - row_deadline), np.inf)
-            jct[:, c] = np.where(ok, end - row_submit, np.inf)
-            exact[:, c] = True
-            return
-        seq = np.array(srtf(g.seq, jobs))
-        ps = jobs.p[seq]
-        ends = np.cumsum(np.concatenate([[g.t0], ps]))  # sequential sums, as queue_cost adds
-        # where each candidate falls in SRTF order (ties by job index), and what it delays
-        before = (ps[None, :] < pj[:, None]) | ((ps[None, :] == pj[:, None]) & (seq[None, :] < rows[:, None]))
-        end_j = ends[before.sum(axis=1)] + pj
-        shifted = ends[None, 1:] + np.where(before, 0.0, pj[:, None])
-        total_jct = (shifted - jobs.submit[seq][None, :]).sum(axis=1) + end_j - row_submit
-        total_tard = (np.maximum(0.0, shifted - jobs.deadline[seq][None, :]).sum(axis=1)
-                      + np.maximum(0.0, end_j - row_deadline))
-        on_time = total_tard == 0.0
-        jct[:, c] = np.where(ok, total_jct, np.inf)
-        if srtf_only:
-            tard[:, c] = np.where(ok, total_tard, np.inf)
-            exact[:, c] = True
-            return
-        alone = np.maximum(0.0, g.t0 + pj - row_deadline)
-        tard[:, c] = np.where(ok, np.where(on_time, 0.0, np.maximum(g.tardiness, alone)), np.inf)
-        exact[:, c] = on_time
-
-    empty = [c for c, g in enumerate(groups) if not g.seq]
-    if empty:  # every group without a plan at once: a lone job has one order, its cost is exact
-        kinds = [groups[c].type_k for c in empty]
-        t0 = np.array([groups[c].t0 for c in empty])
-        end = t0[None, :] + np.stack([row_p[k] for k in kinds], axis=1)
-        ok = row_feasible[kinds].T
-        tard[:, empty] = np.where(ok, np.maximum(0.0, end - row_deadline[:, None]), np.inf)
-        jct[:, empty] = np.where(ok, end - row_submit[:, None], np.inf)
-        exact[:, empty] = True
-        orderer.work += n * len(empty)
-    for c in range(len(groups)):
-        if groups[c].seq:
-            fill_column(c)
-    for _ in range(n):
+    kernels.fill_all(srtf_only, *scores, *groups, seqs, counters)
+    while True:
         if not srtf_only and orderer.spent():
             srtf_only = True
-            for c in range(len(groups)):
-                fill_column(c)
-        while True:  # assigned jobs' rows are all inf, so the whole matrix can be searched
-            used = len(groups)
-            t_used, j_used = tard[:, :used], jct[:, :used]
-            t_min = t_used.min()
-            if not np.isfinite(t_min):
-                return groups  # nothing left that fits anywhere
-            masked = np.where(t_used == t_min, j_used, np.inf)
-            r, c = np.unravel_index(int(np.argmin(masked)), masked.shape)
-            r = int(r)
-            if exact[r, c]:
-                break
-            g = groups[c]
-            _, (tard[r, c], jct[r, c]) = orderer.order(frozenset(g.seq) | {waiting[r]}, g.t0, g.type_k,
-                                                       per_type[g.type_k])
-            exact[r, c] = True
-        j, g = waiting[r], groups[c]
-        seq, cost = orderer.order(frozenset(g.seq) | {j}, g.t0, g.type_k, per_type[g.type_k])
-        alive[r] = False
-        tard[r, :] = np.inf
-        jct[r, :] = np.inf
-        if len(g.members) > 1:  # split one GPU off the interchangeable group
-            member = g.members.pop(0)
-            groups.append(GpuState(g.type_k, g.t0, [member], seq, cost[0]))
-            fill_column(len(groups) - 1)
-        else:
-            g.seq, g.tardiness = seq, cost[0]
-            fill_column(c)
-    return groups
+            kernels.fill_all(srtf_only, *scores, *groups, seqs, counters)
+        status, r, c = kernels.advance(ROUNDS_PER_CHECK, srtf_only, *scores, *groups, g_count, g_parent, g_srtf,
+                                       seqs, counters)
+        if status == kernels.DONE:
+            break
+        if status == kernels.PAUSE:
+            continue
+        k = int(g_type[c])
+        planned = rows[seqs[g_slot[c], :g_len[c]]].tolist() if g_len[c] else []
+        seq, cost = orderer.order(frozenset(planned) | {waiting[r]}, float(g_t0[c]), k, per_type[k])
+        if code[r, c] == kernels.BOUND:  # the bound is the minimum: score the pair exactly
+            tard[r, c], jct[r, c] = cost
+            code[r, c] = kernels.EXACT
+            continue
+        target = kernels.add_job(r, c, cost[0], srtf_only, *scores, *groups, g_count, g_parent, seqs, counters)
+        ordered[target] = seq
+        g_srtf[target] = False
+    orderer.work += int(counters[kernels.WORK])
+    out = list(gpus)
+    for u in range(m, int(counters[kernels.USED])):  # in the order they split off their group
+        out.append(GpuState(int(g_type[u]), float(g_t0[u]), [gpus[g_parent[u]].members.pop(0)], []))
+    for c, group in enumerate(out):
+        if g_len[c]:
+            group.seq = rows[seqs[g_slot[c], :g_len[c]]].tolist() if g_srtf[c] else ordered[c]
+            group.tardiness = float(g_tard[c])
+    return out
 
 
 class HydraPolicy(Policy):
@@ -444,8 +415,10 @@ class HydraPolicy(Policy):
             ids = ids[np.lexsort((state.gpu_job[ids] >= 0, t0[ids]))]
             if len(ids) > len(pending):
                 ids = ids[t0[ids] <= t0[ids[len(pending) - 1]]]
-            for members in np.split(ids, np.flatnonzero(np.diff(t0[ids])) + 1):  # equal t0: one group
-                gpus.append(GpuState(k, float(t0[members[0]]), members.tolist(), []))
+            times, members = t0[ids], ids.tolist()
+            cuts = [0, *(np.flatnonzero(times[1:] != times[:-1]) + 1).tolist(), len(members)]
+            for a, b in zip(cuts, cuts[1:]):  # equal t0: one group
+                gpus.append(GpuState(k, float(times[a]), members[a:b], []))
         self.orderer.start_decision()
         for group in greedy_assign(pending, gpus, per_type, feasible, self.orderer):
             if group.seq:
