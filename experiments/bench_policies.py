@@ -35,7 +35,7 @@ import pandas as pd
 from experiments.shared_data import shared_dir
 
 ONLINE = ("fifo", "sjf", "edf", "allox", "hydra")
-HEAVY = ("hydra:mode=oneshot", "hydra:mode=oneshot,budget_ms=5000", "hydra", "allox:mode=offline,window=all",
+HEAVY = ("hydra:mode=offline", "hydra:mode=offline,budget_ms=5000", "hydra", "allox:mode=offline,window=all",
          "allox:window=all")
 
 

@@ -30,8 +30,8 @@ from predictor.capture.importers import import_traces
 from predictor.dataset import split_by_family
 from predictor.devices.specs import load_params
 from predictor.evaluate import evaluate, markdown
+from predictor.tables import emulated_traces
 from traces.catalog import read_catalog
-from traces.tables import emulated_traces
 
 DEFAULT_TRACES = Path(os.environ.get("ETS_TRACES_DIR", "../shared/ets_traces"))
 PAIR_KEY = ["model", "batch", "input_size", "dtype"]

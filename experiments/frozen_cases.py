@@ -36,7 +36,7 @@ POLICIES = (
     "fifo", "sjf", "edf",
     "allox", "allox:window=all", "allox:mode=offline,window=all",
     "hydra:nodes=2000,budget_ms=3600000",
-    "hydra:mode=oneshot,nodes=2000,budget_ms=3600000",
+    "hydra:mode=offline,nodes=2000,budget_ms=3600000",
     "hydra:bnb=off,budget_ms=3600000",
 )
 

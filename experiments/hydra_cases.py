@@ -32,8 +32,8 @@ POLICIES = {
     "SJF": "sjf",
     "EDF": "edf",
     "AlloX": "allox:mode=offline,window=all",
-    "Hydra-heuristic": "hydra:mode=oneshot,bnb=off,budget_ms=600000",  # a budget that never binds
-    "Hydra-B&B": "hydra:mode=oneshot,nodes=20000,budget_ms=600000",
+    "Hydra-heuristic": "hydra:mode=offline,bnb=off,budget_ms=600000",  # a budget that never binds
+    "Hydra-B&B": "hydra:mode=offline,nodes=20000,budget_ms=600000",
 }
 COLUMNS = ["workload", "n", "policy", "spec", "jct_mean", "queue_mean", "late_jobs", "tardiness_total",
            "late_tardiness_mean", "policy_calls", "policy_ms", "bnb_searches", "bnb_stopped_by_node_budget"]

@@ -34,8 +34,8 @@ import pandas as pd
 from predictor.checkpoints import available, pretrained
 from predictor.devices.specs import load_params
 from predictor.evaluate import Evaluation, evaluate, markdown
+from predictor.tables import emulated_traces
 from traces.catalog import read_catalog
-from traces.tables import emulated_traces
 
 METHODS = ("ets", "opbased", "habitat", "dnnperf")
 SCHEDULING_PREDICTORS = ("truth", "ets", "habitat", "dnnperf")

@@ -38,9 +38,10 @@ import math
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
+from policies import options
 from policies.base import Placement, Policy
 from policies.candidates import first_by, round_robin_pick
-from policies.options import choice, count_or_all, number
+from policies.options import count_or_all, number
 from policies.queues import PlannedQueues
 
 INFEASIBLE = 1e30  # cost of a slot a job cannot use (gang job larger than the type's pool)
@@ -193,9 +194,9 @@ class AlloxPolicy(Policy):
     def __init__(self, window: str | int = 50, alpha: str | float = 1.0, mode: str = "online"):
         self.window = count_or_all("window", window)
         self.alpha = number("alpha", alpha, 0.0, 1.0, low_open=True)
-        self.mode = choice("mode", mode, ("online", "offline"))
+        self.mode = options.mode(mode)
         self._queues = PlannedQueues()
-        self._gpus_of_type: tuple | None = None  # (cluster state, GPU ids per type), made once
+        self._gpus_of_type: tuple | None = None  # (the run's per-GPU type array, GPU ids per type), made once
         self.max_work = 0  # the largest cost matrix (cells) one decision solved
 
     def describe(self) -> dict:
@@ -229,17 +230,16 @@ class AlloxPolicy(Policy):
         """Per type the n GPUs a plan of n jobs can use (the earliest free; idle before busy, then
         by id), idle ones first, with when each is free: what :func:`plan_queues` keeps of all
         GPUs listed idle first, without computing every busy GPU's free time."""
-        state = view.state
-        if self._gpus_of_type is None or self._gpus_of_type[0] is not state:
-            self._gpus_of_type = (state, [np.flatnonzero(state.gpu_type == k) for k in range(len(view.gpu_types))])
+        if self._gpus_of_type is None or self._gpus_of_type[0] is not view.gpu_type:  # a new run
+            self._gpus_of_type = (view.gpu_type, [np.flatnonzero(view.gpu_type == k) for k in range(len(view.gpu_types))])
         idle_parts, busy_parts, busy_avail = [], [], []
         for ids in self._gpus_of_type[1]:
-            busy = state.gpu_job[ids] >= 0
+            busy = view.gpu_job[ids] >= 0
             idle = ids[~busy]
             idle_parts.append(idle[:n])
             if len(idle) < n:
                 taken = ids[busy]
-                jobs = state.gpu_job[taken]
+                jobs = view.gpu_job[taken]
                 avail = np.maximum(view.now, view.start[jobs] + view.predicted[jobs, view.type_of[jobs]])
                 first = np.lexsort((taken, avail))[:n - len(idle)]
                 keep = np.sort(first)  # listed by id, as among all GPUs
@@ -251,7 +251,6 @@ class AlloxPolicy(Policy):
 
     # -- scheduling ----------------------------------------------------------------------------
     def schedule(self, view) -> list[Placement]:
-        state = view.state
         if self.mode == "online":
             self._queues.clear()
             if not view.free_by_type.any():
@@ -263,7 +262,7 @@ class AlloxPolicy(Policy):
             pending = [j for j in view.waiting if j not in planned]
             avail = view.gpu_available_at()
             for g, q in self._queues.queues.items():
-                avail[g] += float(view.predicted[q, state.gpu_type[g]].sum())
+                avail[g] += float(view.predicted[q, view.gpu_type[g]].sum())
         candidates = self._window(view, self._fairness_filter(view, pending))
         if candidates:
             idx = np.array(candidates)
@@ -273,16 +272,16 @@ class AlloxPolicy(Policy):
             if avail is None:
                 order, machine_avail = self._earliest_gpus(view, len(idx))
             else:
-                order = np.argsort(state.gpu_job >= 0, kind="stable")
+                order = np.argsort(view.gpu_job >= 0, kind="stable")
                 machine_avail = avail[order]
             stats: dict = {}
-            plan = plan_queues(view.predicted[idx], view.submit[idx], feasible, state.gpu_type[order], machine_avail,
+            plan = plan_queues(view.predicted[idx], view.submit[idx], feasible, view.gpu_type[order], machine_avail,
                                stats)
             self.max_work = max(self.max_work, stats.get("cells", 0))
             online = self.mode == "online"
             for i, positions in plan.items():
                 gpu = int(order[i])
-                if online and state.gpu_job[gpu] >= 0:
+                if online and view.gpu_job[gpu] >= 0:
                     continue  # online, only idle GPUs' heads start; the rest is re-planned anyway
                 self._queues.extend(gpu, [int(idx[p]) for p in positions])
         return self._queues.start_heads(view)

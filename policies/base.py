@@ -1,17 +1,17 @@
-"""The Policy interface: what a scheduling policy sees and what it returns.
+"""The policy contract: what a scheduling policy sees (:class:`SchedulerView`) and what it returns.
 
 Why: the engine must not care which policy runs, and policies must never see true run times —
-only the predictor's estimates exposed through the scheduler view.
+only the predictor's estimates exposed through the scheduler view. The contract lives here, below
+the engine: the engine fills the view and keeps its arrays current; policies only read it.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from simulator.engine import SchedulerView
+import numpy as np
 
 
 class PolicyError(RuntimeError):
@@ -35,16 +35,59 @@ class Placement:
     gpu_ids: tuple[int, ...] | None = None
 
 
+@dataclass
+class SchedulerView:
+    """What a policy may look at: the clock, waiting and running jobs, free GPUs, and *predicted*
+    run times. True run times are deliberately absent. Arrays are the engine's own (current at
+    every call): read them, copy before changing."""
+
+    now: float
+    gpu_types: list[str]
+    type_index: dict[str, int]
+    predicted: np.ndarray            # seconds, (job, type)
+    submit: np.ndarray
+    num_gpus: np.ndarray
+    deadline: np.ndarray             # NaN = none
+    users: np.ndarray
+    job_ids: np.ndarray
+    waiting: dict[int, None]         # job indices in arrival order
+    running: dict[int, tuple[float, int]]  # job -> (start, type index)
+    start: np.ndarray                # start time per job (NaN until started)
+    type_of: np.ndarray              # GPU type index per started job (-1 until started)
+    gpu_type: np.ndarray             # type index per GPU
+    gpu_job: np.ndarray              # running job per GPU, -1 = idle
+    free_by_type: np.ndarray         # free GPUs per type (index = position in ``gpu_types``)
+    total_by_type: np.ndarray        # GPUs per type
+
+    def estimate(self, job: int, gpu_type: str) -> float:
+        return float(self.predicted[job, self.type_index[gpu_type]])
+
+    def predicted_end(self, job: int) -> float:
+        """When a running job is expected to finish by the prediction, never earlier than now: a job
+        that overran its prediction is expected to end any moment."""
+        start, k = self.running[job]
+        return max(self.now, start + float(self.predicted[job, k]))
+
+    def gpu_available_at(self) -> np.ndarray:
+        """Per GPU, when it is expected to be free (now for idle GPUs), by the predictions."""
+        jobs = self.gpu_job
+        busy = jobs >= 0
+        avail = np.full(len(jobs), self.now)
+        j = jobs[busy]
+        avail[busy] = np.maximum(self.now, self.start[j] + self.predicted[j, self.type_of[j]])
+        return avail
+
+
 class Policy(ABC):
     """A non-preemptive scheduler called once per timestamp at which something changed."""
 
     name: str = "policy"
 
-    def on_arrival(self, view: "SchedulerView", jobs: list[int]) -> None:
+    def on_arrival(self, view: SchedulerView, jobs: list[int]) -> None:
         """New jobs joined the waiting set (called before ``schedule`` at the same timestamp)."""
 
     @abstractmethod
-    def schedule(self, view: "SchedulerView") -> list[Placement]:
+    def schedule(self, view: SchedulerView) -> list[Placement]:
         """Return the jobs to start now; each must fit in the free GPUs left by the earlier ones."""
 
     def describe(self) -> dict[str, Any]:

@@ -12,7 +12,7 @@ as its authors' simulator does, with its known bug fixed:
   best-first branch-and-bound (the FixNonDDL variant: deadline-free jobs keep SRTF order among
   themselves) and a node budget per search (``nodes``), raced against the swap heuristic; the
   cheaper wins. ``bnb=off`` is the heuristic alone (Hydra's ``hydra_alpha_0``). A time budget
-  bounds each whole decision (``budget_ms``, default 20 online, 1000 one-shot): once spent, the
+  bounds each whole decision (``budget_ms``, default 20 online, 1000 offline): once spent, the
   decision's remaining queues are ordered and scored by SRTF alone, with neither heuristic nor
   search. With ``nodes`` set and a time budget that never binds, results are reproducible; a
   binding time budget makes the plan depend on the CPU's speed. An online decision with no idle
@@ -26,7 +26,7 @@ as its authors' simulator does, with its known bug fixed:
 * **Modes**: ``mode=online`` (default) re-plans at every arrival and completion and starts only
   the heads of idle GPUs' queues (``window`` jobs are planned per decision, default 100,
   ``window=all`` for all: picked round-robin from the longest-waiting, earliest-deadline and
-  shortest jobs); ``mode=oneshot`` installs whole queues and later arrivals are
+  shortest jobs); ``mode=offline`` installs whole queues and later arrivals are
   planned behind them (all-at-t=0 cases: one plan, as in Hydra's simulator).
 
 Gang jobs: see :mod:`policies.queues`.
@@ -42,15 +42,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from policies import hydra_greedy as kernels
+from policies import options
 from policies.base import Placement, Policy
 from policies.candidates import first_by, round_robin_pick
-from policies.options import choice, count_or_all, number, switch
+from policies.options import count_or_all, number, switch
 from policies.queues import PlannedQueues
 
 Cost = tuple[float, float]  # (total tardiness, total JCT), compared lexicographically
 # Time budget of one decision by mode: online re-plans at every event (a replay makes ~2 decisions
-# per job), one-shot plans each batch of arrivals once.
-DEFAULT_BUDGET_MS = {"online": 20.0, "oneshot": 1000.0}
+# per job), offline plans each batch of arrivals once.
+DEFAULT_BUDGET_MS = {"online": 20.0, "offline": 1000.0}
 TARDINESS_WEIGHT = 1e20
 ROUNDS_PER_CHECK = 64  # compiled greedy rounds between two looks at the time budget
 
@@ -351,7 +352,7 @@ class HydraPolicy(Policy):
 
     def __init__(self, budget_ms: str | float | None = None, nodes: str | int | None = None, bnb: str | bool = "on",
                  mode: str = "online", window: str | int = 100):
-        self.mode = choice("mode", mode, ("online", "oneshot"))
+        self.mode = options.mode(mode)
         default_budget = DEFAULT_BUDGET_MS[self.mode]
         self.budget_ms = number("budget_ms", default_budget if budget_ms is None else budget_ms, 0.0, 3.6e6)
         self.max_nodes = count_or_all("nodes", nodes)
@@ -396,23 +397,22 @@ class HydraPolicy(Policy):
         return sorted(round_robin_pick(orders, self.window))
 
     def _plan(self, view, pending: list[int], avail: np.ndarray) -> None:
-        state = view.state
         if self._static is None:  # per-job facts that never change during a run
             deadline = np.where(np.isnan(view.deadline), np.inf, view.deadline)
             self._static = ([Jobs(view.predicted[:, k], view.submit, deadline) for k in range(len(view.gpu_types))],
                             view.num_gpus[:, None] <= view.total_by_type[None, :])
         per_type, feasible = self._static
         t0 = avail.copy()
-        for g, queue in self._queues.queues.items():  # one-shot: new jobs go behind installed queues
-            t0[g] += float(per_type[state.gpu_type[g]].p[queue].sum())
+        for g, queue in self._queues.queues.items():  # offline: new jobs go behind installed queues
+            t0[g] += float(per_type[view.gpu_type[g]].p[queue].sum())
         gpus: list[GpuState] = []
         for k in range(len(view.gpu_types)):
             # Only the len(pending) earliest-free GPUs of a type can receive a job: a later one with
             # an empty plan always costs more than an earlier one that is still empty (exact).
-            ids = np.flatnonzero(state.gpu_type == k)
+            ids = np.flatnonzero(view.gpu_type == k)
             # idle before busy at equal t0 (a job that overran its prediction is "free now" too,
             # but a job given to that GPU would wait for it)
-            ids = ids[np.lexsort((state.gpu_job[ids] >= 0, t0[ids]))]
+            ids = ids[np.lexsort((view.gpu_job[ids] >= 0, t0[ids]))]
             if len(ids) > len(pending):
                 ids = ids[t0[ids] <= t0[ids[len(pending) - 1]]]
             times, members = t0[ids], ids.tolist()

@@ -47,3 +47,16 @@ def choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
         raise PolicySpecError(f"option {name}={value!r}: expected one of {', '.join(allowed)}")
     return value
+
+
+MODES = ("online", "offline")
+RENAMED_MODES = {"oneshot": "offline"}  # Hydra's former spelling
+
+
+def mode(value: str) -> str:
+    """The planning mode, spelled the same for every policy that has one: ``online`` re-plans at
+    every event and starts only idle GPUs' queue heads; ``offline`` plans each batch of arrivals
+    once and installs whole queues (later arrivals are planned behind them)."""
+    if value in RENAMED_MODES:
+        raise PolicySpecError(f"option mode={value!r} is now spelled mode={RENAMED_MODES[value]}")
+    return choice("mode", value, MODES)

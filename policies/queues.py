@@ -1,7 +1,7 @@
 """Per-GPU planned queues, and how their heads start — shared by AlloX and Hydra.
 
 Why: both policies plan a queue of jobs per GPU ("machine") and then start only the heads of
-idle GPUs' queues (online: the rest is re-planned at the next event; one-shot/offline: queues stay
+idle GPUs' queues (online: the rest is re-planned at the next event; offline: queues stay
 installed). One place defines that step, including gang jobs:
 
 * A job needing n GPUs is planned as a unit in the queue of one GPU (its *lead* GPU), with its run
@@ -39,9 +39,8 @@ class PlannedQueues:
 
     def start_heads(self, view) -> list[Placement]:
         """Placements for the heads of idle GPUs' queues (started heads leave their queue)."""
-        state = view.state
         free = view.free_by_type.copy()
-        idle = sorted(g for g in self.queues if state.gpu_job[g] < 0)
+        idle = sorted(g for g in self.queues if view.gpu_job[g] < 0)
         reserved_from: dict[int, float] = {}  # held type -> predicted start of its gang job
         avail = None
         gangs: list[Placement] = []
@@ -50,20 +49,20 @@ class PlannedQueues:
             need = int(view.num_gpus[job])
             if need == 1:
                 continue
-            k = int(state.gpu_type[g])
+            k = int(view.gpu_type[g])
             if k not in reserved_from and free[k] >= need:
                 free[k] -= need
                 gangs.append(Placement(job, view.gpu_types[k]))
                 self._pop(g)
             elif k not in reserved_from:
                 avail = view.gpu_available_at() if avail is None else avail
-                reserved_from[k] = float(np.sort(avail[state.gpu_type == k])[need - 1])
+                reserved_from[k] = float(np.sort(avail[view.gpu_type == k])[need - 1])
         singles: list[Placement] = []
         for g in idle:
             if g not in self.queues:
                 continue
             job = self.queues[g][0]
-            k = int(state.gpu_type[g])
+            k = int(view.gpu_type[g])
             if int(view.num_gpus[job]) != 1 or free[k] < 1:
                 continue
             if k in reserved_from and view.now + view.predicted[job, k] > reserved_from[k]:

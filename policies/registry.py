@@ -24,7 +24,7 @@ POLICIES: dict[str, tuple[Callable[..., Policy], str]] = {
     "allox": (AlloxPolicy, "min-cost matching of jobs to (GPU, queue position) slots "
                            "[window=50|N|all, alpha=1.0 (0,1], mode=online|offline]"),
     "hydra": (HydraPolicy, "deadline-aware greedy queue assignment with branch-and-bound ordering "
-                           "[budget_ms=20 online|1000 oneshot, nodes=N|all, bnb=on|off, mode=online|oneshot, window=100|N|all]"),
+                           "[budget_ms=20 online|1000 offline, nodes=N|all, bnb=on|off, mode=online|offline, window=100|N|all]"),
 }
 
 

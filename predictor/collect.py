@@ -36,6 +36,18 @@ def _capture(config_dict: dict, device: str, regime: str = "plain") -> tuple[str
         return config.config_id, None, f"{type(exc).__name__}: {exc}"
 
 
+def dataset_device(device: str) -> str:
+    """The device name a dataset records: "emulated:<GPU>" in its canonical spelling, the others
+    as a capture records them (:func:`predictor.capture.opseq.recorded_device`)."""
+    if device.startswith("emulated:"):
+        from predictor.devices.specs import EMULATED_PREFIX, device_key
+
+        return EMULATED_PREFIX + device_key(device)
+    from predictor.capture.opseq import recorded_device
+
+    return recorded_device(device)
+
+
 class RegimeMismatchError(ValueError):
     """An emulated dataset that already holds traces of another measurement regime."""
 
@@ -44,9 +56,7 @@ def collect(configs: list[ModelConfig], device: str, out: str | Path, *, workers
             flush_every: int = 20, progress: bool = True, regime: str = "plain") -> dict:
     """Capture every config not yet in ``out``; returns counts (done, skipped, failed). ``regime``
     (emulated devices only): ``plain`` or ``nsys`` host times; one dataset never mixes the two."""
-    from predictor.capture.opseq import recorded_device
-
-    device = recorded_device(device)  # also rejects unknown emulated GPU types before any work
+    device = dataset_device(device)  # also rejects unknown emulated GPU types before any work
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     existing = device_file(out, device)

@@ -14,9 +14,8 @@ from dataclasses import fields
 from pathlib import Path
 from types import ModuleType
 
-from predictor.training import CheckpointError, load_body
-
-# method -> (module, config class)
+# method -> (module, config class): the one list of model methods (this module imports no torch,
+# so the simulator can name them without loading any)
 METHODS: dict[str, tuple[str, str]] = {
     "ets": ("predictor.ets", "TrainConfig"),
     "opbased": ("predictor.baselines.opbased", "OpBasedConfig"),
@@ -50,6 +49,8 @@ def make_config(method: str, **options):
 
 def checkpoint_method(path: str | Path) -> str:
     """Which method wrote a checkpoint (CheckpointError for a missing or foreign file)."""
+    from predictor.training import CheckpointError, load_body  # torch: only when a checkpoint is read
+
     body = load_body(path)
     method = body.get("method") if isinstance(body, dict) else None
     if method not in METHODS:

@@ -172,12 +172,13 @@ class EarlyStopping:
 
     def end_epoch(self, losses: list[float], val_mre: float) -> bool:
         """Record the epoch; True when training should stop."""
+        lr = self.schedule.get_last_lr()[0] if self.schedule is not None else None  # this epoch's rate
         if self.schedule is not None:
             self.schedule.step(val_mre)
         elapsed = time.perf_counter() - self.started
         loss = float(np.mean(losses)) if losses else float("nan")
         self.history.append({"epoch": len(self.history) + 1, "wall_s": round(elapsed, 2),
-                             "train_loss": round(loss, 5), "val_mre": round(val_mre, 5)})
+                             "train_loss": round(loss, 5), "val_mre": round(val_mre, 5), "lr": lr})
         self.bar.update(1)
         self.bar.set_postfix(loss=f"{loss:.4f}", val_mre=f"{val_mre:.3%}")
         if self.log is not None:

@@ -17,15 +17,15 @@ import click
 
 from policies.base import PolicySpecError
 from policies.registry import policy_help
+from predictor.gpus import UnknownGpuTypeError
 from predictor.outputs import OutputError, check_writable, claim_folder
+from predictor.tables import TableError
 from simulator.cluster import PRESETS, ClusterError
-from simulator.gpus import UnknownGpuTypeError
 from simulator.run import (DEFAULT_CLUSTER, DEFAULT_WORKLOAD, RunConfig, RunOutput, WorkloadSpecError, execute,
                            readable)
 from simulator.timing import PREDICTOR_HELP, PredictorSpecError
 from traces.binding import BindingError
 from traces.registry import TraceSpecError
-from traces.tables import TableError
 from traces.schema import TraceError
 
 USER_ERRORS = (TraceError, TraceSpecError, ClusterError, PolicySpecError, PredictorSpecError,

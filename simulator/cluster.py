@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from simulator.gpus import UnknownGpuTypeError, canonical_gpu_type
+from predictor.gpus import UnknownGpuTypeError, canonical_gpu_type
 
 
 class ClusterError(ValueError):

@@ -17,7 +17,7 @@ import pandas as pd
 import simpy
 from tqdm import tqdm
 
-from policies.base import Placement, Policy, PolicyError
+from policies.base import Placement, Policy, PolicyError, SchedulerView
 from simulator.cluster import Cluster
 from simulator.timing import Predictor, true_runtimes
 from traces.schema import JobTrace
@@ -176,55 +176,6 @@ class ClusterState:
 
 
 @dataclass
-class SchedulerView:
-    """What a policy may look at: the clock, waiting and running jobs, free GPUs, and *predicted*
-    run times. True run times are deliberately absent."""
-
-    now: float
-    gpu_types: list[str]
-    type_index: dict[str, int]
-    predicted: np.ndarray            # seconds, (job, type)
-    submit: np.ndarray
-    num_gpus: np.ndarray
-    deadline: np.ndarray             # NaN = none
-    users: np.ndarray
-    job_ids: np.ndarray
-    waiting: dict[int, None]         # job indices in arrival order
-    running: dict[int, tuple[float, int]]  # job -> (start, type index)
-    start: np.ndarray                # start time per job (NaN until started)
-    type_of: np.ndarray              # GPU type index per started job (-1 until started)
-    state: ClusterState
-    cluster: Cluster
-
-    @property
-    def free_by_type(self) -> np.ndarray:
-        """Free GPUs per type (index = position in ``gpu_types``). Copy it before planning."""
-        return self.state.free_by_type
-
-    @property
-    def total_by_type(self) -> np.ndarray:
-        return self.state.total_by_type
-
-    def estimate(self, job: int, gpu_type: str) -> float:
-        return float(self.predicted[job, self.type_index[gpu_type]])
-
-    def predicted_end(self, job: int) -> float:
-        """When a running job is expected to finish by the prediction, never earlier than now: a job
-        that overran its prediction is expected to end any moment."""
-        start, k = self.running[job]
-        return max(self.now, start + float(self.predicted[job, k]))
-
-    def gpu_available_at(self) -> np.ndarray:
-        """Per GPU, when it is expected to be free (now for idle GPUs), by the predictions."""
-        jobs = self.state.gpu_job
-        busy = jobs >= 0
-        avail = np.full(len(jobs), self.now)
-        j = jobs[busy]
-        avail[busy] = np.maximum(self.now, self.start[j] + self.predicted[j, self.type_of[j]])
-        return avail
-
-
-@dataclass
 class SimulationResult:
     records: pd.DataFrame
     policy_seconds: float
@@ -281,8 +232,8 @@ class Simulation:
             predicted=self.predicted, submit=jobs["submit_s"].to_numpy(), num_gpus=num,
             deadline=jobs["deadline_s"].to_numpy(), users=jobs["user"].to_numpy(dtype=object),
             job_ids=jobs["job_id"].to_numpy(dtype=object), waiting={}, running={},
-            start=self.start, type_of=self.type_of,
-            state=self.state, cluster=cluster)
+            start=self.start, type_of=self.type_of, gpu_type=self.state.gpu_type, gpu_job=self.state.gpu_job,
+            free_by_type=self.state.free_by_type, total_by_type=self.state.total_by_type)
         self.policy_seconds = 0.0
         self.policy_calls = 0
         self.events = 0

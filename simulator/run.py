@@ -20,10 +20,10 @@ import numpy as np
 import pandas as pd
 
 from policies.registry import make_policy
+from predictor.gpus import SPEEDS, canonical_gpu_type
 from predictor.outputs import atomic_file
 from simulator.cluster import Cluster, resolve
 from simulator.engine import Simulation
-from simulator.gpus import SPEEDS, canonical_gpu_type
 from simulator.metrics import summarize
 from simulator.timing import MODEL_PREDICTORS, ModelPredictor, make_predictor
 from traces.deadlines import assign_deadlines
@@ -94,9 +94,9 @@ def bind(trace: JobTrace, gpu_types: list[str], reference: str, seed: int,
          *, progress: bool = False) -> tuple[JobTrace, dict]:
     """The trace bound to catalog configs (:mod:`traces.binding`), and what the manifest records.
     ``progress``: a bar on stderr while the true iteration times are built (minutes, once)."""
+    from predictor.tables import truth_table
     from traces.binding import CLASS_SHARES, assign_configs, bind_workload
     from traces.catalog import CATALOG_FILE, catalog_configs, read_catalog
-    from traces.tables import truth_table
 
     sequences = read_catalog()
     configs = catalog_configs(sequences)

@@ -6,7 +6,7 @@ matrices over (job, GPU type) computed once per run.
 
 Ground truth: a trace's measured per-type run times (``runtime_s:<GPU>`` columns, Hydra cases)
 where present; otherwise the observed duration scaled by the measured relative iteration time of
-the target type over the observed type (:mod:`simulator.gpus`). Jobs without an observed type are
+the target type over the observed type (:mod:`predictor.gpus`). Jobs without an observed type are
 taken to have been observed on the *reference type* (by default the cluster's most numerous type).
 
 Predictors produce a matrix of the same shape. ``truth`` returns the ground truth; ``noisy:<MRE>``
@@ -24,16 +24,17 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from scipy.optimize import brentq
 from scipy.special import ndtr, ndtri
 
-from simulator.gpus import relative_time
-from simulator.seeding import hashed_uniform, scalar_exp
+from predictor.gpus import relative_time
+from predictor.methods import METHODS
+from predictor.tables import IterationTimeTable
 from traces.schema import RUNTIME_PREFIX
+from traces.seeding import hashed_uniform, scalar_exp
 
 
 class PredictorSpecError(ValueError):
@@ -107,46 +108,6 @@ class NoisyPredictor(Predictor):
                 "distribution": "truth * exp(sigma * z), z ~ N(0,1) hashed from (seed, gpu_type, job_id)"}
 
 
-class IterationTimeTable:
-    """Seconds per training iteration for (config_id, device): what every model-based predictor emits."""
-
-    COLUMNS = ("config_id", "device", "seconds")
-
-    def __init__(self, table: pd.DataFrame, source: str = "<table>"):
-        missing = [c for c in self.COLUMNS if c not in table.columns]
-        if missing:
-            raise ValueError(f"{source}: iteration-time table lacks column(s) {missing}")
-        bad = ~(table["seconds"].astype(float) > 0)
-        if bad.any():
-            row = table[bad].iloc[0]
-            raise ValueError(f"{source}: non-positive seconds for config {row.config_id!r} on {row.device!r}")
-        self.source = source
-        self._index = {(str(c), str(d)): float(s) for c, d, s in
-                       table[list(self.COLUMNS)].itertuples(index=False)}
-
-    def __len__(self) -> int:
-        return len(self._index)
-
-    def seconds(self, config_id: str, device: str) -> float:
-        try:
-            return self._index[(str(config_id), str(device))]
-        except KeyError:
-            raise KeyError(f"{self.source}: no iteration time for config {config_id!r} on device {device!r}") from None
-
-    def matrix(self, config_ids, devices: list[str]) -> np.ndarray:
-        return np.array([[self.seconds(c, d) for d in devices] for c in config_ids], dtype="float64")
-
-    def to_frame(self) -> pd.DataFrame:
-        return pd.DataFrame([(c, d, s) for (c, d), s in self._index.items()], columns=list(self.COLUMNS))
-
-    def save(self, path: str | Path) -> None:
-        self.to_frame().to_parquet(path, index=False)
-
-    @classmethod
-    def load(cls, path: str | Path) -> "IterationTimeTable":
-        return cls(pd.read_parquet(path), str(path))
-
-
 class TablePredictor(Predictor):
     """Run time = iterations x table seconds, for workloads bound to model configs."""
 
@@ -190,8 +151,8 @@ class ModelPredictor(Predictor):
                                      "train them with `python -m experiments.pretrain --devices ...`")
 
     def runtimes(self, jobs, gpu_types, truth):
+        from predictor.tables import method_table
         from traces.catalog import read_catalog
-        from traces.tables import method_table
 
         for col in ("config_id", "iterations"):
             if col not in jobs.columns:
@@ -206,7 +167,7 @@ class ModelPredictor(Predictor):
         return {"name": self.name, "table": self.table.source if self.table is not None else None}
 
 
-MODEL_PREDICTORS = ("ets", "habitat", "dnnperf", "opbased")
+MODEL_PREDICTORS = tuple(METHODS)
 PREDICTOR_HELP = "truth | noisy:<MRE> (e.g. noisy:0.1) | ets | habitat | dnnperf | opbased"
 
 

@@ -25,9 +25,9 @@ import numpy as np
 import pandas as pd
 
 from predictor.families import JOB_CLASSES, family_of, job_class
-from simulator.seeding import hashed_uniform
-from simulator.timing import IterationTimeTable
+from predictor.tables import IterationTimeTable
 from traces.schema import RUNTIME_PREFIX, JobTrace
+from traces.seeding import hashed_uniform
 
 CLASS_SHARES = {"image": 0.6, "language": 0.3, "speech": 0.1}
 

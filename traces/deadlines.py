@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.seeding import hashed_uniform
 from traces.schema import JobTrace
+from traces.seeding import hashed_uniform
 
 LOW, HIGH = 1.2, 3.0
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simulator.gpus import UnknownGpuTypeError, canonical_gpu_type
+from predictor.gpus import UnknownGpuTypeError, canonical_gpu_type
 from traces.schema import RUNTIME_PREFIX, JobTrace, TraceError, finalize, identifiers, numeric, read_csv_rows
 
 NON_TYPE_COLUMNS = ("", "Unnamed: 0", "job_name", "norm_job_submit_time", "ddl")

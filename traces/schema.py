@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simulator.gpus import UnknownGpuTypeError, canonical_gpu_type
+from predictor.gpus import UnknownGpuTypeError, canonical_gpu_type
 
 JOB_COLUMNS: dict[str, str] = {
     "job_id": "string",

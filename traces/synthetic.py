@@ -39,8 +39,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simulator.seeding import scalar_exp, scalar_log
 from traces.schema import JobTrace, finalize
+from traces.seeding import scalar_exp, scalar_log
 
 # Knot probabilities of every duration quantile table (30 knots, denser in the tails and near p90).
 KNOT_PROBS: tuple[float, ...] = (

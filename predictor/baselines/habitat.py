@@ -417,7 +417,8 @@ def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: HabitatC
     truth_rows = val_target[val_target["config_id"].isin(both)]
     val_truth = (truth_rows["duration_us"] + truth_rows["gap_us"]).groupby(truth_rows["config_id"]).sum().loc[both].to_numpy()
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
-    stop = EarlyStopping(model, predictor.history, config, "train habitat", progress=progress, log=log)
+    stop = EarlyStopping(model, predictor.history, config, "train habitat", optimizer=optimizer, progress=progress,
+                         log=log)
     for _ in stop.epochs():
         model.train()
         order = torch.from_numpy(rng.permutation(len(x)))

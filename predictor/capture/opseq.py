@@ -116,12 +116,9 @@ def _lstm_flops(rows: list, model: torch.nn.Module) -> None:
 
 def recorded_device(device: str) -> str:
     """The device name a capture records: "cuda" becomes "cuda:<GPU name>" (datasets from
-    different GPUs must not mix); "emulated:<GPU>" its canonical spelling; "meta" and "cpu" stay."""
+    different GPUs must not mix); "meta" and "cpu" stay."""
     if device == "cuda" and torch.cuda.is_available():
         return f"cuda:{torch.cuda.get_device_name()}"
-    if device.startswith("emulated:"):
-        from predictor.devices.specs import EMULATED_PREFIX, device_key
-        return EMULATED_PREFIX + device_key(device)
     return device
 
 

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simulator.gpus import UnknownGpuTypeError, canonical_gpu_type
+from predictor.gpus import UnknownGpuTypeError, canonical_gpu_type
 
 FORMAT_VERSION = 1
 PARAMS_FILE = Path(__file__).with_name("params.json")

@@ -414,7 +414,7 @@ def test_options_parse():
 @pytest.mark.parametrize("spec,option", [
     ("allox:window=0", "window"), ("allox:window=-3", "window"), ("allox:window=many", "window"),
     ("allox:alpha=0", "alpha"), ("allox:alpha=1.5", "alpha"), ("allox:alpha=x", "alpha"),
-    ("allox:mode=oneshot", "mode"), ("allox:mode=", "mode"),
+    ("allox:mode=batch", "mode"), ("allox:mode=", "mode"),
 ])
 def test_bad_option_values_name_the_option(spec, option):
     with pytest.raises(PolicySpecError, match=rf"\b{option}="):
@@ -447,8 +447,7 @@ def test_online_looks_only_at_the_gpus_a_plan_can_use():
         type_of = np.full(jobs + running, -1)
         start[gpu_job[busy]] = rng.integers(0, 30, len(busy)).astype(float)  # some overrun (end < now)
         type_of[gpu_job[busy]] = gpu_type[busy]
-        state = SimpleNamespace(gpu_job=gpu_job, gpu_type=gpu_type)
-        view = SimpleNamespace(state=state, now=25.0, start=start, predicted=predicted, type_of=type_of,
+        view = SimpleNamespace(gpu_job=gpu_job, gpu_type=gpu_type, now=25.0, start=start, predicted=predicted, type_of=type_of,
                                gpu_types=[f"t{k}" for k in range(types)])
         avail = np.full(gpus, 25.0)
         avail[busy] = np.maximum(25.0, start[gpu_job[busy]] + predicted[gpu_job[busy], gpu_type[busy]])

@@ -15,7 +15,7 @@ from tests.policies.helpers import hetero, simulate, times
 
 # node budget on Hydra so the random runs are reproducible whatever the machine speed
 PLANNERS = ["allox:mode=online", "allox:mode=offline", "hydra:mode=online,nodes=200,budget_ms=1e6",
-            "hydra:mode=oneshot,nodes=200,budget_ms=1e6"]
+            "hydra:mode=offline,nodes=200,budget_ms=1e6"]
 
 
 def gang_case(s_seconds):

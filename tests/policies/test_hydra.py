@@ -282,7 +282,7 @@ def test_node_budget_makes_runs_reproducible():
     assert free.describe()["bnb_stopped_by_node_budget"] == 0 and free.describe()["bnb_stopped_by_time_budget"] == 0
 
 
-@pytest.mark.parametrize("mode", ["online", "oneshot"])
+@pytest.mark.parametrize("mode", ["online", "offline"])
 def test_bnb_off_never_searches_and_on_is_less_tardy_here(mode):
     records = heavy_workload(3, together=True)  # all at t=0, half with tight deadlines
     on = HydraPolicy(budget_ms=1e6, bnb="on", mode=mode)
@@ -300,7 +300,7 @@ def test_bnb_off_never_searches_and_on_is_less_tardy_here(mode):
 ONE_EACH = [("A100", 1, 1), ("V100", 1, 1)]  # GPU 0 = A100, GPU 1 = V100
 
 
-def test_oneshot_installs_deadline_aware_queues():
+def test_offline_installs_deadline_aware_queues():
     # (A100, V100): J0 (10, 18), J1 (4, 6), J2 (8, 12, due 10), J3 (6, 9); all at t=0.
     # Round 1 (both GPUs empty): least cost J1 on A100 (0, 4).
     # Round 2: J3 alone on V100 (0, 9) beats J0 (A100 [J1, J0] 4 + 14 = 18; V100 18), J2 (A100
@@ -310,7 +310,7 @@ def test_oneshot_installs_deadline_aware_queues():
     #   on V100 {J3, J2}: J2 ends >= 12 > 10: late -> A100.
     # Installed: A100 [J2, J1, J0], V100 [J3].
     jobs = [hetero("J0", 10, 18), hetero("J1", 4, 6), hetero("J2", 8, 12, deadline_s=10), hetero("J3", 6, 9)]
-    res = simulate(jobs, ONE_EACH, "hydra:mode=oneshot")
+    res = simulate(jobs, ONE_EACH, "hydra:mode=offline")
     out = times(res)
     assert out == {"J2": (0, 8, "A100", "0"), "J1": (8, 12, "A100", "0"), "J0": (12, 22, "A100", "0"),
                    "J3": (0, 9, "V100", "1")}
@@ -319,7 +319,7 @@ def test_oneshot_installs_deadline_aware_queues():
     assert simulate(jobs, ONE_EACH, "sjf").records["tardiness"].sum() > 0
 
 
-def test_oneshot_uses_absolute_queue_cost_and_online_replans():
+def test_offline_uses_absolute_queue_cost_and_online_replans():
     # (A100, V100), no deadlines: J0 (5, 8), J1 (4, 6), J2 (2, 4), J3 (9, 12); all at t=0.
     # One plan: R1 J2 -> A100 (2). R2 J1 -> V100 (6) [vs A100 {J2, J1} 2 + 6 = 8, J0 V100 8].
     # R3 J0 -> A100 {J2, J0}: 2 + 7 = 9 [vs V100 {J1, J0}: 6 + 14 = 20; J3: 13 / 24].
@@ -329,7 +329,7 @@ def test_oneshot_uses_absolute_queue_cost_and_online_replans():
     # A100 [J0, J3]: 7 + 16 = 23): J0 starts 2-7. t=6: J3 alone: A100 (free at 7) 16 < V100 18 -> waits.
     # t=7: J3 on A100 7-16.
     jobs = [hetero("J0", 5, 8), hetero("J1", 4, 6), hetero("J2", 2, 4), hetero("J3", 9, 12)]
-    one = times(simulate(jobs, ONE_EACH, "hydra:mode=oneshot"))
+    one = times(simulate(jobs, ONE_EACH, "hydra:mode=offline"))
     assert one == {"J2": (0, 2, "A100", "0"), "J0": (2, 7, "A100", "0"),
                    "J1": (0, 6, "V100", "1"), "J3": (6, 18, "V100", "1")}
     online = times(simulate(jobs, ONE_EACH, "hydra"))
@@ -337,13 +337,13 @@ def test_oneshot_uses_absolute_queue_cost_and_online_replans():
                       "J1": (0, 6, "V100", "1"), "J3": (7, 16, "A100", "0")}
 
 
-def test_oneshot_plans_later_arrivals_behind_installed_queues():
+def test_offline_plans_later_arrivals_behind_installed_queues():
     # (A100, V100): a, b (10 / 100) at t=0 -> a on A100, then b joins it (10 + 20 = 30 < 100):
     # installed A100 [a, b]. t=1: c (5 / 16). One-shot: A100 is free only after a and b (t0 = 10 + 10
     # = 20, JCT 20 + 5 - 1 = 24) vs V100 16 -> c on V100 1-17. Online re-plans b and c together:
     # c on A100 (t0 10: JCT 14 < 16) first, then b behind it (14 + 24 = 38 < 100): c 10-15, b 15-25.
     jobs = [hetero("a", 10, 100), hetero("b", 10, 100), hetero("c", 5, 16, submit=1)]
-    one = times(simulate(jobs, ONE_EACH, "hydra:mode=oneshot"))
+    one = times(simulate(jobs, ONE_EACH, "hydra:mode=offline"))
     assert one == {"a": (0, 10, "A100", "0"), "b": (10, 20, "A100", "0"), "c": (1, 17, "V100", "1")}
     online = times(simulate(jobs, ONE_EACH, "hydra"))
     assert online == {"a": (0, 10, "A100", "0"), "c": (10, 15, "A100", "0"), "b": (15, 25, "A100", "0")}
@@ -353,7 +353,7 @@ def test_online_orders_a_deadline_job_first():
     # one GPU, all at 0: a (10), b (10), c (30, due 35). SRTF would end c at 50 (15 late); Hydra
     # runs c first (0-30), then a 30-40, b 40-50: no tardiness.
     jobs = [job("a", 10), job("b", 10), job("c", 30, deadline_s=35)]
-    for mode in ("online", "oneshot"):
+    for mode in ("online", "offline"):
         res = simulate(jobs, [("V100", 1, 1)], f"hydra:mode={mode}")
         out = times(res)
         assert {j: out[j][:2] for j in out} == {"c": (0, 30), "a": (30, 40), "b": (40, 50)}, mode
@@ -381,7 +381,7 @@ def test_online_window_round_robin_over_age_deadline_and_length():
 
 
 
-@pytest.mark.parametrize("mode", ["online", "oneshot"])
+@pytest.mark.parametrize("mode", ["online", "offline"])
 def test_plan_follows_predictions_and_jobs_end_after_true_times(mode):
     # one GPU; long 100, mid 40, short 10; long and short swap predictions -> long runs first
     jobs = [job("long", 100), job("mid", 40), job("short", 10)]
@@ -396,7 +396,7 @@ def test_job_overrunning_its_prediction_does_not_block_an_idle_gpu():
     # V100 x2. A is predicted 10 s but runs 100 s; B (20 s) ends at 20. C (30 s) arrives at 50 and must
     # start on the idle GPU 1 at once, not queue behind A (whose predicted end is clamped to now).
     jobs = [job("A", 100), job("B", 20), job("C", 30, 50)]
-    for mode in ("online", "oneshot"):
+    for mode in ("online", "offline"):
         out = times(simulate(jobs, [("V100", 2, 1)], f"hydra:mode={mode}", FirstJobPredicted10()))
         assert out["A"] == (0, 100, "V100", "0") and out["B"] == (0, 20, "V100", "1"), mode
         assert out["C"] == (50, 80, "V100", "1"), mode
@@ -404,14 +404,14 @@ def test_job_overrunning_its_prediction_does_not_block_an_idle_gpu():
 
 # -- options ----------------------------------------------------------------------------------------
 def test_options_parse():
-    p = make_policy("hydra:budget_ms=100,nodes=1000,bnb=off,mode=oneshot,window=all")
+    p = make_policy("hydra:budget_ms=100,nodes=1000,bnb=off,mode=offline,window=all")
     assert isinstance(p, HydraPolicy)
-    assert (p.budget_ms, p.max_nodes, p.bnb, p.mode, p.window) == (100.0, 1000, False, "oneshot", None)
+    assert (p.budget_ms, p.max_nodes, p.bnb, p.mode, p.window) == (100.0, 1000, False, "offline", None)
     assert (p.orderer.bnb, p.orderer.budget_s, p.orderer.max_nodes) == (False, 0.1, 1000)
     d = make_policy("hydra").describe()
     assert {k: d[k] for k in ("budget_ms", "nodes", "bnb", "mode", "window")} == \
         {"budget_ms": 20.0, "nodes": "unbounded", "bnb": True, "mode": "online", "window": 100}
-    assert make_policy("hydra:mode=oneshot").budget_ms == 1000.0  # one plan per batch of arrivals
+    assert make_policy("hydra:mode=offline").budget_ms == 1000.0  # one plan per batch of arrivals
     assert make_policy("hydra:nodes=all,bnb=on,window=5").max_nodes is None
     assert make_policy("hydra:window=5").window == 5
 
@@ -419,11 +419,18 @@ def test_options_parse():
 @pytest.mark.parametrize("spec,option", [
     ("hydra:budget_ms=-1", "budget_ms"), ("hydra:budget_ms=fast", "budget_ms"), ("hydra:budget_ms=1e9", "budget_ms"),
     ("hydra:nodes=0", "nodes"), ("hydra:nodes=lots", "nodes"), ("hydra:bnb=maybe", "bnb"),
-    ("hydra:mode=offline", "mode"), ("hydra:window=0", "window"), ("hydra:window=x", "window"),
+    ("hydra:mode=batch", "mode"), ("hydra:window=0", "window"), ("hydra:window=x", "window"),
 ])
 def test_bad_option_values_name_the_option(spec, option):
     with pytest.raises(PolicySpecError, match=rf"\b{option}="):
         make_policy(spec)
+
+
+@pytest.mark.parametrize("policy", ["hydra", "allox"])
+def test_one_spelling_of_the_offline_mode(policy):
+    assert make_policy(f"{policy}:mode=offline").mode == "offline"
+    with pytest.raises(PolicySpecError, match="mode='oneshot' is now spelled mode=offline"):
+        make_policy(f"{policy}:mode=oneshot")
 
 
 def test_unknown_option_is_rejected():

@@ -68,7 +68,7 @@ def test_limit_keeps_the_first_jobs_in_submit_order(tmp_path):
     (["--policy", "tetris", "--predictor", "truth"], "unknown policy 'tetris'; available: fifo, sjf, edf, allox, hydra"),
     (["--policy", "hydra:budget_ms=fast", "--predictor", "truth"], "option budget_ms='fast': expected a number"),
     (["--policy", "allox:window=0", "--predictor", "truth"], "expected a positive integer or 'all'"),
-    (["--policy", "hydra:mode=batch", "--predictor", "truth"], "expected one of online, oneshot"),
+    (["--policy", "hydra:mode=batch", "--predictor", "truth"], "expected one of online, offline"),
     (["--policy", "fifo", "--predictor", "oracle"], "unknown predictor 'oracle'"),
     (["--policy", "fifo", "--predictor", "ets", "--cluster", "philly"], "no pretrained checkpoint for GPU type(s) P40"),
     (["--policy", "fifo:x=1", "--predictor", "truth"], "does not take option"),

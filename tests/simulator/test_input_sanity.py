@@ -166,7 +166,7 @@ def test_progress_does_not_change_results():
 
 def test_table_building_shows_progress_and_the_same_table(tmp_path, monkeypatch, capsys):
     from traces.catalog import read_catalog
-    from traces.tables import truth_table
+    from predictor.tables import truth_table
 
     sequences = read_catalog()
     one = sequences[sequences["config_id"] == sorted(sequences["config_id"].unique())[0]]

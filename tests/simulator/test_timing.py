@@ -1,4 +1,4 @@
-"""Timing channels: ground truth, injected error with a known mean relative error, iteration tables."""
+"""Timing channels: ground truth, injected error with a known mean relative error, table predictors."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simulator.gpus import SPEEDS, canonical_gpu_type, derive_relative_iteration_time, UnknownGpuTypeError
-from simulator.timing import (IterationTimeTable, NoisyPredictor, PredictorSpecError, TablePredictor,
+from predictor.gpus import SPEEDS
+from predictor.tables import IterationTimeTable
+from simulator.timing import (NoisyPredictor, PredictorSpecError, TablePredictor,
                               make_predictor, sigma_for_mre, true_runtimes)
 from traces.schema import from_records
 
@@ -80,38 +81,11 @@ def test_true_runtimes_prefer_measured_columns_then_scale():
     assert m[0, 2] == pytest.approx(10 * SPEEDS["T4"].relative_time / SPEEDS["A100"].relative_time)
 
 
-def test_gpu_aliases_and_unknown_names():
-    assert canonical_gpu_type("GTX2080Ti") == "RTX2080Ti"
-    assert canonical_gpu_type("v100") == "V100"
-    assert canonical_gpu_type("V100M32") == "V100M32"
-    with pytest.raises(UnknownGpuTypeError, match="unknown GPU type 'H900'"):
-        canonical_gpu_type("H900")
-
-
-def test_pinned_speeds_match_the_calibration_data(shared_dir):
-    calib = shared_dir / "calibration"
-    if not (calib / "gavel_physical_cluster_throughputs.json").exists():
-        pytest.skip(f"calibration data not found under {calib}: set ETS_SHARED")
-    derived = derive_relative_iteration_time(calib)
-    for gpu, value in derived.items():
-        assert SPEEDS[gpu].relative_time == pytest.approx(value, abs=0.0006), gpu
-    # the inversion in Gavel's table survives the averaging: P100 is slower than V100 on average
-    assert derived["P100"] > 1.0 and derived["A100"] < 1.0 < derived["T4"]
-
-
-def test_iteration_time_table_round_trip_and_errors(tmp_path):
-    table = IterationTimeTable(pd.DataFrame({"config_id": ["m1", "m1", "m2"], "device": ["V100", "T4", "V100"],
-                                             "seconds": [0.1, 0.2, 0.05]}))
-    path = tmp_path / "t.parquet"
-    table.save(path)
-    again = IterationTimeTable.load(path)
-    assert again.seconds("m1", "T4") == 0.2 and len(again) == 3
-    with pytest.raises(KeyError, match="config 'm2' on device 'T4'"):
-        again.seconds("m2", "T4")
+def test_table_predictor_is_iterations_times_table_seconds():
+    table = IterationTimeTable(pd.DataFrame({"config_id": ["m1", "m1"], "device": ["V100", "T4"],
+                                             "seconds": [0.1, 0.2]}))
     jobs = pd.DataFrame({"job_id": ["a"], "config_id": ["m1"], "iterations": [1000]})
-    pred = TablePredictor("ets", again).runtimes(jobs, ["V100", "T4"], np.zeros((1, 2)))
+    pred = TablePredictor("ets", table).runtimes(jobs, ["V100", "T4"], np.zeros((1, 2)))
     assert np.allclose(pred, [[100.0, 200.0]])
     with pytest.raises(PredictorSpecError, match="bound to model configs"):
-        TablePredictor("ets", again).runtimes(jobs.drop(columns="config_id"), ["V100"], np.zeros((1, 1)))
-    with pytest.raises(ValueError, match="non-positive"):
-        IterationTimeTable(pd.DataFrame({"config_id": ["x"], "device": ["V100"], "seconds": [0.0]}))
+        TablePredictor("ets", table).runtimes(jobs.drop(columns="config_id"), ["V100"], np.zeros((1, 1)))

@@ -3,7 +3,7 @@
 Why: a scheduling study with predicted run times needs jobs that are real models the predictors
 have never seen. The catalog holds the meta-device op sequences of the held-out (test-split)
 configs of the shipped checkpoints (written by ``python -m experiments.pretrain``); true and
-predicted iteration times are computed from them on demand (:mod:`traces.tables`), so the
+predicted iteration times are computed from them on demand (:mod:`predictor.tables`), so the
 package ships sequences, not timings.
 """
 

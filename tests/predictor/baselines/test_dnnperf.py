@@ -40,7 +40,7 @@ def test_a_tiny_model_overfits_a_tiny_dataset(overfit):
     mre = float(np.mean(np.abs(summary["pred_us"] - summary["true_us"]) / summary["true_us"]))
     assert mre < 0.05 and mre == pytest.approx(min(h["val_mre"] for h in model.history), abs=1e-4)
     assert entries == model.history and len(entries) == 80
-    assert list(entries[0]) == ["epoch", "wall_s", "train_loss", "val_mre"]
+    assert list(entries[0]) == ["epoch", "wall_s", "train_loss", "val_mre", "lr"]
 
 
 def test_iteration_times_follow_the_contract(overfit):

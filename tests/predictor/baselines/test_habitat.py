@@ -104,6 +104,14 @@ def test_a_tiny_model_learns_the_kernel_varying_ops(model, traces):
     assert iteration_mre(model.iteration_times(pair(traces))) < floor + 0.03
 
 
+def test_the_learning_rate_halves_on_plateaus_as_for_every_method(model):
+    # the rule of predictor.training.EarlyStopping (halve after 2 epochs without improvement, down
+    # to 1/16); Habitat-style training used to run without it
+    rates = [h["lr"] for h in model.history]
+    assert rates[0] == FAST["lr"] and min(rates) == FAST["lr"] / 16
+    assert all(b in (a, a / 2) for a, b in zip(rates, rates[1:]))
+
+
 def test_gap_is_carried_over_exactly_and_kernel_varying_ops_use_the_mlp_ratio(model, traces):
     ops = model.predict_ops(pair(traces))
     source = pd.concat(sorted_traces(traces[traces["device"] == SOURCE]), ignore_index=True)

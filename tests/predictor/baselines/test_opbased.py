@@ -34,7 +34,7 @@ def test_a_tiny_model_overfits_the_op_durations(overfit):
     losses = [h["train_loss"] for h in model.history]
     assert losses[-1] < 0.1 < losses[0]
     assert entries == model.history and len(entries) == 80
-    assert set(entries[0]) == {"epoch", "wall_s", "train_loss", "val_mre"}
+    assert set(entries[0]) == {"epoch", "wall_s", "train_loss", "val_mre", "lr"}
     # the best epoch's weights are kept: the final model scores the best validation MRE
     best = min(h["val_mre"] for h in model.history)
     assert iteration_mre(model.iteration_times(data)) == pytest.approx(best, abs=1e-4)

@@ -13,7 +13,8 @@ from predictor.checkpoints import available
 from simulator.cli import main as simrun
 from simulator.cluster import homogeneous_groups
 from simulator.engine import Simulation
-from simulator.timing import IterationTimeTable, Predictor
+from predictor.tables import IterationTimeTable
+from simulator.timing import Predictor
 from traces.binding import CLASS_SHARES, BindingError, bind_workload, job_classes
 from traces.schema import RUNTIME_PREFIX, from_records
 

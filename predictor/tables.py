@@ -1,5 +1,6 @@
 """Iteration-time tables: seconds per training iteration of every catalog config on every GPU type,
-true and as each predictor sees them, cached on disk.
+true and as each predictor sees them, cached on disk — the one concept every model-based
+predictor reduces to (:class:`IterationTimeTable`), and its one home.
 
 Why: the simulator never runs a model; a job bound to a config runs ``iterations × seconds`` on a
 GPU type. The truth is the config's execution trace on the (emulated) device; a predictor's table
@@ -17,10 +18,51 @@ import os
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from simulator.timing import MODEL_PREDICTORS as MODEL_METHODS, IterationTimeTable
+from predictor.methods import METHODS
+
+
+class IterationTimeTable:
+    """Seconds per training iteration for (config_id, device): what every model-based predictor emits."""
+
+    COLUMNS = ("config_id", "device", "seconds")
+
+    def __init__(self, table: pd.DataFrame, source: str = "<table>"):
+        missing = [c for c in self.COLUMNS if c not in table.columns]
+        if missing:
+            raise ValueError(f"{source}: iteration-time table lacks column(s) {missing}")
+        bad = ~(table["seconds"].astype(float) > 0)
+        if bad.any():
+            row = table[bad].iloc[0]
+            raise ValueError(f"{source}: non-positive seconds for config {row.config_id!r} on {row.device!r}")
+        self.source = source
+        self._index = {(str(c), str(d)): float(s) for c, d, s in
+                       table[list(self.COLUMNS)].itertuples(index=False)}
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def seconds(self, config_id: str, device: str) -> float:
+        try:
+            return self._index[(str(config_id), str(device))]
+        except KeyError:
+            raise KeyError(f"{self.source}: no iteration time for config {config_id!r} on device {device!r}") from None
+
+    def matrix(self, config_ids, devices: list[str]) -> np.ndarray:
+        return np.array([[self.seconds(c, d) for d in devices] for c in config_ids], dtype="float64")
+
+    def to_frame(self) -> pd.DataFrame:
+        return pd.DataFrame([(c, d, s) for (c, d), s in self._index.items()], columns=list(self.COLUMNS))
+
+    def save(self, path: str | Path) -> None:
+        self.to_frame().to_parquet(path, index=False)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "IterationTimeTable":
+        return cls(pd.read_parquet(path), str(path))
 
 
 class TableError(ValueError):
@@ -115,8 +157,8 @@ def method_table(method: str, sequences: pd.DataFrame, gpu_types: list[str],
     from predictor.devices.specs import load_params
     from predictor.ets import CheckpointError
 
-    if method not in MODEL_METHODS:
-        raise TableError(f"unknown predictor method {method!r}; known: {', '.join(MODEL_METHODS)}")
+    if method not in METHODS:
+        raise TableError(f"unknown predictor method {method!r}; known: {', '.join(METHODS)}")
     directory = Path(checkpoint_dir or CHECKPOINT_DIR)
     types = sorted(set(gpu_types))
     keys = {g: _gpu_key(g) for g in types}

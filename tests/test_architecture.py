@@ -1,0 +1,46 @@
+"""The architecture's contract holds: every import points down the layers, no cycles in a package.
+
+Why: the layering (README, "Architecture") is only real if a change that breaks it fails. The
+contract lives in pyproject.toml ([tool.importlinter]); this runs import-linter's own command on
+it, and on the reversed layering, which must fail, so the check is known to see the imports.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYERS = ["experiments", "simulator", "policies", "traces", "predictor"]
+
+
+def lint_imports(config: Path) -> subprocess.CompletedProcess:
+    pytest.importorskip("importlinter", reason="import-linter is a test dependency: pip install '.[test]'")
+    command = [sys.executable, "-c", "from importlinter.cli import lint_imports_command; lint_imports_command()",
+               str(config), "--no-cache", "--no-logo"]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_imports_keep_the_layers_and_have_no_cycles():
+    result = lint_imports(ROOT / "pyproject.toml")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "2 kept, 0 broken" in result.stdout
+
+
+def test_the_reversed_layering_is_broken_so_the_check_sees_imports(tmp_path):
+    reversed_layers = ", ".join(f'"{p}"' for p in reversed(LAYERS))
+    config = tmp_path / "reversed.toml"
+    config.write_text(f"""[tool.importlinter]
+root_packages = [{reversed_layers}]
+
+[[tool.importlinter.contracts]]
+name = "reversed"
+type = "layers"
+layers = [{reversed_layers}]
+""")
+    result = lint_imports(config)
+    assert result.returncode != 0
+    assert "reversed BROKEN" in result.stdout
