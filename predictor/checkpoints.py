@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from predictor.devices.specs import device_key
+from predictor.methods import IterationTimePredictor
 
 CHECKPOINT_DIR = Path(__file__).with_name("checkpoints")
 
@@ -29,7 +30,7 @@ def available(directory: str | Path = CHECKPOINT_DIR, method: str = "ets") -> li
     return sorted(n for n in names if n in SPEC_SHEETS)
 
 
-def pretrained(gpu: str, directory: str | Path = CHECKPOINT_DIR, method: str = "ets"):
+def pretrained(gpu: str, directory: str | Path = CHECKPOINT_DIR, method: str = "ets") -> IterationTimePredictor:
     """The shipped ``method`` model for ``gpu`` (a CheckpointError names the GPUs that have one)."""
     from predictor.ets import CheckpointError
     from predictor.methods import load

@@ -49,10 +49,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from predictor.trace_table import MAX_PARAMS
+from predictor.trace_table import DTYPES, MAX_PARAMS, PHASES
 
-PHASES = ("forward", "backward", "update")
-DTYPES = ("float32", "float16", "bfloat16", "float64")
 OPTIMIZERS = ("sgd", "adam")
 MIN_PER_OP_ROWS = 50
 HEAVY_SHARE = 0.05

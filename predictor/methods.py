@@ -1,10 +1,10 @@
-"""Every iteration-time predictor by name: train one, load any checkpoint.
+"""Every iteration-time predictor by name: train one, load any checkpoint, one shape for all.
 
 Why: ETS and its baselines share the data, the splits, the metrics, the CLI and the simulator's
 iteration-time tables, so callers name a method instead of importing its module. Each method
 module offers ``train(train, val, config, *, device, split, progress, log)``, a config dataclass
-and ``load(path)``; its predictors offer ``iteration_times``, ``save``, ``device``, ``history``
-and ``split`` (per-op methods also ``predict_ops``).
+and ``load(path)``; what they return is an :class:`IterationTimePredictor` — one shape, as
+scikit-learn's estimators share theirs (per-op methods also offer ``predict_ops``).
 """
 
 from __future__ import annotations
@@ -13,6 +13,9 @@ import importlib
 from dataclasses import fields
 from pathlib import Path
 from types import ModuleType
+from typing import Any, Protocol, runtime_checkable
+
+import pandas as pd
 
 # method -> (module, config class): the one list of model methods (this module imports no torch,
 # so the simulator can name them without loading any)
@@ -22,6 +25,24 @@ METHODS: dict[str, tuple[str, str]] = {
     "habitat": ("predictor.baselines.habitat", "HabitatConfig"),
     "dnnperf": ("predictor.baselines.dnnperf", "DnnPerfConfig"),
 }
+
+
+@runtime_checkable
+class IterationTimePredictor(Protocol):
+    """A trained model of any method: which method and target device, its config, training history
+    and split, per-trace iteration times, and a checkpoint that :func:`load` reads back."""
+
+    method: str
+    device: str
+    config: Any
+    history: list[dict]
+    split: dict
+
+    def iteration_times(self, traces: pd.DataFrame) -> pd.DataFrame:
+        """One row per trace (config_id): predicted and, where the traces have them, true µs."""
+
+    def save(self, path: str | Path) -> Path:
+        """Write the checkpoint; returns its path."""
 
 
 def module(method: str) -> ModuleType:
@@ -59,6 +80,6 @@ def checkpoint_method(path: str | Path) -> str:
     return method
 
 
-def load(path: str | Path):
+def load(path: str | Path) -> IterationTimePredictor:
     """Any method's checkpoint."""
     return module(checkpoint_method(path)).load(path)

@@ -43,8 +43,9 @@ import pandas as pd
 
 from predictor.outputs import atomic_file
 
+# The one list of each (features one-hot encode in this order, so it is part of every checkpoint).
 PHASES = ("forward", "backward", "update")
-DTYPES = ("float32", "float16", "float64", "bfloat16")
+DTYPES = ("float32", "float16", "bfloat16", "float64")
 MAX_PARAMS = 30
 
 COLUMNS: dict[str, str] = {
@@ -124,11 +125,6 @@ def _refuse(df: pd.DataFrame, source: str | Path, bad: np.ndarray, field: str, m
     where = (f" (config {df['config_id'].iloc[i]}, op {df['op'].iloc[i]}; "
              f"{int(bad.sum()):,} bad row(s) in all)")
     raise TraceFormatError(source, message + where, row=i, field=field)
-
-
-def iteration_times_us(df: pd.DataFrame) -> pd.Series:
-    """Iteration time per (device, config_id): sum of duration + gap."""
-    return (df["duration_us"] + df["gap_us"]).groupby([df["device"], df["config_id"]]).sum()
 
 
 def shapes_json(shapes) -> str:

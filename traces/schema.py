@@ -199,17 +199,6 @@ def finalize(df: pd.DataFrame, path: str | Path, kind: str, excluded: dict[str, 
     return JobTrace(df, path, kind, dict(excluded or {}))
 
 
-def from_records(records: list[dict], source: str = "<table>", kind: str = "table") -> JobTrace:
-    """Build a checked trace from dicts (tests, generators); missing optional fields get defaults."""
-    rows = []
-    for i, rec in enumerate(records, start=1):
-        row = {"gpu_type": "", "deadline_s": np.nan, "user": "", "workload": "", "line": i}
-        row.update(rec)
-        row.setdefault("job_id", str(i - 1))
-        rows.append(row)
-    return finalize(pd.DataFrame(rows), source, kind)
-
-
 def read_csv_rows(path: str | Path, *, names: list[str] | None = None,
                   required: list[str] | tuple[str, ...] = (),
                   usecols: list[str] | None = None) -> tuple[pd.DataFrame, list[str]]:

@@ -54,7 +54,8 @@ with warnings.catch_warnings():
 
 from predictor.baselines.graph import EDGE_KINDS, build_graph, edge_features
 from predictor.ets import fingerprint, sorted_traces
-from predictor.features import DTYPES, OPTIMIZERS, FeatureSpec, encode, fit_features, optimizer_of
+from predictor.features import OPTIMIZERS, FeatureSpec, encode, fit_features, optimizer_of
+from predictor.trace_table import DTYPES
 from predictor.training import (CheckpointError, EarlyStopping, device_rows, load_weights,
                                 read_checkpoint, write_checkpoint)
 

@@ -287,8 +287,3 @@ def build_graph(trace: pd.DataFrame) -> TraceGraph:
 
     edges = np.array([src, dst], dtype=np.int64).reshape(2, -1)
     return TraceGraph(len(ops), edges, np.asarray(kind, dtype=np.int64), np.asarray(nbytes, dtype=np.float64))
-
-
-def build_graphs(traces: pd.DataFrame) -> dict[str, TraceGraph]:
-    """The graph of every trace (config_id) in ``traces``."""
-    return {str(c): build_graph(t) for c, t in traces.groupby("config_id", sort=True)}

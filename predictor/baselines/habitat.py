@@ -77,14 +77,12 @@ from predictor.baselines.opbased import mlp, mre, run_mlp
 from predictor.capture.costs import op_class
 from predictor.devices.specs import SPEC_SHEETS, DeviceParamsError, device_key
 from predictor.ets import fingerprint, sorted_traces, summarize
-from predictor.trace_table import MAX_PARAMS
+from predictor.trace_table import DTYPES, MAX_PARAMS, PHASES
 from predictor.training import (CheckpointError, EarlyStopping, load_weights,
                                 read_checkpoint, write_checkpoint)
 
 METHOD = "habitat"
 GROUPS = ("conv2d", "linear", "bmm", "lstm")
-PHASES = ("forward", "backward", "update")
-DTYPES = ("float32", "float16", "bfloat16", "float64")
 N_ONEHOT = len(GROUPS) + len(PHASES) + len(DTYPES)
 N_CONTINUOUS = 3 + MAX_PARAMS + 4  # batch, flops, bytes, params, 4 device features
 N_FEATURES = N_ONEHOT + N_CONTINUOUS

@@ -262,7 +262,7 @@ def zoo_config(trace: pd.DataFrame):
     zoo cannot build it (fp64 runs, models outside the zoo, non-square images)."""
     from dataclasses import replace
 
-    from predictor.zoo.config import DTYPES
+    from predictor.zoo.config import ZOO_DTYPES
     from predictor.zoo.vision import MODELS, config_for
 
     first = trace.iloc[0]
@@ -270,8 +270,8 @@ def zoo_config(trace: pd.DataFrame):
     model, dtype = str(first["model"]), str(first["dtype"])
     if model not in MODELS:
         raise ValueError(f"{where}: model {model!r} is not in the zoo")
-    if dtype not in DTYPES:
-        raise ValueError(f"{where}: dtype {dtype} (the zoo builds {', '.join(DTYPES)})")
+    if dtype not in ZOO_DTYPES:
+        raise ValueError(f"{where}: dtype {dtype} (the zoo builds {', '.join(ZOO_DTYPES)})")
     h, _, w = str(first["config_id"]).split(":")[3].partition("x")
     if h != w:
         raise ValueError(f"{where}: image {h}x{w} is not square (zoo configs are)")

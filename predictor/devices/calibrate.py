@@ -54,6 +54,7 @@ from predictor.devices.measurements import SOURCES, load_measurements, workload_
 from predictor.devices.neusight_ops import LOSS_OPS
 from predictor.devices.specs import FITTED_FIELDS, DeviceParams, DeviceSpec, SPEC_SHEETS, prior_params
 from predictor.devices.timing import OpArrays, host_us, kernel_us, learned_us, timeline
+from predictor.trace_table import PHASES
 from predictor.zoo.config import ModelConfig
 
 PRIOR_WEIGHT = 1.0  # residual weight of log(param / prior): a factor e (2.7x) off the prior costs as much as 100 % error
@@ -65,7 +66,6 @@ ETS_DEVICES = {"T4": "T4", "2080Ti": "RTX2080Ti"}
 WALL_CLOCK = ("gavel", "sia", "spread")  # step times of a training loop: pay time outside the trace
 DDP_SOURCES = ("spread",)  # DistributedDataParallel (gloo) even on one GPU: a gradient all-reduce per step
 NSYS_SOURCES = ("ets",)
-ALL_PHASES = ("forward", "backward", "update")
 
 
 @dataclass
@@ -79,7 +79,7 @@ class Target:
     seconds: float
     origin: str
     real_classes: dict[tuple[str, str], tuple[int, float]] | None = None  # ETS: (phase, class) -> (ops, µs)
-    phases: tuple[str, ...] = ALL_PHASES  # the phases the measurement covers (NeuSight: no update)
+    phases: tuple[str, ...] = PHASES  # the phases the measurement covers (NeuSight: no update)
     ops: OpArrays | None = None
     host_base: np.ndarray | None = field(default=None, repr=False)
     learned: np.ndarray | None = field(default=None, repr=False)
@@ -181,7 +181,7 @@ def measured_targets(calibration_dir: str | Path, sources: tuple[str, ...] = SOU
         seq = getattr(r, "seq", None)
         size = int(seq) if seq is not None and not pd.isna(seq) else None
         neusight = r.source == "neusight"
-        phases = ("forward", "backward") if neusight else ALL_PHASES
+        phases = ("forward", "backward") if neusight else PHASES
         by_phase = {"forward": float(r.forward_s), "backward": float(r.backward_s)} if neusight else {}
         out.append(Target(r.source, r.device, r.workload, workload_config(r.workload, int(r.batch), size),
                           float(r.seconds), r.origin, phases=phases, phase_seconds=by_phase))
@@ -293,11 +293,6 @@ def fit_device(prior: DeviceSpec, targets: list[Target]) -> DeviceFit:
     fit.host_mult = {k: round(float(v), 4) for k, v in fit.host_mult.items()}
     fit.sync_ms_per_gb = {k: round(float(v), 3) for k, v in fit.sync_ms_per_gb.items()}
     return fit
-
-
-def relative_errors(fit: DeviceFit, targets: list[Target]) -> np.ndarray:
-    pred = fit.predict(targets)
-    return np.abs(pred - np.array([t.seconds for t in targets])) / np.array([t.seconds for t in targets])
 
 
 def leave_one_model_out(prior: DeviceSpec, targets: list[Target],

@@ -34,9 +34,9 @@ from typing import Iterator
 import pandas as pd
 
 from predictor.devices.specs import DeviceParams, load_params
+from predictor.trace_table import PHASES
 from predictor.zoo.config import ModelBuildError, ModelConfig
 
-PHASES = ("forward", "backward", "update")
 NOISE = (
     re.compile(rb"^USDT:[^\]\n]*\] profiler_(start|stop)\s*$"),
     re.compile(rb"^ERROR:[^\]\n]*\] gpuGetDeviceCount failed with code 35\s*$"),

@@ -19,8 +19,12 @@ from typing import Any, Callable
 
 import torch
 
+from predictor.trace_table import DTYPES
+
 KINDS = ("vision", "randwire", "nlp", "speech", "llm")
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+# The dtypes the zoo trains in (float64 appears only in imported traces), in the trace schema's order.
+ZOO_DTYPES = tuple(d for d in DTYPES if d != "float64")
+TORCH_DTYPES = {d: getattr(torch, d) for d in ZOO_DTYPES}
 OPTIMIZERS = ("sgd", "adam")
 
 
@@ -66,8 +70,8 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
+        if self.dtype not in ZOO_DTYPES:
+            raise ValueError(f"dtype must be one of {ZOO_DTYPES}, got {self.dtype!r}")
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         for name in ("batch", "input_size", "num_classes"):
@@ -102,7 +106,7 @@ class ModelConfig:
 
     @property
     def torch_dtype(self) -> torch.dtype:
-        return DTYPES[self.dtype]
+        return TORCH_DTYPES[self.dtype]
 
     def to_dict(self) -> dict:
         return {

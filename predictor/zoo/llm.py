@@ -57,7 +57,7 @@ import torch
 from torch import nn
 
 from predictor.zoo.common import input_factory, randint
-from predictor.zoo.config import ModelBuildError, ModelConfig
+from predictor.zoo.config import ZOO_DTYPES, ModelBuildError, ModelConfig
 
 KIND = "llm"
 
@@ -102,7 +102,6 @@ LABEL_POINTS: dict[str, tuple[int, tuple[int, ...]]] = {
 }
 SEQ_LENS = (128, 256, 512, 1024, 2048)
 BATCHES = (1, 2, 4, 8)
-DTYPES = ("float32", "float16", "bfloat16")
 OVERRIDES = ("layers", "d_model", "heads", "ff", "positions")
 DROPOUT = {"gpt": 0.1, "opt": 0.1, "bert": 0.1}  # embd/resid/attn_pdrop; OPT dropout; BERT hidden
 ATTN_DROPOUT = {"gpt": 0.1, "opt": 0.0, "bert": 0.1}
@@ -141,7 +140,7 @@ def grid() -> list[ModelConfig]:
         if model in LABEL_POINTS:
             seq, batches = LABEL_POINTS[model]
             points |= {(seq, b) for b in batches}
-        configs += [config_for(model, b, s, dtype) for dtype in DTYPES for s, b in sorted(points)]
+        configs += [config_for(model, b, s, dtype) for dtype in ZOO_DTYPES for s, b in sorted(points)]
     return configs
 
 
@@ -187,11 +186,6 @@ def inputs(config: ModelConfig):
         return (randint(v, (b, s), device, generator),), randint(v, (b, s), device, generator)
 
     return input_factory(config, make)
-
-
-def parameter_count(model: nn.Module) -> int:
-    """Distinct parameters (a tied matrix counts once, as the published sizes count it)."""
-    return sum(p.numel() for p in model.parameters())  # parameters() already deduplicates
 
 
 # --- modules -------------------------------------------------------------------------------------

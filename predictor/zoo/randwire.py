@@ -202,17 +202,6 @@ def inputs(config: ModelConfig):
     return image_inputs(config)
 
 
-def graph_stats(config: ModelConfig) -> dict[str, int]:
-    """Total nodes, edges, multi-input nodes and stage outputs over all stages."""
-    dags = stage_dags(config)
-    nodes = sum(len(d) for d in dags)
-    edges = sum(len(p) for d in dags for p in d)
-    multi = sum(1 for d in dags for p in d if len(p) > 1)
-    has_succ = [{u for p in d for u in p} for d in dags]
-    outputs = sum(len(d) - len(s) for d, s in zip(dags, has_succ))
-    return {"nodes": nodes, "edges": edges, "multi_input_nodes": multi, "outputs": outputs, "stages": len(dags)}
-
-
 def estimated_ops(config: ModelConfig) -> dict[str, int]:
     """Estimated top-level ops of one SGD training iteration, per phase and ``total``.
 
@@ -221,8 +210,8 @@ def estimated_ops(config: ModelConfig) -> dict[str, int]:
     (d - 1) add; per stage with o > 1 output nodes (o - 1) add + 1 div; stem 5 + 2 add_, head
     6 + 1 add_, fc 1, loss 1. Backward: one autograd node per differentiable forward op (linear and
     cross-entropy make two each), one AccumulateGrad per parameter tensor, the initial ones_like.
-    Update: SGD with momentum, 3 ops per parameter tensor. Checked against ``opcount`` on the meta
-    device (see the tests).
+    Update: SGD with momentum, 3 ops per parameter tensor. Checked on the meta device against the
+    profiler's count (tests/predictor/zoo/opcount.py).
     """
     fwd, params, nondiff = 16, 11, 3  # stem + head + fc + loss; their parameter tensors; BN add_
     for dag in stage_dags(config):

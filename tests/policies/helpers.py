@@ -6,7 +6,7 @@ from policies.registry import make_policy
 from simulator.cluster import homogeneous_groups
 from simulator.engine import Simulation
 from simulator.timing import Predictor, make_predictor
-from traces.schema import from_records
+from tests.records import from_records
 
 
 def simulate(records, groups, policy, predictor="truth"):

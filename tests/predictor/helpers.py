@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+import pandas as pd
 import pytest
 
 from predictor.trace_table import TraceFormatError
@@ -25,3 +26,8 @@ def expect_error(call: Callable[[], object], path: Path | str, row: int | None,
     if field is not None:
         assert repr(field) in msg, msg
     return err
+
+
+def iteration_times_us(df: pd.DataFrame) -> pd.Series:
+    """Iteration time per (device, config_id): sum of duration + gap."""
+    return (df["duration_us"] + df["gap_us"]).groupby([df["device"], df["config_id"]]).sum()

@@ -10,8 +10,9 @@ import torch
 from predictor import ets
 from predictor.dataset import split_by_family, unit_of
 from predictor.evaluate import evaluate, headline_metrics
-from predictor.features import (CONTEXT_COLUMNS, DTYPES, OPTIMIZERS, PHASES, encode, encode_targets, fit_features,
-                                heavy_ops, iteration_context)
+from predictor.features import (CONTEXT_COLUMNS, OPTIMIZERS, encode, encode_targets, fit_features, heavy_ops,
+                                iteration_context)
+from predictor.trace_table import DTYPES, PHASES
 from predictor.training import load_body
 from tests.predictor.ets_data import tiny_traces
 

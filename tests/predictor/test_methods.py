@@ -43,7 +43,8 @@ def test_every_method_trains_evaluates_and_loads_through_one_interface(trained, 
     assert report["traces"] == 2 and len(report["convergence"]) == 3
     assert methods.checkpoint_method(ckpt) == method
     model = methods.load(ckpt)
-    assert model.method == method and model.device == "emulated:V100"
+    assert isinstance(model, methods.IterationTimePredictor)  # the one shape every method has
+    assert model.method == method and model.device == "emulated:V100" and len(model.history) == 3
     out = CliRunner().invoke(ets, ["evaluate", "--ckpt", str(ckpt), "--data", str(data_dir / "data"), "--json"])
     assert out.exit_code == 0, out.output
     again = json.loads(out.output)
@@ -58,6 +59,15 @@ def test_options_a_method_does_not_have_are_refused_by_name():
         methods.make_config("dnnperf", width=8)
     with pytest.raises(ValueError, match="unknown method 'magic'"):
         methods.module("magic")
+
+
+def test_every_shipped_checkpoint_has_the_one_shape():
+    from predictor.checkpoints import CHECKPOINT_DIR
+
+    shipped = sorted(CHECKPOINT_DIR.glob("*.pt"))
+    assert {methods.checkpoint_method(p) for p in shipped} == set(methods.METHODS)
+    for path in shipped:
+        assert isinstance(methods.load(path), methods.IterationTimePredictor), path
 
 
 def test_foreign_checkpoints_are_refused(tmp_path):

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from predictor.cli import main as ets
 from predictor.outputs import OutputError
 from predictor.families import TORCHVISION_FAMILIES, family_of
-from predictor.trace_table import (TraceFormatError, dataset_info, iteration_times_us, read_dataset, validate,
-                                   write_traces)
+from predictor.trace_table import TraceFormatError, dataset_info, read_dataset, validate, write_traces
+from tests.predictor.helpers import iteration_times_us
 
 
 def trace(config: str, device: str, durations, gaps, family="resnet", phases=None) -> pd.DataFrame:

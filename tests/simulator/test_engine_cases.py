@@ -13,7 +13,7 @@ from simulator.cluster import homogeneous_groups
 from simulator.engine import Simulation, SimulationError
 from simulator.metrics import summarize
 from simulator.timing import Predictor, make_predictor
-from traces.schema import from_records
+from tests.records import from_records
 
 
 def run(records, groups, policy, predictor="truth", reference=None):

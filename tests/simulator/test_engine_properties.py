@@ -11,7 +11,7 @@ from simulator.cluster import homogeneous_groups
 from simulator.engine import Simulation
 from simulator.metrics import summarize
 from simulator.timing import make_predictor
-from traces.schema import from_records
+from tests.records import from_records
 
 GPU_TYPES = ["V100", "T4", "A100", "K80"]
 

@@ -10,7 +10,7 @@ from predictor.gpus import SPEEDS
 from predictor.tables import IterationTimeTable
 from simulator.timing import (NoisyPredictor, PredictorSpecError, TablePredictor,
                               make_predictor, sigma_for_mre, true_runtimes)
-from traces.schema import from_records
+from tests.records import from_records
 
 
 def test_sigma_solves_the_expected_mre_formula_by_monte_carlo():

@@ -16,7 +16,8 @@ from simulator.engine import Simulation
 from predictor.tables import IterationTimeTable
 from simulator.timing import Predictor
 from traces.binding import CLASS_SHARES, BindingError, bind_workload, job_classes
-from traces.schema import RUNTIME_PREFIX, from_records
+from tests.records import from_records
+from traces.schema import RUNTIME_PREFIX
 
 CONFIGS = pd.DataFrame({"config_id": ["img1", "img2", "lang1", "speech1"], "family": ["resnet", "vgg", "transformer", "lstm"],
                         "model": ["resnet18", "vgg11", "transformer_encoder", "lstm_speech"],

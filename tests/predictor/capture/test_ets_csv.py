@@ -16,10 +16,10 @@ import pandas as pd
 import pytest
 
 from predictor.capture import ets_csv
-from predictor.trace_table import COLUMNS, iteration_times_us
-from tests.predictor.helpers import expect_error
+from predictor.trace_table import COLUMNS
+from tests.predictor.helpers import expect_error, iteration_times_us
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "ets"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "ets"
 TINY = FIXTURES / "GPUX" / "tinynet.3_7.csv"
 FIXTURE_CODES = ["layer_norm", "conv2d", "relu", "linear", "cross_entropy", "__iadd__", "mul_", "add_",
                  "aten::clone", "cat"]

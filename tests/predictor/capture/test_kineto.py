@@ -18,7 +18,7 @@ from predictor.capture import kineto
 from predictor.trace_table import COLUMNS
 from tests.predictor.helpers import expect_error
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kineto"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "kineto"
 NEW = FIXTURES / "new_schema.json"
 OLD = FIXTURES / "old_schema.json"
 CPU = FIXTURES / "cpu_only.json"

@@ -22,10 +22,10 @@ from __future__ import annotations
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
+from predictor.trace_table import PHASES
 from predictor.zoo.config import ModelConfig
 
 _NODE_PREFIX = "autograd::engine::evaluate_function:"
-PHASES = ("forward", "backward", "update")
 
 
 def _is_op(name: str) -> bool:

@@ -15,7 +15,7 @@ from predictor.capture.opseq import capture
 from predictor.features import encode, fit_features
 from predictor.zoo.vision import config_for
 
-FIXTURES_ETS = Path(__file__).resolve().parents[1] / "fixtures" / "ets"
+FIXTURES_ETS = Path(__file__).resolve().parents[2] / "fixtures" / "ets"
 # What the ETS profiler calls our captured op names (one row per kernel-launching op).
 ETS_NAME = {"relu_": "relu", "cross_entropy_loss": "cross_entropy", "ConvolutionBackward0": "conv2d",
             "ReluBackward0": "relu", "MaxPool2DWithIndicesBackward0": "max_pool2d", "AddmmBackward0": "linear",
