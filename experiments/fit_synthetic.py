@@ -1,11 +1,11 @@
-"""Refit the synthetic-trace parameters from the real trace files and print them as Python source.
+"""Refit the synthetic-trace parameters from the real trace files and write them to the package.
 
 Usage: ``python -m experiments.fit_synthetic [--shared DIR] [--jobs N] [--seed S]``
 
-``DIR`` defaults to ``$ETS_SHARED`` or ``<repo>/../shared``. The printed constants have the exact
-form of PHILLY_LIKE / PAI_LIKE in ``traces/synthetic.py``, so refreshing them is a paste; the script
-then says whether the embedded constants equal the refit, and compares a generated sample of N jobs
-with the real statistics (and times the generation).
+``DIR`` defaults to ``$ETS_SHARED`` or ``<repo>/../shared``. The script rewrites
+``traces/synthetic_fit.json`` (``traces.synthetic.FIT_FILE``) with the refit, prints what the
+values imply, says whether the file changed, and compares a generated sample of N jobs with the
+real statistics (and times the generation).
 """
 
 from __future__ import annotations
@@ -64,24 +64,22 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     fits = []
-    for name, fit, rel, embedded in (
-        ("PHILLY_LIKE", syn.fit_philly, syn.PHILLY_FILE, syn.PHILLY_LIKE),
-        ("PAI_LIKE", syn.fit_pai_sample, syn.PAI_SAMPLE_FILE, syn.PAI_LIKE),
-    ):
+    for fit, rel in ((syn.fit_philly, syn.PHILLY_FILE), (syn.fit_pai_sample, syn.PAI_SAMPLE_FILE)):
         path = args.shared / rel
         if not path.exists():
             print(f"error: {path} not found (set --shared or ETS_SHARED)", file=sys.stderr)
             return 2
-        params = fit(path)
-        fits.append((name, params, embedded))
-        print(syn.format_params(name, params))
-        print()
+        fits.append(fit(path))
 
-    for name, params, embedded in fits:
-        same = params == embedded
-        verdict = "equal the refit" if same else "DIFFER from the refit: paste the above"
-        print(f"# {name}: embedded constants {verdict}")
-    for name, params, _ in fits:
+    before = syn.FIT_FILE.read_bytes() if syn.FIT_FILE.exists() else None
+    syn.write_fit(fits, syn.FIT_FILE)
+    for params in fits:
+        print(f"{params.kind}:")
+        print("\n".join("  " + line for line in syn.describe(params)))
+        print()
+    same = syn.FIT_FILE.read_bytes() == before
+    print(f"# {syn.FIT_FILE}: {'unchanged (it equals the refit)' if same else 'REWRITTEN from the refit'}")
+    for params in fits:
         print(f"\n{params.kind}: real file vs generated sample ({args.jobs:,} jobs, seed {args.seed})")
         rows = compare(params, args.jobs, args.seed)
         w = max(len(r[0]) for r in rows)

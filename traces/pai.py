@@ -14,6 +14,7 @@ GPUs per instance = ceil(plan_gpu / 100).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -99,6 +100,117 @@ def _whole_instances(inst: np.ndarray, path: Path, lines: np.ndarray, rows: np.n
                          line=int(lines[i]), field="inst_num")
 
 
+class _Tasks(NamedTuple):
+    """The task table's values per row, checked; ``code`` is the index of the row's job."""
+
+    lines: np.ndarray
+    code: np.ndarray
+    known: np.ndarray  # the row's job is in the job table
+    is_gpu: np.ndarray  # known, with plan_gpu > 0
+    gpus: np.ndarray  # GPUs the row holds (0 unless is_gpu)
+    start: np.ndarray
+    end: np.ndarray
+    finished: np.ndarray  # known, and ran and ended (see _finished)
+    running: np.ndarray  # known, with status Running
+
+
+def _read_table(path: Path, columns: list[str], used: list[str]) -> pd.DataFrame:
+    """The used columns of a headerless official table, as text, with their line numbers."""
+    rows, _ = read_csv_rows(path, names=columns, usecols=used)
+    return _drop_header_row(rows, path)
+
+
+def _job_codes(job_name: pd.Series, task_job: pd.Series) -> np.ndarray:
+    """Each task's integer job code, so that aggregates per job are bincounts: job names come first
+    and are unique, so job i gets code i, and a task's code is below the number of jobs exactly
+    when its job is in the job table."""
+    names = np.concatenate([job_name.to_numpy(dtype=object), task_job.to_numpy(dtype=object)])
+    return pd.factorize(names)[0][len(job_name):]
+
+
+def _read_tasks(tasks: pd.DataFrame, task_path: Path, job_name: pd.Series) -> _Tasks:
+    """The task rows' values and job codes; GPU tasks need whole instance counts, and finished
+    tasks must not end before they start."""
+    tl = tasks["line"].to_numpy()
+    task_job = identifiers(tasks["job_name"], task_path, tl, "job_name")
+    inst, start, end, plan_gpu = (
+        numeric(_nulls_blank(tasks[c]), task_path, tl, c, allow_nan=True, min_value=m)
+        for c, m in (("inst_num", None), ("start_time", None), ("end_time", None), ("plan_gpu", 0.0)))
+    code = _job_codes(job_name, task_job)
+    known = code < len(job_name)
+    is_gpu = known & (plan_gpu > 0)
+    _whole_instances(inst, task_path, tl, is_gpu)
+    status = tasks["status"].to_numpy(dtype=object)
+    finished = known & _finished(status, start, end)
+    backwards = finished & (end < start)
+    if backwards.any():
+        i = int(np.argmax(backwards))
+        raise TraceError(task_path, f"task ends ({end[i]:g}) before it starts ({start[i]:g})",
+                         line=int(tl[i]), field="end_time")
+    gpus = np.where(is_gpu, np.nan_to_num(inst) * _gpus_per_instance(plan_gpu), 0.0)
+    return _Tasks(tl, code, known, is_gpu, gpus, start, end, finished, known & (status == "Running"))
+
+
+def _per_job(t: _Tasks, n: int) -> pd.DataFrame:
+    """Per job (index = job code): task rows, GPUs, whether a task finished / is running, and the
+    span from the earliest finished-task start to the latest finished-task end."""
+    first_start = np.full(n, np.inf)
+    np.minimum.at(first_start, t.code[t.finished], t.start[t.finished])
+    last_end = np.full(n, -np.inf)
+    np.maximum.at(last_end, t.code[t.finished], t.end[t.finished])
+    return pd.DataFrame({
+        "tasks": np.bincount(t.code[t.known], minlength=n),
+        "gpus": np.bincount(t.code[t.known], weights=t.gpus[t.known], minlength=n),
+        "finished": np.bincount(t.code[t.finished], minlength=n) > 0,
+        "running": np.bincount(t.code[t.running], minlength=n) > 0,
+        "start": first_start,
+        "end": last_end,
+    })
+
+
+def _job_gpu_types(tasks: pd.DataFrame, task_path: Path, t: _Tasks, n: int) -> np.ndarray:
+    """Per job code, the GPU type of its task with the most GPUs (the first such task on a tie;
+    "" without GPU tasks). Every GPU task's type is checked, not only the chosen ones."""
+    g = np.flatnonzero(t.is_gpu)
+    task_type = canonical_types(_nulls_blank(tasks["gpu_type"].iloc[g]), task_path, t.lines[g],
+                                "gpu_type").to_numpy()
+    order = np.lexsort((g, -t.gpus[g], t.code[g]))
+    top = order[np.unique(t.code[g][order], return_index=True)[1]]
+    job_type = np.full(n, "", dtype=object)
+    job_type[t.code[g][top]] = task_type[top]
+    return job_type
+
+
+def _usable(per_job: pd.DataFrame, job_status: np.ndarray) -> tuple[np.ndarray, dict[str, int]]:
+    """Which jobs are kept, and how many are left out for each reason (JobTrace.excluded)."""
+    no_tasks = per_job["tasks"].to_numpy() == 0
+    cpu_only = ~no_tasks & (per_job["gpus"].to_numpy() == 0)
+    live = pd.Series(job_status).isin(UNFINISHED_STATUS).to_numpy()
+    finished, running = per_job["finished"].to_numpy(), per_job["running"].to_numpy()
+    unfinished = ~no_tasks & ~cpu_only & (live | ~finished | running)
+    masks = {NO_TASKS: no_tasks, CPU_ONLY: cpu_only, UNFINISHED: unfinished}
+    excluded = {reason: int(mask.sum()) for reason, mask in masks.items() if mask.any()}
+    return ~(no_tasks | cpu_only | unfinished), excluded
+
+
+def _job_frame(jobs: pd.DataFrame, job_name: pd.Series, submit: np.ndarray, per_job: pd.DataFrame,
+               keep: np.ndarray, job_path: Path) -> pd.DataFrame:
+    """The kept jobs in the trace schema; a kept job without a submission time raises."""
+    lines = jobs["line"].to_numpy()[keep]
+    kept = per_job[keep]
+    return pd.DataFrame({
+        "job_id": job_name.to_numpy()[keep],
+        "submit_s": numeric(pd.Series(submit[keep]), job_path, lines, "start_time"),
+        "num_gpus": kept["gpus"].to_numpy(),
+        "duration_s": (kept["end"] - kept["start"]).to_numpy(),
+        "gpu_type": kept["gpu_type"].to_numpy(),
+        "deadline_s": np.nan,
+        "user": jobs["user"].to_numpy(dtype=object)[keep],
+        "workload": "",
+        "line": lines,
+    })
+
+
 def load(path: str | Path) -> JobTrace:
     """Join the official ``pai_job_table.csv`` and ``pai_task_table.csv`` into one row per job.
 
@@ -115,84 +227,20 @@ def load(path: str | Path) -> JobTrace:
     in task values name the task table.
     """
     job_path, task_path = _resolve_tables(path)
-    jobs, _ = read_csv_rows(job_path, names=JOB_TABLE_COLUMNS, usecols=JOB_TABLE_USED)
-    jobs = _drop_header_row(jobs, job_path)
-    tasks, _ = read_csv_rows(task_path, names=TASK_TABLE_COLUMNS, usecols=TASK_TABLE_USED)
-    tasks = _drop_header_row(tasks, task_path)
-    jl, tl = jobs["line"].to_numpy(), tasks["line"].to_numpy()
-
+    jobs = _read_table(job_path, JOB_TABLE_COLUMNS, JOB_TABLE_USED)
+    tasks = _read_table(task_path, TASK_TABLE_COLUMNS, TASK_TABLE_USED)
+    jl = jobs["line"].to_numpy()
     job_name = identifiers(jobs["job_name"], job_path, jl, "job_name", unique=True)
     submit = numeric(_nulls_blank(jobs["start_time"]), job_path, jl, "start_time", allow_nan=True)
-    task_job = identifiers(tasks["job_name"], task_path, tl, "job_name")
-    inst, t_start, t_end, plan_gpu = (
-        numeric(_nulls_blank(tasks[c]), task_path, tl, c, allow_nan=True, min_value=m)
-        for c, m in (("inst_num", None), ("start_time", None), ("end_time", None), ("plan_gpu", 0.0)))
-
-    # Integer job codes: job names come first and are unique, so job i gets code i and a task's
-    # code is below len(jobs) exactly when its job is in the job table. Aggregates are bincounts.
-    n = len(jobs)
-    codes, _ = pd.factorize(np.concatenate([job_name.to_numpy(dtype=object), task_job.to_numpy(dtype=object)]))
-    code = codes[n:]
-    known = code < n
-    excluded: dict[str, int] = {}
-    if not known.all():
-        excluded[ORPHAN_TASKS] = int((~known).sum())
-    is_gpu = known & (plan_gpu > 0)
-    _whole_instances(inst, task_path, tl, is_gpu)
-    status = tasks["status"].to_numpy(dtype=object)
-    finished = known & _finished(status, t_start, t_end)
-    backwards = finished & (t_end < t_start)
-    if backwards.any():
-        i = int(np.argmax(backwards))
-        raise TraceError(task_path, f"task ends ({t_end[i]:g}) before it starts ({t_start[i]:g})",
-                         line=int(tl[i]), field="end_time")
-    running = known & (status == "Running")
-    gpus = np.where(is_gpu, np.nan_to_num(inst) * _gpus_per_instance(plan_gpu), 0.0)
-
-    n_tasks = np.bincount(code[known], minlength=n)
-    job_gpus = np.bincount(code[known], weights=gpus[known], minlength=n)
-    any_finished = np.bincount(code[finished], minlength=n) > 0
-    any_running = np.bincount(code[running], minlength=n) > 0
-    first_start = np.full(n, np.inf)
-    np.minimum.at(first_start, code[finished], t_start[finished])
-    last_end = np.full(n, -np.inf)
-    np.maximum.at(last_end, code[finished], t_end[finished])
-    # GPU type (every GPU task's is checked): the task with the most GPUs, the first on a tie.
-    g = np.flatnonzero(is_gpu)
-    task_type = canonical_types(_nulls_blank(tasks["gpu_type"].iloc[g]), task_path, tl[g], "gpu_type").to_numpy()
-    order = np.lexsort((g, -gpus[g], code[g]))
-    top = order[np.unique(code[g][order], return_index=True)[1]]
-    job_type = np.full(n, "", dtype=object)
-    job_type[code[g][top]] = task_type[top]
-    job_status = jobs["status"].to_numpy(dtype=object)
-
-    no_tasks = n_tasks == 0
-    cpu_only = ~no_tasks & (job_gpus == 0)
-    unfinished = ~no_tasks & ~cpu_only & (pd.Series(job_status).isin(UNFINISHED_STATUS).to_numpy()
-                                          | ~any_finished | any_running)
-    for reason, mask in ((NO_TASKS, no_tasks), (CPU_ONLY, cpu_only), (UNFINISHED, unfinished)):
-        if mask.any():
-            excluded[reason] = int(mask.sum())
-    keep = ~(no_tasks | cpu_only | unfinished)
+    t = _read_tasks(tasks, task_path, job_name)
+    per_job = _per_job(t, len(jobs))
+    per_job["gpu_type"] = _job_gpu_types(tasks, task_path, t, len(jobs))
+    keep, left_out = _usable(per_job, jobs["status"].to_numpy(dtype=object))
+    orphans = int((~t.known).sum())
+    excluded = {**({ORPHAN_TASKS: orphans} if orphans else {}), **left_out}
     if not keep.any():
         raise TraceError(job_path, f"no usable jobs: all were left out ({excluded})")
-    j = pd.DataFrame({"job": job_name.to_numpy(), "submit": submit, "line": jl, "gpus": job_gpus,
-                      "start": first_start, "end": last_end, "gpu_type": job_type,
-                      "user": jobs["user"].to_numpy(dtype=object)})[keep]
-    lines = j["line"].to_numpy()
-    submit_ok = numeric(pd.Series(j["submit"].to_numpy()), job_path, lines, "start_time")  # NaN → error
-    df = pd.DataFrame({
-        "job_id": j["job"].to_numpy(),
-        "submit_s": submit_ok,
-        "num_gpus": j["gpus"].to_numpy(),
-        "duration_s": (j["end"] - j["start"]).to_numpy(),
-        "gpu_type": j["gpu_type"].to_numpy(),
-        "deadline_s": np.nan,
-        "user": j["user"].to_numpy(),
-        "workload": "",
-        "line": lines,
-    })
-    return finalize(df, job_path, "pai", excluded)
+    return finalize(_job_frame(jobs, job_name, submit, per_job, keep, job_path), job_path, "pai", excluded)
 
 
 def load_sample(path: str | Path) -> JobTrace:

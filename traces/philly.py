@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -88,20 +88,21 @@ def _detail_gpus(attempt: dict, path: str | Path, rec_no: int) -> int:
     return total
 
 
-def load_json(path: str | Path, *, epoch: str | pd.Timestamp | None = PHILLY_EPOCH) -> JobTrace:
-    """Load a Philly job log in the raw ``cluster_job_log`` JSON layout (a list of job objects).
+class _Job(NamedTuple):
+    """A kept record of the JSON log; its times stay text until all jobs' are parsed at once."""
 
-    Two layouts are accepted: the marwage subset (``id, num_gpus, runtime, attempts,
-    submitted_time``) and the original log (``jobid, user, vc, status, submitted_time, attempts``
-    whose attempts carry ``detail`` lists of ``{ip, gpus}``; #GPUs is then counted from the first
-    attempt). ``duration_s`` = first attempt's start → last attempt's end, which includes retries
-    and the gaps between them: the CSV's definition. ``submit_s`` counts from ``epoch`` (the CSV's
-    clock; ``None`` = the earliest kept submission). Left out and counted: jobs that never started
-    (no attempts, or no start time) and jobs still running (no end time); with a fixed epoch, jobs
-    submitted before it. Unused fields (``runtime``, ``vc``, ``status``) are not read.
-    ``line`` is the 1-based record number. Malformed values raise TraceError naming the record
-    and field.
-    """
+    rec_no: int
+    job_id: str
+    id_key: str  # "id" or "jobid": the field a duplicate-id error names
+    user: str
+    num_gpus: Any  # checked with the other jobs' values by numeric() and gpu_counts()
+    # (field, text): submitted_time, then every attempt's start and end time that is present, so
+    # [1] is the first attempt's start and [-1] the last attempt's end (both present when kept)
+    times: list[tuple[str, str]]
+
+
+def _read_records(path: str | Path) -> list:
+    """The file's JSON list of job records: TraceError for a missing, undecodable or empty file."""
     p = Path(path)
     if not p.exists():
         raise TraceError(path, "file not found")
@@ -116,98 +117,156 @@ def load_json(path: str | Path, *, epoch: str | pd.Timestamp | None = PHILLY_EPO
         raise TraceError(path, f"expected a JSON list of job objects, got a {type(data).__name__}")
     if not data:
         raise TraceError(path, "the file holds no job records", line=1)
+    return data
 
+
+def _job_id(rec: Any, path: str | Path, rec_no: int) -> tuple[str, str]:
+    """The record's id key ("id" in the marwage subset, "jobid" in the original log) and its id."""
+    if not isinstance(rec, dict):
+        raise TraceError(path, f"expected a job object, got a {type(rec).__name__}", line=rec_no)
+    key = "id" if "id" in rec else "jobid"
+    job_id = rec.get(key)
+    if job_id is None or str(job_id).strip() == "":
+        raise TraceError(path, "job id is missing (need 'id' or 'jobid')", line=rec_no, field=key)
+    return key, str(job_id).strip()
+
+
+def _attempts(rec: dict, path: str | Path, rec_no: int) -> list[dict]:
+    """The record's attempt objects ([] for a null or empty list, a job that never started)."""
+    if "attempts" not in rec:
+        raise TraceError(path, "key is missing", line=rec_no, field="attempts")
+    attempts = rec["attempts"]
+    if attempts is None or attempts == []:
+        return []
+    if not isinstance(attempts, list):
+        raise TraceError(path, f"expected a list, got a {type(attempts).__name__}", line=rec_no,
+                         field="attempts")
+    for k, att in enumerate(attempts):
+        if not isinstance(att, dict):
+            raise TraceError(path, f"expected an attempt object, got a {type(att).__name__}",
+                             line=rec_no, field=f"attempts[{k}]")
+    return attempts
+
+
+def _left_out(attempts: list[dict]) -> str | None:
+    """Why a job with these attempts is left out (a JobTrace.excluded key), or None to keep it."""
+    if not attempts:
+        return NO_ATTEMPTS
+    if _time_text(attempts[0].get("start_time")) is None:
+        return NO_START
+    if _time_text(attempts[-1].get("end_time")) is None:
+        return NO_END
+    return None
+
+
+def _time_texts(rec: dict, attempts: list[dict], path: str | Path, rec_no: int) -> list[tuple[str, str]]:
+    """(field, text) of the submission time and of every attempt's times, to check all of them."""
+    submitted = _time_text(rec.get("submitted_time"))
+    if submitted is None:
+        raise TraceError(path, "submission time is missing", line=rec_no, field="submitted_time")
+    times = [("submitted_time", submitted)]
+    for k, att in enumerate(attempts):
+        for name in ("start_time", "end_time"):
+            text = _time_text(att.get(name))
+            if text is not None:
+                times.append((f"attempts[{k}].{name}", text))
+    return times
+
+
+def _read_record(rec: Any, path: str | Path, rec_no: int) -> _Job | str:
+    """One record checked: its job, or the reason (a JobTrace.excluded key) it is left out."""
+    key, job_id = _job_id(rec, path, rec_no)
+    attempts = _attempts(rec, path, rec_no)
+    reason = _left_out(attempts)
+    if reason is not None:
+        return reason
+    gpus = rec.get("num_gpus")
+    if gpus is None:
+        gpus = _detail_gpus(attempts[0], path, rec_no)
+    times = _time_texts(rec, attempts, path, rec_no)
+    user = rec.get("user")
+    return _Job(rec_no, job_id, key, "" if user is None else str(user), gpus, times)
+
+
+def _read_jobs(records: list, path: str | Path) -> tuple[list[_Job], Counter[str]]:
+    """The kept jobs, and how many records are left out for each reason; TraceError if none is kept."""
     excluded: Counter[str] = Counter()
-    jobs: list[tuple[int, str, str, Any, str, int]] = []  # (record, id, user, num_gpus, id key, attempts)
-    stamps: list[tuple[int, str, str]] = []  # (record, field, text) of every time to parse
-    submitted_at: list[int] = []  # per kept job: index into stamps of its submission time,
-    first_start: list[int] = []  # of its first attempt's start,
-    last_end: list[int] = []  # and of its last attempt's end
-    for rec_no, rec in enumerate(data, start=1):
-        if not isinstance(rec, dict):
-            raise TraceError(path, f"expected a job object, got a {type(rec).__name__}", line=rec_no)
-        key = "id" if "id" in rec else "jobid"
-        job_id = rec.get(key)
-        if job_id is None or str(job_id).strip() == "":
-            raise TraceError(path, "job id is missing (need 'id' or 'jobid')", line=rec_no, field=key)
-        if "attempts" not in rec:
-            raise TraceError(path, "key is missing", line=rec_no, field="attempts")
-        attempts = rec["attempts"]
-        if attempts is None or attempts == []:
-            excluded[NO_ATTEMPTS] += 1
-            continue
-        if not isinstance(attempts, list):
-            raise TraceError(path, f"expected a list, got a {type(attempts).__name__}", line=rec_no,
-                             field="attempts")
-        for k, att in enumerate(attempts):
-            if not isinstance(att, dict):
-                raise TraceError(path, f"expected an attempt object, got a {type(att).__name__}",
-                                 line=rec_no, field=f"attempts[{k}]")
-        start = _time_text(attempts[0].get("start_time"))
-        end = _time_text(attempts[-1].get("end_time"))
-        if start is None:
-            excluded[NO_START] += 1
-            continue
-        if end is None:
-            excluded[NO_END] += 1
-            continue
-        gpus = rec.get("num_gpus")
-        if gpus is None:
-            gpus = _detail_gpus(attempts[0], path, rec_no)
-        submitted = _time_text(rec.get("submitted_time"))
-        if submitted is None:
-            raise TraceError(path, "submission time is missing", line=rec_no, field="submitted_time")
-        submitted_at.append(len(stamps))
-        stamps.append((rec_no, "submitted_time", submitted))
-        for k, att in enumerate(attempts):  # check every attempt's times, not only the two used
-            for name in ("start_time", "end_time"):
-                text = _time_text(att.get(name))
-                if text is not None:
-                    if k == 0 and name == "start_time":
-                        first_start.append(len(stamps))
-                    if k == len(attempts) - 1 and name == "end_time":
-                        last_end.append(len(stamps))
-                    stamps.append((rec_no, f"attempts[{k}].{name}", text))
-        user = rec.get("user")
-        jobs.append((rec_no, str(job_id).strip(), "" if user is None else str(user), gpus, key, len(attempts)))
-
+    jobs: list[_Job] = []
+    for rec_no, rec in enumerate(records, start=1):
+        job = _read_record(rec, path, rec_no)
+        if isinstance(job, str):
+            excluded[job] += 1
+        else:
+            jobs.append(job)
     if not jobs:
-        raise TraceError(path, f"no usable jobs: all {len(data)} records were left out ({dict(excluded)})")
-    texts = pd.Series([s[2] for s in stamps], dtype=object)
-    times = pd.to_datetime(texts, format=TIME_FORMAT, errors="coerce")
+        raise TraceError(path, f"no usable jobs: all {len(records)} records were left out ({dict(excluded)})")
+    return jobs, excluded
+
+
+def _job_times(jobs: list[_Job], path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Submission, first start and last end (s on the CSV's clock) per job, all texts parsed at
+    once (one vectorised to_datetime); the first malformed one raises, naming record and field."""
+    stamps = [(job.rec_no, field, text) for job in jobs for field, text in job.times]
+    times = pd.to_datetime(pd.Series([s[2] for s in stamps], dtype=object), format=TIME_FORMAT,
+                           errors="coerce")
     bad = times.isna().to_numpy()
     if bad.any():
         rec_no, name, text = stamps[int(np.argmax(bad))]
         raise TraceError(path, f"malformed time {text!r} (expected YYYY-MM-DD HH:MM:SS)",
                          line=rec_no, field=name)
     secs = (times - PHILLY_EPOCH).dt.total_seconds().to_numpy()
-    submit = secs[np.array(submitted_at)]
-    start = secs[np.array(first_start)]
-    end = secs[np.array(last_end)]
-    lines = np.array([j[0] for j in jobs], dtype="int64")
-    ids = pd.Series([j[1] for j in jobs], dtype=object)
+    counts = np.array([len(job.times) for job in jobs])
+    first = np.cumsum(counts) - counts  # index of each job's submission time in secs
+    return secs[first], secs[first + 1], secs[first + counts - 1]
+
+
+def _check_unique_ids(jobs: list[_Job], ids: pd.Series, lines: np.ndarray, path: str | Path) -> None:
     dup = ids.duplicated().to_numpy()
     if dup.any():
         i = int(np.argmax(dup))
         first = int(lines[int(np.argmax((ids == ids.iloc[i]).to_numpy()))])
         raise TraceError(path, f"duplicate job id {ids.iloc[i]!r} (first seen in record {first})",
-                         line=int(lines[i]), field=jobs[i][4])
+                         line=int(lines[i]), field=jobs[i].id_key)
+
+
+def _durations(jobs: list[_Job], start: np.ndarray, end: np.ndarray, lines: np.ndarray,
+               path: str | Path) -> np.ndarray:
+    """First attempt's start -> last attempt's end per job; a negative one raises."""
     duration = end - start
     neg = duration < 0
     if neg.any():
         i = int(np.argmax(neg))
         raise TraceError(path, "last attempt ends before the first attempt starts",
-                         line=int(lines[i]), field=f"attempts[{jobs[i][5] - 1}].end_time")
-    num_gpus = numeric(pd.Series([j[3] for j in jobs], dtype=object), path, lines, "num_gpus")
+                         line=int(lines[i]), field=jobs[i].times[-1][0])
+    return duration
+
+
+def load_json(path: str | Path, *, epoch: str | pd.Timestamp | None = PHILLY_EPOCH) -> JobTrace:
+    """Load a Philly job log in the raw ``cluster_job_log`` JSON layout (a list of job objects).
+
+    Two layouts are accepted: the marwage subset (``id, num_gpus, runtime, attempts,
+    submitted_time``) and the original log (``jobid, user, vc, status, submitted_time, attempts``
+    whose attempts carry ``detail`` lists of ``{ip, gpus}``; #GPUs is then counted from the first
+    attempt). ``duration_s`` = first attempt's start → last attempt's end, which includes retries
+    and the gaps between them: the CSV's definition. ``submit_s`` counts from ``epoch`` (the CSV's
+    clock; ``None`` = the earliest kept submission). Left out and counted: jobs that never started
+    (no attempts, or no start time) and jobs still running (no end time); with a fixed epoch, jobs
+    submitted before it. Unused fields (``runtime``, ``vc``, ``status``) are not read.
+    ``line`` is the 1-based record number. Malformed values raise TraceError naming the record
+    and field.
+    """
+    jobs, excluded = _read_jobs(_read_records(path), path)
+    submit, start, end = _job_times(jobs, path)
+    lines = np.array([job.rec_no for job in jobs], dtype="int64")
+    ids = pd.Series([job.job_id for job in jobs], dtype=object)
+    _check_unique_ids(jobs, ids, lines, path)
+    duration = _durations(jobs, start, end, lines, path)
+    num_gpus = numeric(pd.Series([job.num_gpus for job in jobs], dtype=object), path, lines, "num_gpus")
     num_gpus = gpu_counts(num_gpus, path, lines, "num_gpus")
-    if epoch is None:
-        origin = float(submit.min())
-    else:
-        origin = (pd.Timestamp(epoch) - PHILLY_EPOCH).total_seconds()
-        early = submit < origin
-        if early.any():
-            excluded[BEFORE_EPOCH] += int(early.sum())
-    keep = submit >= origin
+    origin = float(submit.min()) if epoch is None else (pd.Timestamp(epoch) - PHILLY_EPOCH).total_seconds()
+    early = submit < origin  # none when epoch is None
+    if early.any():
+        excluded[BEFORE_EPOCH] += int(early.sum())
     df = pd.DataFrame({
         "job_id": ids,
         "submit_s": submit - origin,
@@ -215,10 +274,10 @@ def load_json(path: str | Path, *, epoch: str | pd.Timestamp | None = PHILLY_EPO
         "duration_s": duration,
         "gpu_type": "",
         "deadline_s": np.nan,
-        "user": [j[2] for j in jobs],
+        "user": [job.user for job in jobs],
         "workload": "",
         "line": lines,
-    })[keep].reset_index(drop=True)
+    })[submit >= origin].reset_index(drop=True)
     return finalize(df, path, "philly-json", dict(excluded))
 
 

@@ -1,9 +1,19 @@
 """Seeded synthetic job traces ("philly-like", "pai-like") whose parameters are fitted to real traces.
 
 Why: the simulator needs an embedded default workload, and the real trace files cannot ship with
-the package. This module holds small parameter sets fitted to the real files (below, with the
-statistics they reproduce), a fast vectorised generator, and the fitting functions themselves, so
-``python -m experiments.fit_synthetic`` and the tests can recompute every constant from the data.
+the package. This module has a fast vectorised generator, the fitting functions, and reads the
+small parameter sets fitted to the real files from data shipped with the package, so that
+``python -m experiments.fit_synthetic`` and the tests can recompute every value from the data.
+
+Data: ``traces/synthetic_fit.json`` (:data:`FIT_FILE`), read once at import into :data:`PARAMS`.
+philly-like is fitted from ``../shared/traces/philly/rfold_philly_trace.csv`` (RFold's per-job
+Philly CSV, 111,549 rows), pai-like from
+``../shared/traces/alibaba_pai_v2020/cedtrain_case_random_10000_tasks.csv`` (CedTrain's random
+10,000-task sample of PAI 2020). To refit, run
+``python -m experiments.fit_synthetic [--shared DIR]``: it fits both kinds (:func:`fit_philly`,
+:func:`fit_pai_sample`) and rewrites the file (:func:`write_fit`, floats at full precision so
+that the file loads back to the exact values).
+Each kind's ``_about`` in the file states the statistics of the real file that its values imply.
 
 The model of one job (all parts fitted per kind):
 
@@ -28,12 +38,35 @@ The model of one job (all parts fitted per kind):
   and after sampling, so no job has zero duration.
 
 deadline_s is NaN (deadlines are assigned elsewhere), user and workload are "".
+
+Judgement calls, philly-like:
+
+* Everything is fitted on the 1st-99th percentile window of arrivals: the file's first 40 days
+  hold only 1% of its jobs (logging start-up), so the whole-span rate would understate the load,
+  and those jobs are atypically long (216 GPU-hours per job on average against 28.7 inside the
+  window), so including them would overstate the work per job.
+* Duration buckets 1 / 2-3 / 4+ GPUs instead of 1 / >1: the 2-GPU jobs are mostly very short
+  (median 30 s) while 4+ GPU jobs are long (median 10,862 s); pooling them would misplace both.
+
+Judgement calls, pai-like:
+
+* Rate: the sample's own rate, 6.85 jobs/h. The file is a random 10k subsample of a filtered
+  PAI task table and the sampling fraction is not published, so no "real" rate can be derived;
+  any multiplier would be invented. At this rate the workload keeps about 41 GPUs busy on
+  average, i.e. it suits a cluster of ~50-70 GPUs; pass generate(..., rate_per_hour=R) (see
+  offered_load_gpus) to size the load for another cluster. The shape is fitted from the sample.
+* GPU type depends on the GPU-count bucket (chi-square p = 3e-4) and duration depends on both
+  the bucket (KS D = 0.11, p = 7e-8) and, among 1-GPU jobs, on the type (KS p < 1e-9 for each
+  pair), so durations are tabled per (bucket, type). The 2+ cells are thin (163-305 rows).
+* Durations are >= 1000 s by the sample's filter, so the generator has no short jobs.
 """
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass, field
+import re
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -57,6 +90,19 @@ PAI_HOUR0 = 0.0
 
 PHILLY_FILE = "traces/philly/rfold_philly_trace.csv"
 PAI_SAMPLE_FILE = "traces/alibaba_pai_v2020/cedtrain_case_random_10000_tasks.csv"
+
+FIT_FILE = Path(__file__).with_name("synthetic_fit.json")
+ABOUT = (
+    "Fitted parameters of the seeded synthetic job traces of traces/synthetic.py (the model and the "
+    "judgement calls of the fit: its docstring); read once at import.",
+    f"philly-like: fitted from ../shared/{PHILLY_FILE} (RFold's per-job Philly CSV); pai-like: from "
+    f"../shared/{PAI_SAMPLE_FILE} (CedTrain's random 10k sample of PAI 2020 tasks).",
+    "Written by `python -m experiments.fit_synthetic [--shared DIR]`, which refits both kinds from "
+    "those files and rewrites this file: do not edit it by hand.",
+    "Per kind: durations maps a cell to its duration knots (s) at traces.synthetic.KNOT_PROBS; "
+    "gpu_counts is keyed by GPU count; reference holds statistics of the real file (not used to "
+    "generate); _about states what the values imply.",
+)
 
 
 @dataclass(frozen=True)
@@ -109,143 +155,6 @@ class SyntheticParams:
                 totals[t] = totals.get(t, 0) + c
         n = sum(totals.values())
         return {t: c / n for t, c in totals.items()}
-
-
-# ---------------------------------------------------------------------------------------------
-# Fitted constants: the output of experiments/fit_synthetic.py (tests refit and compare them).
-
-# Judgement calls, philly-like:
-# * Everything is fitted on the 1st-99th percentile window of arrivals: the file's first 40 days
-#   hold only 1% of its jobs (logging start-up), so the whole-span rate would understate the load,
-#   and those jobs are atypically long (216 GPU-hours per job on average against 28.7 inside the
-#   window), so including them would overstate the work per job.
-# * Duration buckets 1 / 2-3 / 4+ GPUs instead of 1 / >1: the 2-GPU jobs are mostly very short
-#   (median 30 s) while 4+ GPU jobs are long (median 10,862 s); pooling them would misplace both.
-# Fitted from ../shared/traces/philly/rfold_philly_trace.csv (111,549 rows):
-# rate, shape and job mix all from the 109,317 jobs between the 1st and 99th percentile
-# of the submit times (day 40.7 to 127.9 on the trace's clock).
-# Arrivals: 52.23 jobs/h (the whole 129.4-day span averages 35.93 jobs/h).
-#   Daily shape: peak 1.90 at 07h, trough 0.48 at 14h. Real inter-arrival CV in the window 10.9.
-# GPU counts: 1: 86.64%, 8: 5.07%, 4: 4.97%, 2: 2.29%, 16: 0.75%, other: 0.28% (10 sizes).
-# GPU types: none recorded (gpu_type "").
-# Duration (s) by cell:  rows       p10       p50       p90       p99        max      mean
-#   1               94,709        58     1,244    15,342   401,848  5,187,286    19,515
-#   2-3              2,501        13        30   182,057   832,028  2,583,252    58,610
-#   4+              12,107        82    11,042   263,262 1,478,695  4,585,968   108,384
-# All jobs: duration p50 1,368.0 s, p90 32,733.4 s, p99 600,992.2 s.
-# GPU-hours per job: real 28.72, model 30.33 (log-linear interpolation of the tail).
-# Offered load at the fitted rate: 1,584 busy GPUs on average.
-PHILLY_LIKE = SyntheticParams(
-    kind='philly-like',
-    source='traces/philly/rfold_philly_trace.csv',
-    rows=111549,
-    rate_per_hour=52.23,
-    # hour-of-day multipliers 00h..23h (mean 1)
-    hourly_shape=(1.274, 1.007, 1.241, 1.174, 0.899, 1.136, 1.563, 1.899, 1.156, 0.925, 0.895, 0.762,
-                  0.675, 0.657, 0.476, 0.611, 0.977, 0.737, 0.845, 0.785, 0.967, 0.896, 1.235, 1.209),
-    gpu_counts={1: 94709, 2: 2501, 4: 5437, 6: 1, 7: 2, 8: 5542, 12: 12, 16: 822, 20: 1, 24: 38,
-                28: 1, 32: 210, 48: 2, 64: 28, 128: 11},
-    buckets=(1, 2, 4),
-    gpu_types={},
-    # duration knots (s) at KNOT_PROBS
-    durations={
-        '1': (1, 10, 15, 25, 42, 58, 66, 74, 125, 245, 467, 660, 918, 1244, 1556, 1981, 2754, 3989,
-            5694, 9007, 11219, 15342, 23564, 44565, 131896, 401848, 692630, 1395072, 1963819,
-            5187286),
-        '2-3': (2, 3, 5, 8, 10, 13, 15, 16, 17, 19, 20, 22, 25, 30, 43, 107, 983, 5556, 30979, 74940,
-            113462, 182057, 267300, 399986, 584219, 832028, 1171105, 1521845, 1798344, 2583252),
-        '4+': (1, 7, 14, 26, 40, 82, 190, 427, 754, 1019, 1555, 2875, 5643, 11042, 14865, 23931,
-            62567, 88786, 128917, 185001, 219178, 263262, 353444, 498100, 842625, 1478695, 2050441,
-            2643004, 3098095, 4585968),
-    },
-    reference={
-        'duration_p50_s': 1368.0,
-        'duration_p90_s': 32733.4,
-        'duration_p99_s': 600992.2,
-        'mean_gpu_hours_per_job': 28.72,
-        'window_start_day': 40.7,
-        'window_end_day': 127.9,
-        'window_jobs': 109317,
-        'span_days': 129.4,
-        'whole_span_rate_per_hour': 35.93,
-        'interarrival_cv': 10.9,
-    },
-)
-
-# Judgement calls, pai-like:
-# * Rate: the sample's own rate, 6.85 jobs/h. The file is a random 10k subsample of a filtered
-#   PAI task table and the sampling fraction is not published, so no "real" rate can be derived;
-#   any multiplier would be invented. At this rate the workload keeps about 41 GPUs busy on
-#   average, i.e. it suits a cluster of ~50-70 GPUs; pass generate(..., rate_per_hour=R) (see
-#   offered_load_gpus) to size the load for another cluster. The shape is fitted from the sample.
-# * GPU type depends on the GPU-count bucket (chi-square p = 3e-4) and duration depends on both
-#   the bucket (KS D = 0.11, p = 7e-8) and, among 1-GPU jobs, on the type (KS p < 1e-9 for each
-#   pair), so durations are tabled per (bucket, type). The 2+ cells are thin (163-305 rows).
-# * Durations are >= 1000 s by the sample's filter, so the generator has no short jobs.
-# Fitted from ../shared/traces/alibaba_pai_v2020/cedtrain_case_random_10000_tasks.csv (10,000 rows):
-# rate, shape and job mix all from the 9,814 jobs between the 1st and 99th percentile
-# of the submit times (day 13.3 to 73.0 on the trace's clock).
-# Arrivals: 6.85 jobs/h (the whole 63.1-day span averages 6.61 jobs/h).
-#   Daily shape: peak 2.03 at 03h, trough 0.43 at 14h. Real inter-arrival CV in the window 2.17.
-# GPU counts: 1: 92.73%, 8: 1.93%, 4: 1.83%, 2: 1.50%, 5: 1.29%, other: 0.71% (3 sizes).
-# GPU types: P100 49.03%, T4 30.43%, V100 20.54%.
-#   1 GPU(s): P100 4512 (49.6%), T4 2736 (30.1%), V100 1853 (20.4%)
-#   2+ GPU(s): P100 300 (42.1%), T4 250 (35.1%), V100 163 (22.9%)
-# Duration (s) by cell:  rows       p10       p50       p90       p99        max      mean
-#   1/P100           4,512     1,462     4,182    22,731   136,099    532,657    12,426
-#   1/T4             2,736     1,371     7,812    23,671   158,742    595,764    14,841
-#   1/V100           1,853     1,582     7,085    38,027   215,007    535,585    18,525
-#   2+/P100            300     1,230     5,706    73,250   341,068    600,961    26,826
-#   2+/T4              250     1,389     6,777    33,384   106,134    209,074    14,090
-#   2+/V100            163     1,559     9,286    83,956   212,634    256,093    29,185
-# All jobs: duration p50 5,774.5 s, p90 26,507.8 s, p99 151,921.7 s.
-# GPU-hours per job: real 6.34, model 5.97 (log-linear interpolation of the tail).
-# Offered load at the fitted rate: 41 busy GPUs on average.
-PAI_LIKE = SyntheticParams(
-    kind='pai-like',
-    source='traces/alibaba_pai_v2020/cedtrain_case_random_10000_tasks.csv',
-    rows=10000,
-    rate_per_hour=6.85,
-    # hour-of-day multipliers 00h..23h (mean 1)
-    hourly_shape=(0.667, 1.139, 1.531, 2.028, 1.566, 1.514, 0.852, 1.298, 1.093, 1.064, 0.702, 0.823,
-                  0.906, 0.707, 0.430, 0.622, 1.622, 1.205, 0.639, 0.619, 0.748, 0.709, 0.850, 0.667),
-    gpu_counts={1: 9101, 2: 147, 3: 29, 4: 180, 5: 127, 6: 38, 7: 3, 8: 189},
-    buckets=(1, 2),
-    gpu_types={'1': {'P100': 4512, 'T4': 2736, 'V100': 1853}, '2+': {'P100': 300, 'T4': 250, 'V100': 163}},
-    # duration knots (s) at KNOT_PROBS
-    durations={
-        '1/P100': (1000, 1016, 1036, 1118, 1237, 1462, 1680, 1954, 2264, 2601, 2935, 3239, 3665, 4182,
-            5434, 6524, 9287, 10941, 13957, 17669, 20348, 22731, 27780, 46602, 117164, 136099,
-            140097, 164775, 188983, 532657),
-        '1/T4': (1000, 1019, 1030, 1065, 1158, 1371, 1582, 1833, 2094, 2326, 3259, 4445, 5883, 7812,
-            9857, 10743, 14577, 16708, 17871, 20220, 22430, 23671, 28094, 39045, 74874, 158742,
-            234657, 425683, 547371, 595764),
-        '1/V100': (1000, 1021, 1039, 1127, 1237, 1582, 1855, 2295, 2755, 3333, 4031, 5059, 6027, 7085,
-            8467, 10406, 13678, 15824, 18839, 23635, 28297, 38027, 52863, 80397, 111722, 215007,
-            272047, 440790, 473487, 535585),
-        '2+/P100': (1002, 1005, 1010, 1043, 1118, 1230, 1460, 1742, 2112, 2649, 3286, 4050, 4805, 5706,
-            7784, 8697, 13867, 17696, 25698, 40487, 50523, 73250, 99947, 130795, 177439, 341068,
-            504933, 600961, 600961, 600961),
-        '2+/T4': (1003, 1009, 1012, 1027, 1100, 1389, 1727, 2446, 2948, 3189, 3600, 4041, 4748, 6777,
-            7942, 8062, 10463, 13659, 17547, 26143, 31363, 33384, 50144, 59943, 81302, 106134,
-            110326, 209074, 209074, 209074),
-        '2+/V100': (1077, 1077, 1082, 1114, 1250, 1559, 1920, 2185, 2682, 3464, 5512, 6210, 7682, 9286,
-            12538, 14643, 22281, 35599, 43779, 60383, 70224, 83956, 94362, 159644, 169298, 212634,
-            256093, 256093, 256093, 256093),
-    },
-    reference={
-        'duration_p50_s': 5774.5,
-        'duration_p90_s': 26507.8,
-        'duration_p99_s': 151921.7,
-        'mean_gpu_hours_per_job': 6.34,
-        'window_start_day': 13.3,
-        'window_end_day': 73.0,
-        'window_jobs': 9814,
-        'span_days': 63.1,
-        'whole_span_rate_per_hour': 6.61,
-        'interarrival_cv': 2.17,
-    },
-)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -352,7 +261,7 @@ def fit_philly(path: str | Path) -> SyntheticParams:
 def fit_pai_sample(path: str | Path) -> SyntheticParams:
     """Fit the pai-like parameters from the CedTrain 10k PAI task sample.
 
-    The rate is the sample's own (see PAI_LIKE's comment for why); submit = task start_time,
+    The rate is the sample's own (see the module docstring for why); submit = task start_time,
     GPUs = inst_num (plan_gpu is 100 for every row), duration = runtime (= end - start).
     """
     df = pd.read_csv(path)
@@ -489,7 +398,7 @@ def generate(kind: str, num_jobs: int, seed: int = 0, *, rate_per_hour: float | 
 
 
 # ---------------------------------------------------------------------------------------------
-# Rendering (experiments/fit_synthetic.py prints this; the constants above were pasted from it).
+# The parameter file (experiments/fit_synthetic.py writes it from a refit).
 
 def _cell_rows(params: SyntheticParams) -> dict[str, int]:
     if params.gpu_types:
@@ -545,55 +454,34 @@ def describe(params: SyntheticParams) -> list[str]:
     return out
 
 
-def _wrap(items: list[str], indent: int, width: int = 100) -> str:
-    """Join items with ", ", breaking lines (indented by ``indent``) before ``width`` columns."""
-    out, line = [], ""
-    for item in items:
-        candidate = f"{line}, {item}" if line else item
-        if line and indent + len(candidate) + 2 > width:
-            out.append(line + ",")
-            line = item
-        else:
-            line = candidate
-    out.append(line)
-    return ("\n" + " " * indent).join(out)
+def write_fit(fits: list[SyntheticParams], path: Path) -> None:
+    """Write parameter sets as the JSON :func:`load_fit` reads: floats at full precision (repr),
+    so that the file loads back to equal sets, and each set with its :func:`describe` lines."""
+    data = {"_about": list(ABOUT), **{p.kind: {"_about": describe(p), **asdict(p)} for p in fits}}
+    text = json.dumps(data, indent=2)
+    # One line per list of numbers (a shape, the buckets, a cell's knots), not one per number.
+    text = re.sub(r"\[[-+\d.eE,\s]*\]", lambda m: json.dumps(json.loads(m.group(0))), text)
+    path.write_text(text + "\n", encoding="utf-8")
 
 
-def format_params(name: str, params: SyntheticParams) -> str:
-    """Python source of a ``NAME = SyntheticParams(...)`` constant, in the form used in this file."""
-    def num(x: float) -> str:
-        return str(int(x)) if float(x).is_integer() else repr(float(x))
-
-    half = [", ".join(f"{x:.3f}" for x in params.hourly_shape[i:i + 12]) for i in (0, 12)]
-    lines = ["# " + line for line in describe(params)]
-    lines += [
-        f"{name} = SyntheticParams(",
-        f"    kind={params.kind!r},",
-        f"    source={params.source!r},",
-        f"    rows={params.rows},",
-        f"    rate_per_hour={params.rate_per_hour!r},",
-        "    # hour-of-day multipliers 00h..23h (mean 1)",
-        f"    hourly_shape=({half[0]},",
-        f"                  {half[1]}),",
-        "    gpu_counts={" + _wrap([f"{g}: {c}" for g, c in params.gpu_counts.items()], 16) + "},",
-        f"    buckets={params.buckets!r},",
-        "    gpu_types={" + ", ".join(
-            f"{b!r}: {{{', '.join(f'{t!r}: {c}' for t, c in ts.items())}}}"
-            for b, ts in params.gpu_types.items()
-        ) + "},",
-        "    # duration knots (s) at KNOT_PROBS",
-        "    durations={",
-    ]
-    for cell, knots in params.durations.items():
-        lines.append(f"        {cell!r}: (" + _wrap([num(x) for x in knots], 12) + "),")
-    lines.append("    },")
-    lines.append("    reference={")
-    for k, v in params.reference.items():
-        lines.append(f"        {k!r}: {v!r},")
-    lines.append("    },")
-    lines.append(")")
-    return "\n".join(lines)
+def _from_json(d: dict) -> SyntheticParams:
+    """JSON lists back to tuples, GPU-count keys (strings in JSON) back to ints."""
+    return SyntheticParams(
+        kind=d["kind"], source=d["source"], rows=d["rows"], rate_per_hour=d["rate_per_hour"],
+        hourly_shape=tuple(d["hourly_shape"]),
+        gpu_counts={int(g): c for g, c in d["gpu_counts"].items()},
+        buckets=tuple(d["buckets"]),
+        gpu_types=d["gpu_types"],
+        durations={cell: tuple(knots) for cell, knots in d["durations"].items()},
+        reference=d["reference"],
+    )
 
 
-PARAMS: dict[str, SyntheticParams] = {"philly-like": PHILLY_LIKE, "pai-like": PAI_LIKE}
+def load_fit(path: Path) -> dict[str, SyntheticParams]:
+    """The parameter sets of a file written by :func:`write_fit`, by kind, in file order."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return {kind: _from_json(d) for kind, d in data.items() if kind != "_about"}
+
+
+PARAMS: dict[str, SyntheticParams] = load_fit(FIT_FILE)
 KINDS: tuple[str, ...] = tuple(PARAMS)

@@ -329,12 +329,9 @@ def _attach_device(ev: pd.DataFrame, flows: pd.DataFrame, cpu: pd.DataFrame) -> 
 
 # -- the importer ----------------------------------------------------------------------------------
 
-def load(path: str | Path, *, device: str | None = None, model: str | None = None,
-         step: int | None = None) -> pd.DataFrame:
-    """One training iteration of a Kineto trace file as a validated execution-trace table."""
-    path = Path(path)
-    data = _read_json(path)
-    ev, flows = _event_tables(path, data["traceEvents"])
+def _main_process(path: Path, ev: pd.DataFrame) -> tuple[str, pd.DataFrame]:
+    """The process holding the ProfilerStep ranges (without steps: the one with the most
+    operators) and its ProfilerStep events."""
     ops_all = ev[ev["kind"] == OP]
     if ops_all.empty:
         raise TraceFormatError(path, "no operator events (category 'cpu_op' or 'Operator')", field="cat")
@@ -343,10 +340,20 @@ def load(path: str | Path, *, device: str | None = None, model: str | None = Non
         main_pid = steps["pid"].mode().iloc[0]
     else:
         main_pid = ops_all["pid"].value_counts().index[0]
+    return main_pid, steps[steps["pid"] == main_pid]
+
+
+def _cpu_events(path: Path, ev: pd.DataFrame, main_pid: str) -> tuple[pd.DataFrame, dict]:
+    """The main process's op, annotation and runtime events, with their nesting (see _nest)."""
     cpu = ev[ev["kind"].isin([OP, ANNOTATION, RUNTIME]) & (ev["pid"] == main_pid)].reset_index(drop=True)
     nest = _nest(path, cpu)
     cpu["root"], cpu["in_opt"], cpu["in_data"] = nest["root"], nest["in_opt"], nest["in_data"]
+    return cpu, nest
 
+
+def _top_level_ops(path: Path, cpu: pd.DataFrame, nest: dict) -> pd.DataFrame:
+    """Top-level ops outside data loading (``pos`` = their row in cpu), with the autograd-node
+    flag and their flops."""
     pos = np.arange(len(cpu))
     roots = cpu[(cpu["kind"] == OP) & ~nest["is_ann"] & (nest["root"] == pos) & ~nest["in_data"]].copy()
     roots["pos"] = roots.index.to_numpy()
@@ -354,22 +361,24 @@ def load(path: str | Path, *, device: str | None = None, model: str | None = Non
         raise TraceFormatError(path, "no operator events outside annotation / data-loading ranges")
     roots["node"] = roots["name"].str.contains(_NODE.pattern, regex=True)
     roots["flops"] = pd.Series(nest["flops"]).groupby(nest["root"]).sum().reindex(roots["pos"]).fillna(0).to_numpy()
+    return roots
 
+
+def _training_ops(roots: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """The ops of the main thread and of the autograd threads, with ``backward_root`` (an autograd
+    node, or on an autograd thread). Main thread: the one holding the steps, else the earliest op's."""
     if len(steps):
-        steps = steps[steps["pid"] == main_pid]
         main_tid = steps["tid"].mode().iloc[0]
     else:
         main_tid = roots.sort_values(["ts", "event"])["tid"].iloc[0]
     autograd_tids = set(roots.loc[roots["node"] & (roots["tid"] != main_tid), "tid"])
     roots = roots[(roots["tid"] == main_tid) | roots["tid"].isin(autograd_tids)]
     roots["backward_root"] = roots["node"] | roots["tid"].isin(autograd_tids)
+    return roots
 
-    label, roots = _select_step(path, steps, roots, step)
-    roots = roots.sort_values(["ts", "event"]).reset_index(drop=True)
-    if roots.empty:
-        raise TraceFormatError(path, f"{label} holds no operator events")
 
-    # phases
+def _phases(roots: pd.DataFrame) -> np.ndarray:
+    """forward / backward / update per op (rules: "Phase" in the module docstring)."""
     ts = roots["ts"].to_numpy()
     bwd = roots["backward_root"].to_numpy()
     phase = np.where(bwd, "backward", "forward").astype(object)
@@ -378,50 +387,61 @@ def load(path: str | Path, *, device: str | None = None, model: str | None = Non
         phase[~bwd & (ts > first) & (ts <= last)] = "backward"
         phase[~bwd & (ts > last)] = "update"
     phase[roots["in_opt"].to_numpy()] = "update"
-    roots["phase"] = phase
+    return phase
 
-    # durations and gaps
-    has_device = bool((ev["kind"] == DEVICE).any())
-    if has_device:
-        dev = _attach_device(ev, flows, cpu)
-        dev["end"] = dev["ts"] + dev["dur"]
-        agg = dev.groupby("root").agg(kernels=("dur", "size"), duration=("dur", "sum"), start=("ts", "min"))
-        agg = agg.reindex(roots["pos"])
-        kernels = agg["kernels"].fillna(0).to_numpy(dtype=np.int64)
-        duration = agg["duration"].fillna(0.0).to_numpy()
-        start = agg["start"].to_numpy()
-        gap = np.zeros(len(roots))
-        busy = np.flatnonzero(kernels > 0)
-        if len(busy) > 1:
-            gap[busy[:-1]] = start[busy[1:]] - (start[busy[:-1]] + duration[busy[:-1]])
-    else:
-        kernels = np.zeros(len(roots), dtype=np.int64)
-        duration = roots["dur"].to_numpy()
-        gap = np.zeros(len(roots))
-        if len(roots) > 1:
-            gap[:-1] = ts[1:] - (ts[:-1] + duration[:-1])
 
-    # shapes, params, dtype, batch
-    shapes = [nest["shapes"].get(p) for p in roots["pos"]]
-    types = [nest["types"].get(p) for p in roots["pos"]]
-    batch = input_size = 0
-    for s, ph in zip(shapes, roots["phase"]):
+def _device_times(ev: pd.DataFrame, flows: pd.DataFrame, cpu: pd.DataFrame,
+                  roots: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """kernels, duration_us and gap_us per op from the device activities it launched (GPU traces)."""
+    dev = _attach_device(ev, flows, cpu)
+    agg = dev.groupby("root").agg(kernels=("dur", "size"), duration=("dur", "sum"), start=("ts", "min"))
+    agg = agg.reindex(roots["pos"])
+    kernels = agg["kernels"].fillna(0).to_numpy(dtype=np.int64)
+    duration = agg["duration"].fillna(0.0).to_numpy()
+    start = agg["start"].to_numpy()
+    gap = np.zeros(len(roots))
+    busy = np.flatnonzero(kernels > 0)
+    if len(busy) > 1:
+        gap[busy[:-1]] = start[busy[1:]] - (start[busy[:-1]] + duration[busy[:-1]])
+    return kernels, duration, gap
+
+
+def _host_times(roots: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """kernels (0), duration_us (the op's dur) and gap_us per op (CPU traces)."""
+    ts = roots["ts"].to_numpy()
+    duration = roots["dur"].to_numpy()
+    gap = np.zeros(len(roots))
+    if len(roots) > 1:
+        gap[:-1] = ts[1:] - (ts[:-1] + duration[:-1])
+    return np.zeros(len(roots), dtype=np.int64), duration, gap
+
+
+def _batch_and_input_size(shapes: list, phases: np.ndarray) -> tuple[int, int]:
+    """From the first forward op whose first input has a shape: its first dim, and its last dim
+    when it is 4-D (else 0); (0, 0) when no forward op has one."""
+    for s, ph in zip(shapes, phases):
         first = _first_shape(s) if ph == "forward" else None
         if first is not None:
-            batch = first[0]
-            input_size = first[-1] if len(first) == 4 else 0
-            break
+            return int(first[0]), int(first[-1] if len(first) == 4 else 0)
+    return 0, 0
 
-    if device is None:
-        props = data.get("deviceProperties")
-        if isinstance(props, list) and props and isinstance(props[0], dict) and props[0].get("name"):
-            device = str(props[0]["name"])
-        else:
-            device = "cuda" if ev["cat"].isin(KERNEL_CATEGORIES).any() else "cpu"
-    model = model or default_model(path)
-    step_id = label.split("#", 1)[1] if label.startswith("ProfilerStep#") else "all"
-    out = pd.DataFrame({
-        "config_id": f"kineto:{model}:{step_id}",
+
+def _default_device(data: dict, ev: pd.DataFrame) -> str:
+    """``deviceProperties[0].name``, else "cuda" when the file has kernels, else "cpu"."""
+    props = data.get("deviceProperties")
+    if isinstance(props, list) and props and isinstance(props[0], dict) and props[0].get("name"):
+        return str(props[0]["name"])
+    return "cuda" if ev["cat"].isin(KERNEL_CATEGORIES).any() else "cpu"
+
+
+def _table(path: Path, roots: pd.DataFrame, nest: dict, config_id: str, device: str,
+           model: str) -> pd.DataFrame:
+    """The execution-trace table of the iteration's ops (roots with phase and device times)."""
+    shapes = [nest["shapes"].get(p) for p in roots["pos"]]
+    types = [nest["types"].get(p) for p in roots["pos"]]
+    batch, input_size = _batch_and_input_size(shapes, roots["phase"].to_numpy())
+    return pd.DataFrame({
+        "config_id": config_id,
         "device": device,
         "family": family_of(model),
         "model": model,
@@ -433,15 +453,37 @@ def load(path: str | Path, *, device: str | None = None, model: str | None = Non
         "flops": roots["flops"].to_numpy(),
         "bytes": 0.0,
         "dtype": [_dtype(t) for t in types],
-        "batch": int(batch),
-        "input_size": int(input_size),
+        "batch": batch,
+        "input_size": input_size,
         "cpu_us": roots["dur"].to_numpy(),
-        "duration_us": duration,
-        "gap_us": gap,
-        "kernels": kernels,
+        "duration_us": roots["duration_us"].to_numpy(),
+        "gap_us": roots["gap_us"].to_numpy(),
+        "kernels": roots["kernels"].to_numpy(),
         "source": [f"{path}:{int(e)}" for e in roots["event"]],
     })
-    return trace_table.validate(out, path)
+
+
+def load(path: str | Path, *, device: str | None = None, model: str | None = None,
+         step: int | None = None) -> pd.DataFrame:
+    """One training iteration of a Kineto trace file as a validated execution-trace table."""
+    path = Path(path)
+    data = _read_json(path)
+    ev, flows = _event_tables(path, data["traceEvents"])
+    main_pid, steps = _main_process(path, ev)
+    cpu, nest = _cpu_events(path, ev, main_pid)
+    roots = _training_ops(_top_level_ops(path, cpu, nest), steps)
+    label, roots = _select_step(path, steps, roots, step)
+    roots = roots.sort_values(["ts", "event"]).reset_index(drop=True)
+    if roots.empty:
+        raise TraceFormatError(path, f"{label} holds no operator events")
+    roots["phase"] = _phases(roots)
+    times = _device_times(ev, flows, cpu, roots) if (ev["kind"] == DEVICE).any() else _host_times(roots)
+    roots["kernels"], roots["duration_us"], roots["gap_us"] = times
+    model = model or default_model(path)
+    step_id = label.split("#", 1)[1] if label.startswith("ProfilerStep#") else "all"
+    table = _table(path, roots, nest, f"kineto:{model}:{step_id}",
+                   _default_device(data, ev) if device is None else device, model)
+    return trace_table.validate(table, path)
 
 
 def _select_step(path: Path, steps: pd.DataFrame, roots: pd.DataFrame,

@@ -1,9 +1,9 @@
-"""Tests of traces/synthetic.py: determinism, schema, agreement with the fitted statistics, and
-(when the real trace files are present) that the embedded constants equal a refit from the data."""
+"""Tests of traces/synthetic.py: determinism, schema, agreement with the fitted statistics, that the
+parameter file round-trips, and (when the real trace files are present) that it equals a refit."""
 
 from __future__ import annotations
 
-import inspect
+import dataclasses
 import os
 from pathlib import Path
 
@@ -77,7 +77,8 @@ def test_single_job_and_bad_arguments():
 
 def test_rate_override_scales_arrivals_only():
     base = syn.generate("philly-like", 20_000, seed=5)
-    fast = syn.generate("philly-like", 20_000, seed=5, rate_per_hour=4 * syn.PHILLY_LIKE.rate_per_hour)
+    rate = 4 * syn.PARAMS["philly-like"].rate_per_hour
+    fast = syn.generate("philly-like", 20_000, seed=5, rate_per_hour=rate)
     assert fast.source.endswith(":rate=208.92")
     ratio = base.jobs["submit_s"].iloc[-1] / fast.jobs["submit_s"].iloc[-1]
     assert ratio == pytest.approx(4.0, rel=0.02)
@@ -100,7 +101,7 @@ def _timed(fn) -> float:
     return time.perf_counter() - start
 
 
-# --- the embedded parameters are well formed ---------------------------------------------------
+# --- the shipped parameters are well formed ---------------------------------------------------
 
 @pytest.mark.parametrize("kind", syn.KINDS)
 def test_params_are_consistent(kind):
@@ -123,11 +124,28 @@ def test_params_are_consistent(kind):
     assert syn.expected_gpu_hours(p) == pytest.approx(p.reference["mean_gpu_hours_per_job"], rel=0.10)
 
 
-def test_source_shows_the_constants_as_format_params_renders_them():
-    """The commented statistics next to each constant are the ones its values imply."""
-    source = inspect.getsource(syn)
-    assert syn.format_params("PHILLY_LIKE", syn.PHILLY_LIKE) in source
-    assert syn.format_params("PAI_LIKE", syn.PAI_LIKE) in source
+def test_fit_file_is_what_write_fit_writes(tmp_path):
+    """The shipped file is write_fit's output for the parameters it holds (so its _about lines
+    state what the values imply), and it loads back to equal parameters."""
+    path = tmp_path / "fit.json"
+    syn.write_fit(list(syn.PARAMS.values()), path)
+    assert path.read_bytes() == syn.FIT_FILE.read_bytes()
+    assert syn.load_fit(path) == syn.PARAMS
+    assert syn.KINDS == ("philly-like", "pai-like")
+
+
+def test_write_fit_round_trips_floats_and_keys_exactly(tmp_path):
+    odd = dataclasses.replace(
+        syn.PARAMS["pai-like"], kind="odd", rate_per_hour=0.1 + 0.2,
+        hourly_shape=(1 / 3,) + syn.PARAMS["pai-like"].hourly_shape[1:],
+        durations={**syn.PARAMS["pai-like"].durations, "1/T4": tuple(1000 + k / 7 for k in range(30))},
+        reference={**syn.PARAMS["pai-like"].reference, "interarrival_cv": 2.0 ** -60})
+    path = tmp_path / "fit.json"
+    syn.write_fit([syn.PARAMS["philly-like"], odd], path)
+    back = syn.load_fit(path)
+    assert back == {"philly-like": syn.PARAMS["philly-like"], "odd": odd}
+    assert list(back["odd"].gpu_counts) == list(odd.gpu_counts)  # int keys, in order
+    assert all(isinstance(k, tuple) for k in back["odd"].durations.values())
 
 
 # --- a large generated sample agrees with the fitted statistics --------------------------------
@@ -163,23 +181,27 @@ def test_arrival_rate_and_daily_shape(big):
     assert np.corrcoef(counts, p.hourly_shape)[0, 1] > 0.9
 
 
-# --- the embedded constants equal a refit from the real files ----------------------------------
+# --- the shipped parameters equal a refit from the real files --------------------------------
 
-def test_philly_constants_equal_refit():
-    assert syn.fit_philly(_shared_file(syn.PHILLY_FILE)) == syn.PHILLY_LIKE
-
-
-def test_pai_constants_equal_refit():
-    assert syn.fit_pai_sample(_shared_file(syn.PAI_SAMPLE_FILE)) == syn.PAI_LIKE
+def test_philly_params_equal_refit():
+    assert syn.fit_philly(_shared_file(syn.PHILLY_FILE)) == syn.PARAMS["philly-like"]
 
 
-def test_fit_script_reports_up_to_date(capsys):
+def test_pai_params_equal_refit():
+    assert syn.fit_pai_sample(_shared_file(syn.PAI_SAMPLE_FILE)) == syn.PARAMS["pai-like"]
+
+
+def test_fit_script_rewrites_the_file_unchanged(capsys, monkeypatch, tmp_path):
     from experiments import fit_synthetic
 
     path = _shared_file(syn.PHILLY_FILE)
     _shared_file(syn.PAI_SAMPLE_FILE)
     shared = path.parents[len(Path(syn.PHILLY_FILE).parts) - 1]
+    target = tmp_path / "synthetic_fit.json"
+    target.write_bytes(syn.FIT_FILE.read_bytes())
+    monkeypatch.setattr(syn, "FIT_FILE", target)
     assert fit_synthetic.main(["--shared", str(shared), "--jobs", "2000"]) == 0
     out = capsys.readouterr().out
-    assert out.count("embedded constants equal the refit") == 2
-    assert "PHILLY_LIKE = SyntheticParams(" in out and "PAI_LIKE = SyntheticParams(" in out
+    assert f"{target}: unchanged" in out
+    assert target.read_bytes() == (Path(syn.__file__).with_name("synthetic_fit.json")).read_bytes()
+    assert "Offered load at the fitted rate" in out and "real file vs generated sample" in out
