@@ -119,7 +119,7 @@ def run_one(case: Case, policy: str) -> dict:
            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "bare_s": np.nan}
     if policy == "fifo":
         jobs = trace.jobs
-        reference = max(cluster.gpu_types, key=cluster.gpus_of_type)
+        reference = cluster.reference_type()
         duration = true_runtimes(jobs, cluster.gpu_types, reference)[:, cluster.gpu_types.index(reference)]
         t0 = time.perf_counter()
         bare_fifo(jobs["submit_s"].to_numpy(), jobs["num_gpus"].to_numpy(), duration, cluster.total_gpus)

@@ -105,7 +105,9 @@ def convergence(models: dict, out: Path) -> tuple[pd.DataFrame, list[Path]]:
 def scheduling(out: Path, quick: bool, workers: int) -> tuple[pd.DataFrame, pd.DataFrame, list[Path]]:
     """The predictor comparison and the error sweep as two resumable sweeps."""
     from simulator.plots import plot
-    from simulator.sweep import normalise_to_truth, plan, run_sweep
+    from simulator.sweep import run_sweep
+    from simulator.sweep_grid import plan
+    from simulator.sweep_tables import normalise_to_truth
 
     jobs, seeds = (120, 1) if quick else (1000, 3)
     workloads = [f"pai-like:{jobs}", f"philly-like:{jobs}"]
@@ -128,7 +130,7 @@ def pooled_table(norm: pd.DataFrame) -> pd.DataFrame:
     """Per policy x workload x predictor: mean avg JCT and total tardiness over seeds, and their
     pooled ratio to truth (sum over seeds / sum of the truth runs'), the number the sweep table
     prints and the plots draw as the bar (a mean of per-seed ratios would disagree with both)."""
-    from simulator.sweep import pooled_ratio
+    from simulator.sweep_tables import pooled_ratio
 
     rows = [{"policy": policy, "source": source, "predictor": predictor,
              "jct_mean": g["jct_mean"].mean(), "tardiness_total": g["tardiness_total"].mean(),

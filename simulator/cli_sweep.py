@@ -1,5 +1,6 @@
 """``simrun sweep``, ``simrun plot``, ``simrun timeline``: thin click layers over
-:mod:`simulator.sweep`, :mod:`simulator.plots` and :mod:`simulator.timeline`.
+the sweep (:mod:`simulator.sweep` and its ``sweep_*`` siblings), :mod:`simulator.plots` and
+:mod:`simulator.timeline`.
 
 Why separate from :mod:`simulator.cli`: the single-run command stays small, and the heavy imports
 (matplotlib, ray) happen only when these subcommands run. This module must not import
@@ -59,7 +60,10 @@ def sweep_cmd(policies, predictors, errors, workloads, traces, seeds, load_scale
     Exit status 1 when a point of this grid failed.
     """
     from predictor.outputs import OutputError
-    from simulator.sweep import SweepSpecError, config_key, format_table, plan, run_sweep, summary_table
+    from simulator.sweep import run_sweep
+    from simulator.sweep_grid import SweepSpecError, plan
+    from simulator.sweep_points import config_key
+    from simulator.sweep_tables import format_table, summary_table
 
     try:
         configs = plan(policies, predictors, errors=errors or (), workloads=workloads, traces=traces,

@@ -62,6 +62,14 @@ class Cluster:
     def gpus_of_type(self, gpu_type: str) -> int:
         return sum(n.num_gpus for n in self.nodes if n.gpu_type == gpu_type)
 
+    def reference_type(self) -> str:
+        """The default reference GPU type: the most numerous type (the first of equals).
+
+        Why: trace jobs without a GPU type are taken to have been observed on the reference type
+        (their durations are scaled from it, :func:`simulator.timing.true_runtimes`); one
+        definition, so that the engine, the binding of a run and the benchmarks agree."""
+        return max(self.gpu_types, key=self.gpus_of_type)
+
     @property
     def total_gpus(self) -> int:
         return sum(n.num_gpus for n in self.nodes)

@@ -203,7 +203,7 @@ class Simulation:
         self.trace, self.cluster, self.policy, self.predictor = trace, cluster, policy, predictor
         self.state = ClusterState(cluster)
         jobs = trace.jobs
-        self.reference_type = reference_type or max(cluster.gpu_types, key=cluster.gpus_of_type)
+        self.reference_type = reference_type or cluster.reference_type()
         self.truth = true_runtimes(jobs, cluster.gpu_types, self.reference_type)
         self.predicted = predictor.runtimes(jobs, cluster.gpu_types, self.truth)
         if self.predicted.shape != self.truth.shape or not np.all(np.isfinite(self.predicted)):

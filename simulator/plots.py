@@ -5,8 +5,8 @@ Why: the paper's claims are comparisons with the truth predictor; every figure h
 from the sweep's results.parquet and per-job records through small functions that tests check
 against the sweep table and hand computations (:func:`bar_data`, :func:`error_curve_data`,
 :func:`run_panels`, :func:`utilisation_series`). Bars and curves show the sweep table's pooled
-ratio (:func:`simulator.sweep.pooled_ratio`), never another mean, with each seed as a dot; the CDF
-and utilisation figures draw every run. Each figure says its aggregation in its title.
+ratio (:func:`simulator.sweep_tables.pooled_ratio`), never another mean, with each seed as a dot;
+the CDF and utilisation figures draw every run. Each figure says its aggregation in its title.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import numpy as np
 import pandas as pd
 
 from predictor.outputs import atomic_file, check_writable
-from simulator.sweep import load_results, normalise_to_truth, pooled_ratio, source_label
+from simulator.sweep_points import load_results
+from simulator.sweep_tables import normalise_to_truth, pooled_ratio, source_label
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -37,6 +37,13 @@ class WorkloadSpecError(ValueError):
     """A malformed --workload value."""
 
 
+def needs_binding(predictor: str, observe_after: int | None) -> bool:
+    """Whether a run of ``predictor`` (with online feedback after ``observe_after`` iterations)
+    must bind its jobs to model configs: a model-based predictor predicts from the config, and
+    online feedback counts iterations. The one rule of single runs and sweeps."""
+    return predictor in MODEL_PREDICTORS or observe_after is not None
+
+
 @dataclass(frozen=True)
 class RunConfig:
     policy: str
@@ -54,9 +61,9 @@ class RunConfig:
 
     @property
     def bound(self) -> bool:
-        """Whether the run binds its jobs to model configs: asked for, needed by a model-based
-        predictor, or needed by online feedback (which counts iterations)."""
-        return self.bind or self.predictor in MODEL_PREDICTORS or self.observe_after is not None
+        """Whether the run binds its jobs to model configs: asked for, or needed
+        (:func:`needs_binding`)."""
+        return self.bind or needs_binding(self.predictor, self.observe_after)
 
 
 def load_workload(config: RunConfig) -> JobTrace:
@@ -241,7 +248,7 @@ def execute(config: RunConfig, *, trace: JobTrace | None = None, cluster: Cluste
     if config.bound:
         if config.observe_after is not None and config.observe_after < 1:
             raise WorkloadSpecError(f"--observe-after must be >= 1 iteration, got {config.observe_after}")
-        reference = reference or max(cluster.gpu_types, key=cluster.gpus_of_type)
+        reference = reference or cluster.reference_type()
         trace, binding = bind(trace, cluster.gpu_types, reference, config.seed, progress=progress)
     sim = Simulation(trace, cluster, policy, predictor, reference_type=reference, progress=progress,
                      observe_after=config.observe_after)

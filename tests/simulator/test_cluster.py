@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from simulator.cluster import PRESETS, ClusterError, load_file, resolve
+from simulator.cluster import PRESETS, ClusterError, homogeneous_groups, load_file, resolve
 
 
 def test_hydra_presets_match_the_paper_clusters():
@@ -30,6 +30,13 @@ def test_real_presets_and_scaling():
         resolve("pai:0")
     with pytest.raises(ClusterError, match="unknown cluster 'nope'"):
         resolve("nope")
+
+
+def test_the_reference_type_is_the_most_numerous_first_of_equals():
+    assert resolve("default").reference_type() == "V100"   # 16 V100, 10 T4, 10 P100
+    assert resolve("hydra-heavy").reference_type() == "V100"
+    assert resolve("hydra-light").reference_type() == "A100"  # 15 of each: the first
+    assert homogeneous_groups([("T4", 2, 2), ("P100", 4, 1)], "tie").reference_type() == "T4"
 
 
 def test_yaml_and_json_cluster_files(tmp_path):

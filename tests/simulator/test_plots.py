@@ -13,7 +13,10 @@ from simulator.cli import main
 from simulator.plots import (_pyplot, bar_data, bar_seed_data, cdf_figure, error_curve_data, error_curve_seed_data,
                              plot, run_panels, utilisation_figure, utilisation_series)
 from simulator.run import RunConfig, execute
-from simulator.sweep import load_results, plan, run_sweep, source_label, summary_table
+from simulator.sweep import run_sweep
+from simulator.sweep_grid import plan
+from simulator.sweep_points import load_results
+from simulator.sweep_tables import source_label, summary_table
 
 FIGURES = ("jct_mean_vs_truth", "tardiness_total_vs_truth", "jct_vs_error", "jct_cdf", "utilisation")
 

@@ -1,0 +1,228 @@
+"""One point of a sweep: its key, its run (which never raises), and its files in the sweep directory.
+
+Why: a sweep is hundreds of independent runs; each point is cached on disk under a stable hash
+of its config as soon as it finishes, so a killed sweep resumes where it stopped and a failing
+point never costs the others.
+
+Layout of a sweep directory OUT::
+
+    OUT/points/<key>.parquet   one row per point: RunConfig fields, summary metrics, key, status
+                               ("ok" | "error"), error, point_seconds; written last (the commit marker)
+    OUT/runs/<key>/            jobs.parquet, summary.json, manifest.json (RunOutput.write); for a
+                               failed point error.txt with the traceback
+    OUT/results.parquet        all point rows, sorted by key (rewritten at the end of each sweep)
+
+Every file and run folder is written atomically (:mod:`predictor.outputs`). A point whose output
+cannot be written (full disk, an I/O error) is recorded as failed like a point that raised; only
+when even that record cannot be written (OUT itself is broken) does :func:`save_point` raise
+:class:`OutputError`.
+
+OUT may hold the points of several sweeps (other grids): each point is its own file under the
+hash of its full config, so they never overwrite or mix with each other; the sweep command's
+table covers its own grid, ``results.parquet`` and ``simrun plot`` every point in OUT.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import shutil
+import time
+import traceback
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from predictor.outputs import OutputError, atomic_dir, check_writable, write_parquet
+from simulator.run import RunConfig, RunOutput, execute
+from simulator.timing import MODEL_PREDICTORS
+
+CONFIG_FIELDS = [f.name for f in fields(RunConfig)]
+# Columns that measure the host, not the schedule: they differ between two runs of the same config.
+TIMING_COLUMNS = ("wall_seconds", "policy_seconds", "events_per_second", "point_seconds")
+STRING_COLUMNS = ("policy", "predictor", "trace", "workload", "cluster", "reference_gpu", "key", "status", "error")
+
+
+def config_key(config: RunConfig) -> str:
+    """A stable 16-hex-digit hash of the config (sorted JSON of its fields), and for a
+    model-based predictor of its shipped checkpoints: a point run with other weights is another
+    point (a resumed sweep must not keep results of retrained checkpoints)."""
+    fields_ = asdict(config)
+    method = config.predictor.partition(":")[0]
+    if method in MODEL_PREDICTORS:
+        fields_["checkpoints"] = checkpoint_digest(method)
+    text = json.dumps(fields_, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=None)
+def checkpoint_digest(method: str) -> str:
+    """sha1 of the names and bytes of ``method``'s shipped checkpoints."""
+    from predictor.checkpoints import CHECKPOINT_DIR
+
+    h = hashlib.sha1()
+    for path in sorted(Path(CHECKPOINT_DIR).glob(f"{method}-*.pt")):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:12]
+
+
+# ---------------------------------------------------------------------------------------------
+# Running a point
+
+
+def run_point(config: RunConfig) -> dict:
+    """Run one config; never raises. Returns {row, records, summary, manifest, traceback}."""
+    t0 = time.perf_counter()
+    row: dict[str, Any] = {**asdict(config), "key": config_key(config)}
+    try:
+        output = execute(config)
+    except Exception as exc:  # a failed point is recorded, the sweep goes on
+        row.update(status="error", error=f"{type(exc).__name__}: {exc}",
+                   point_seconds=time.perf_counter() - t0)
+        return {"row": row, "records": None, "summary": None, "manifest": None,
+                "traceback": traceback.format_exc()}
+    summary = dict(output.summary)
+    by_type = summary.pop("utilization_by_type", {}) or {}
+    row.update(summary)
+    row.update({f"utilization_{t}": u for t, u in by_type.items()})
+    row.update(status="ok", error=None, point_seconds=time.perf_counter() - t0)
+    return {"row": row, "records": output.records, "summary": output.summary,
+            "manifest": output.manifest, "traceback": None}
+
+
+def crashed_point(config: RunConfig, exc: BaseException) -> dict:
+    """The failure record of a point whose worker died, or that failed outside :func:`run_point`."""
+    row = {**asdict(config), "key": config_key(config), "status": "error",
+           "error": f"{type(exc).__name__}: {exc}", "point_seconds": float("nan")}
+    return {"row": row, "records": None, "summary": None, "manifest": None,
+            "traceback": "".join(traceback.format_exception(exc))}
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing a point
+
+
+def _point_frame(row: dict) -> pd.DataFrame:
+    frame = pd.DataFrame([row])
+    for col in ("trace", "workload", "reference_gpu", "error"):  # keep string columns typed when all-None
+        if col in frame:
+            frame[col] = frame[col].astype("string")
+    if "limit" in frame:
+        frame["limit"] = frame["limit"].astype("Int64")
+    return frame
+
+
+def write_point(out: Path, result: dict) -> None:
+    """Write one point's run folder, then its point row (the marker that the point is done),
+    each atomically: a failure leaves the previous files or none, never half of one.
+
+    Raises :class:`OutputError` when the files cannot be written."""
+    key = result["row"]["key"]
+    final = out / "runs" / key
+    with atomic_dir(final) as tmp:
+        if result["records"] is not None:
+            try:
+                RunOutput(result["records"], result["summary"], result["manifest"]).write(tmp)
+            except OutputError as exc:  # name the file the user will look for, not its temporary twin
+                raise OutputError(str(exc).replace(str(tmp), str(final))) from None
+        else:
+            (tmp / "config.json").write_text(json.dumps({k: result["row"][k] for k in CONFIG_FIELDS}, indent=2) + "\n")
+            (tmp / "error.txt").write_text(result["traceback"] or result["row"].get("error") or "")
+    write_parquet(out / "points" / f"{key}.parquet", _point_frame(result["row"]))
+
+
+def _unwritten(result: dict, exc: BaseException) -> dict:
+    """The failure record of a point that ran but whose output could not be written."""
+    row = {**{k: result["row"][k] for k in CONFIG_FIELDS}, "key": result["row"]["key"], "status": "error",
+           "error": f"{type(exc).__name__}: {exc}", "point_seconds": result["row"].get("point_seconds")}
+    detail = (f"the point ran, but its output could not be written: {exc}\n" if isinstance(exc, OutputError)
+              else "".join(traceback.format_exception(exc)))
+    return {"row": row, "records": None, "summary": None, "manifest": None, "traceback": detail}
+
+
+def save_point(out: Path, result: dict) -> dict:
+    """Write a point; if its output cannot be written, write a failure record instead and
+    return that (the sweep goes on). Raises :class:`OutputError` only when even the failure
+    record cannot be written: then OUT itself is unusable and the sweep must stop."""
+    try:
+        write_point(out, result)
+        return result
+    except Exception as exc:  # a full disk or a writer's error costs this point only
+        failed = _unwritten(result, exc)
+    try:
+        write_point(out, failed)
+    except OutputError as exc:
+        raise OutputError(f"{exc} (not even a failure record could be written, so the sweep stops; "
+                          f"finished points are kept: rerun with the same --out to resume)") from None
+    return failed
+
+
+# ---------------------------------------------------------------------------------------------
+# The sweep directory
+
+
+def prepare_out(out: Path) -> Path:
+    """Check that OUT, OUT/points and OUT/runs can be written (one-line :class:`OutputError`
+    before any work), and remove the temporary files and folders a killed sweep left."""
+    for folder in (out, out / "points", out / "runs"):
+        check_writable(folder)
+    stale = [p for sub in ("points", "runs") for pattern in (".*.tmp-*", ".*.old-*") for p in (out / sub).glob(pattern)]
+    try:
+        for path in stale:
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+    except OSError as exc:
+        raise OutputError(f"cannot remove {path}, left by an earlier sweep: {exc.strerror or exc}") from None
+    return out
+
+
+def done_keys(out: Path) -> set[str]:
+    """Keys of the points already finished successfully in OUT."""
+    done = set()
+    for path in (out / "points").glob("*.parquet"):
+        if path.name.startswith("."):
+            continue
+        try:
+            status = pd.read_parquet(path, columns=["status"])["status"]
+        except Exception:  # unreadable: recompute
+            continue
+        if len(status) and status.iloc[0] == "ok":
+            done.add(path.stem)
+    return done
+
+
+def load_results(out: str | Path) -> pd.DataFrame:
+    """All point rows in OUT/points (finished or failed), sorted by key."""
+    paths = sorted(p for p in (Path(out) / "points").glob("*.parquet") if not p.name.startswith("."))
+    if not paths:
+        return pd.DataFrame(columns=CONFIG_FIELDS + ["key", "status", "error"])
+    frames = [pd.read_parquet(p).dropna(axis=1, how="all") for p in paths]
+    table = pd.concat(frames, ignore_index=True, sort=False)
+    for col in CONFIG_FIELDS + ["key", "status", "error"]:
+        if col not in table:
+            table[col] = None
+    for col in STRING_COLUMNS:
+        table[col] = table[col].astype("string")
+    table["limit"] = table["limit"].astype("Int64")
+    front = CONFIG_FIELDS + ["key", "status", "error"]
+    table = table[front + [c for c in table.columns if c not in front]]
+    return table.sort_values("key", kind="stable").reset_index(drop=True)
+
+
+def config_of(row: Any) -> RunConfig:
+    """The RunConfig of a result row."""
+    def clean(v):
+        return None if v is None or (isinstance(v, float) and np.isnan(v)) or v is pd.NA else v
+
+    values = {k: clean(row[k]) for k in CONFIG_FIELDS}
+    values["seed"] = int(values["seed"])
+    values["limit"] = None if values["limit"] is None else int(values["limit"])
+    values["load_scale"] = float(values["load_scale"])
+    values["deadline_fraction"] = float(values["deadline_fraction"])
+    values["bind"] = bool(values["bind"])
+    values["observe_after"] = None if values["observe_after"] is None else int(values["observe_after"])
+    return RunConfig(**values)
