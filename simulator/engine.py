@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from policies.base import Placement, Policy, PolicyError, SchedulerView
 from simulator.cluster import Cluster
-from simulator.timing import Predictor, true_runtimes
+from simulator.timing import RuntimePredictor, true_runtimes
 from traces.schema import JobTrace
 
 
@@ -198,7 +198,7 @@ class Simulation:
     completion callbacks call the policy again, as before.
     """
 
-    def __init__(self, trace: JobTrace, cluster: Cluster, policy: Policy, predictor: Predictor,
+    def __init__(self, trace: JobTrace, cluster: Cluster, policy: Policy, predictor: RuntimePredictor,
                  *, reference_type: str | None = None, progress: bool = False, observe_after: int | None = None):
         self.trace, self.cluster, self.policy, self.predictor = trace, cluster, policy, predictor
         self.state = ClusterState(cluster)

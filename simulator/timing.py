@@ -57,8 +57,11 @@ def true_runtimes(jobs: pd.DataFrame, gpu_types: list[str], reference_type: str)
     return out
 
 
-class Predictor(ABC):
-    """Produces the run-time matrix a policy plans with."""
+class RuntimePredictor(ABC):
+    """Produces the run-time matrix (seconds per job and GPU type) a policy plans with: the
+    ``--predictor`` of a run. Not to be confused with an iteration-time model of the ``predictor``
+    package (:class:`predictor.methods.IterationTimePredictor`), which :class:`ModelPredictor`
+    turns into run times through an iteration-time table."""
 
     name: str
 
@@ -70,7 +73,7 @@ class Predictor(ABC):
         return {"name": self.name}
 
 
-class TruthPredictor(Predictor):
+class TruthPredictor(RuntimePredictor):
     name = "truth"
 
     def runtimes(self, jobs, gpu_types, truth):
@@ -85,7 +88,7 @@ def sigma_for_mre(mre: float) -> float:
     return brentq(lambda s: math.exp(s * s / 2) * (2 * float(ndtr(s)) - 1) - mre, 1e-12, 20.0, xtol=1e-14)
 
 
-class NoisyPredictor(Predictor):
+class NoisyPredictor(RuntimePredictor):
     """Truth x exp(sigma z), seeded per (job, GPU type); expected mean relative error = ``mre``."""
 
     def __init__(self, mre: float, seed: int = 0):
@@ -108,7 +111,7 @@ class NoisyPredictor(Predictor):
                 "distribution": "truth * exp(sigma * z), z ~ N(0,1) hashed from (seed, gpu_type, job_id)"}
 
 
-class TablePredictor(Predictor):
+class TablePredictor(RuntimePredictor):
     """Run time = iterations x table seconds, for workloads bound to model configs."""
 
     def __init__(self, name: str, table: IterationTimeTable):
@@ -123,7 +126,7 @@ class TablePredictor(Predictor):
         return per_iter * jobs["iterations"].to_numpy(dtype="float64")[:, None]
 
 
-class ModelPredictor(Predictor):
+class ModelPredictor(RuntimePredictor):
     """A pretrained predictor (ETS or a baseline) through its iteration-time table over the bound
     workload's configs and the cluster's GPU types (built on first use, cached on disk)."""
 
@@ -171,7 +174,7 @@ MODEL_PREDICTORS = tuple(METHODS)
 PREDICTOR_HELP = "truth | noisy:<MRE> (e.g. noisy:0.1) | ets | habitat | dnnperf | opbased"
 
 
-def make_predictor(spec: str, seed: int = 0, *, progress: bool = False) -> Predictor:
+def make_predictor(spec: str, seed: int = 0, *, progress: bool = False) -> RuntimePredictor:
     """The predictor of a --predictor value; ``progress`` shows a model-based one's table building."""
     name, _, arg = spec.partition(":")
     if name == "truth" and not arg:

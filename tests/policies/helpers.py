@@ -5,7 +5,7 @@ from __future__ import annotations
 from policies.registry import make_policy
 from simulator.cluster import homogeneous_groups
 from simulator.engine import Simulation
-from simulator.timing import Predictor, make_predictor
+from simulator.timing import RuntimePredictor, make_predictor
 from tests.records import from_records
 
 
@@ -29,7 +29,7 @@ def hetero(job_id, a100, v100, submit=0.0, **extra):
             "runtime_s:A100": a100, "runtime_s:V100": v100, **extra}
 
 
-class SwapTwo(Predictor):
+class SwapTwo(RuntimePredictor):
     """Truth, except that jobs ``a`` and ``b`` (row indices) see each other's predictions."""
 
     name = "swap-two"
@@ -43,7 +43,7 @@ class SwapTwo(Predictor):
         return out
 
 
-class FirstJobPredicted10(Predictor):
+class FirstJobPredicted10(RuntimePredictor):
     """Truth, except that job 0 is predicted to take 10 s on every type (it will overrun)."""
 
     name = "first-job-10s"

@@ -12,7 +12,7 @@ from policies.registry import make_policy
 from simulator.cluster import homogeneous_groups
 from simulator.engine import Simulation, SimulationError
 from simulator.metrics import summarize
-from simulator.timing import Predictor, make_predictor
+from simulator.timing import RuntimePredictor, make_predictor
 from tests.records import from_records
 
 
@@ -119,7 +119,7 @@ def test_job_larger_than_any_type_pool_is_rejected_up_front():
 
 
 def test_policy_plans_with_predictions_but_jobs_end_with_truth():
-    class Swapped(Predictor):
+    class Swapped(RuntimePredictor):
         name = "swapped"
 
         def runtimes(self, jobs, gpu_types, truth):

@@ -14,7 +14,7 @@ from simulator.cli import main as simrun
 from simulator.cluster import homogeneous_groups
 from simulator.engine import Simulation
 from predictor.tables import IterationTimeTable
-from simulator.timing import Predictor
+from simulator.timing import RuntimePredictor
 from traces.binding import CLASS_SHARES, BindingError, bind_workload, job_classes
 from tests.records import from_records
 from traces.schema import RUNTIME_PREFIX
@@ -83,7 +83,7 @@ class Spy(Policy):
         return [Placement(j, "V100") for j in sorted(view.waiting)[:free]]
 
 
-class TenTimes(Predictor):
+class TenTimes(RuntimePredictor):
     name = "ten-times"
 
     def runtimes(self, jobs, gpu_types, truth):
