@@ -75,7 +75,7 @@ def main(ets_traces: Path, minutes: float, out: Path) -> None:
     rtx = import_traces("ets-csv", ets_traces / "2080Ti")
     split = split_by_family(t4, seed=0)
     rows = []
-    for method in ("ets", "opbased", "dnnperf"):
+    for method in (m for m in methods.METHODS if m != "habitat"):  # Habitat-style needs a second device's traces
         options = {"max_minutes": minutes, "patience": 20}
         if method == "ets":
             from experiments.pretrain import ETS_SETTINGS

@@ -40,7 +40,7 @@ from predictor.trace_table import dataset_info, read_dataset
 from predictor.zoo.registry import zoo_configs
 
 DEVICE = "cpu"
-METHODS = ("ets", "opbased", "dnnperf")
+METHODS = tuple(m for m in methods.METHODS if m != "habitat")  # Habitat-style needs a second device's traces
 
 
 def benchmark_configs(limit: int, max_batch: int, max_size: int) -> list:

@@ -7,7 +7,7 @@ V100), trained here on emulated execution traces of zoo configs, plus the op seq
 held-out configs that cluster jobs are bound to.
 
     python -m experiments.pretrain [--configs 700] [--devices T4,P100,V100] [--minutes 15]
-                                   [--methods ets,opbased,habitat,dnnperf]
+                                   [--methods ets,opbased,habitat,dnnperf (all)]
 
 Stages (each resumable: a rerun skips what exists):
 1. op sequences of the first ``--configs`` zoo configs (all kinds, stratified by family), of
@@ -133,7 +133,7 @@ def train_one(method: str, gpu: str, data: dict[str, pd.DataFrame], split, minut
 @click.command()
 @click.option("--configs", type=click.IntRange(10), default=700, show_default=True)
 @click.option("--devices", default="T4,P100,V100", show_default=True)
-@click.option("--methods", "method_list", default="ets,opbased,habitat,dnnperf", show_default=True)
+@click.option("--methods", "method_list", default=",".join(methods.METHODS), show_default=True)
 @click.option("--minutes", type=float, default=15.0, show_default=True, help="ETS training time limit per device.")
 @click.option("--dnnperf-minutes", type=float, default=8.0, show_default=True,
               help="DNNPerf-style training time limit per device.")

@@ -34,10 +34,10 @@ import pandas as pd
 from predictor.checkpoints import available, pretrained
 from predictor.devices.specs import load_params
 from predictor.evaluate import Evaluation, evaluate, markdown
+from predictor.methods import METHODS
 from predictor.tables import emulated_traces
 from traces.catalog import read_catalog
 
-METHODS = ("ets", "opbased", "habitat", "dnnperf")
 SCHEDULING_PREDICTORS = ("truth", "ets", "habitat", "dnnperf")
 ERRORS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3)
 QUICK_PER_FAMILY = 3
