@@ -27,7 +27,8 @@ def traces():
 @pytest.fixture(scope="module")
 def overfit(traces):
     alexnet = traces[traces["family"] == "alexnet"]
-    config = ets.TrainConfig(max_epochs=150, patience=150, seed=0, **{**FAST, "lr": 3e-2})
+    # bounded by epochs, not by time: a busy machine must not stop it early
+    config = ets.TrainConfig(max_epochs=150, patience=150, seed=0, **{**FAST, "lr": 3e-2, "max_minutes": 60.0})
     return ets.train(alexnet, alexnet, config, progress=False), alexnet
 
 
