@@ -34,7 +34,8 @@ def source_label(row: Any) -> str:
 
 def normalise_to_truth(results: pd.DataFrame, metrics: Sequence[str] = ("jct_mean", "tardiness_total")) -> pd.DataFrame:
     """The ok rows with ``<metric>_ratio`` = metric / the same metric of the truth run that shares
-    policy, workload/trace, cluster, limit, seed, deadline fraction, reference GPU and load scale.
+    :data:`MATCH_COLUMNS`: policy, workload/trace, limit, cluster, seed, deadline fraction, reference
+    GPU, load scale, binding and online feedback.
 
     NaN where there is no truth run; for a truth value of 0 the ratio is 1 when the row's value
     is 0 too, else NaN (undefined). Adds ``source`` (workload or trace label) and ``<metric>_truth``.

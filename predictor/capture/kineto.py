@@ -336,10 +336,11 @@ def _main_process(path: Path, ev: pd.DataFrame) -> tuple[str, pd.DataFrame]:
     if ops_all.empty:
         raise TraceFormatError(path, "no operator events (category 'cpu_op' or 'Operator')", field="cat")
     steps = ev[ev["kind"].isin([OP, ANNOTATION]) & ev["name"].str.match(_STEP.pattern)].copy()
-    if len(steps):
-        main_pid = steps["pid"].mode().iloc[0]
-    else:
-        main_pid = ops_all["pid"].value_counts().index[0]
+    pids = (steps if len(steps) else ops_all)["pid"].dropna()
+    if pids.empty:
+        what = "ProfilerStep" if len(steps) else "operator"
+        raise TraceFormatError(path, f"no {what} event carries a process id", field="pid")
+    main_pid = pids.mode().iloc[0] if len(steps) else pids.value_counts().index[0]
     return main_pid, steps[steps["pid"] == main_pid]
 
 

@@ -181,6 +181,18 @@ def test_no_operator_events(tmp_path):
     assert "no operator events" in str(err)
 
 
+@pytest.mark.parametrize("which, what", [("ProfilerStep", "ProfilerStep"), ("", "ProfilerStep")])
+def test_events_without_a_process_id_are_named(tmp_path, which, what):
+    path = tmp_path / "no_pid.json"
+    trace = json.loads(NEW.read_text())
+    for event in trace["traceEvents"]:
+        if str(event.get("name", "")).startswith(which):
+            event.pop("pid", None)
+    path.write_text(json.dumps(trace))
+    err = expect_error(lambda: kineto.load(path), path, None, "pid")
+    assert f"no {what} event carries a process id" in str(err)
+
+
 @pytest.mark.parametrize("field, value", [("ts", None), ("ts", "soon"), ("dur", -3), ("name", 5)])
 def test_bad_event_field(tmp_path, field, value):
     path = tmp_path / "bad.json"
