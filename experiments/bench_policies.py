@@ -11,7 +11,7 @@ synthetic and Philly traces get simrun's default deadlines (20 % of jobs).
                                          [--policy SPEC ...]
 
 Targets (issue 19): Hydra online on full Philly <= 5 min, every run <= 10 min; AlloX online
-exact on heavy 400 <= 5 s of planning; Hydra one-shot on heavy 400 <= 1 s, tardiness <= 6,114 s;
+exact on heavy 400 <= 5 s of planning; Hydra offline on heavy 400 <= 1 s, tardiness <= 6,114 s;
 AlloX online on full Philly <= 60 s; FIFO on full Philly <= 5x the bare loop;
 wall(100k) / wall(10k) <= 11 per policy; FIFO on 1M pai-like jobs <= 60 s within 4 GiB.
 """

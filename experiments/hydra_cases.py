@@ -4,7 +4,7 @@ Why: the Hydra paper's own evaluation (../shared/hydra_cases/README.md): the lig
 (20_ddl.csv on 15 A100 / 15 V100 / 15 RTX2080Ti) and the heavy one (30_ddl.csv on 10 / 20 / 15),
 all jobs submitted at t = 0, each N a separate simulation with true run times known to the
 policies (the cases' measured per-type times). One-shot where the policy has it: AlloX offline
-with the exact matching over all jobs, Hydra one-shot, heuristic-only and with branch-and-bound
+with the exact matching over all jobs, Hydra offline (one plan), heuristic-only and with branch-and-bound
 under a node budget (so the table is reproducible; the report says how often it bound).
 
     python -m experiments.hydra_cases [--cases DIR] [--out reports/hydra_cases] [--max-n 400] [--step 10]

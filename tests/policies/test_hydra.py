@@ -296,7 +296,7 @@ def test_bnb_off_never_searches_and_on_is_less_tardy_here(mode):
     assert late_on < late_off
 
 
-# -- 10. one-shot plans, hand-computed -------------------------------------------------------------------
+# -- 10. offline plans, hand-computed -------------------------------------------------------------------
 ONE_EACH = [("A100", 1, 1), ("V100", 1, 1)]  # GPU 0 = A100, GPU 1 = V100
 
 
