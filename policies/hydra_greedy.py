@@ -1,9 +1,9 @@
 """Hydra's greedy assignment scored by compiled loops (numba).
 
-Why: the greedy assignment is where Hydra online spends ~90 % of its time on long traces (line
-profile of the full Philly replay): per assignment one column of (job, GPU) scores and a search of
-the whole score matrix, each a few dozen numpy operations on small arrays, so interpreter and
-dispatch overhead, not arithmetic, set the cost. The same loops compiled cost a few microseconds.
+Why: the greedy assignment is where Hydra online spends most of its time on long traces (profile
+of a Philly replay, README "Benchmarks"): per assignment one column of (job, GPU) scores and a
+search of the whole score matrix, each a few dozen numpy operations on small arrays, so
+interpreter and dispatch overhead, not arithmetic, set the cost; compiled, the same loops do not.
 The scores are bit-identical to numpy's: every sum over a queue is numpy's pairwise summation
 (:func:`pairwise_sum`, checked against ``ndarray.sum`` in the tests), every other value is the same
 IEEE operation in the same order. Assignments whose queue SRTF orders on time are applied here;
