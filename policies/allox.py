@@ -38,10 +38,9 @@ import math
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from policies import options
 from policies.base import Placement, Policy
 from policies.candidates import first_by, round_robin_pick
-from policies.options import count_or_all, number
+from policies.options import count_or_all, number, planning_mode
 from policies.queues import PlannedQueues
 
 INFEASIBLE = 1e30  # cost of a slot a job cannot use (gang job larger than the type's pool)
@@ -194,7 +193,7 @@ class AlloxPolicy(Policy):
     def __init__(self, window: str | int = 50, alpha: str | float = 1.0, mode: str = "online"):
         self.window = count_or_all("window", window)
         self.alpha = number("alpha", alpha, 0.0, 1.0, low_open=True)
-        self.mode = options.mode(mode)
+        self.mode = planning_mode(mode)
         self._queues = PlannedQueues()
         self._gpus_of_type: tuple | None = None  # (the run's per-GPU type array, GPU ids per type), made once
         self.max_work = 0  # the largest cost matrix (cells) one decision solved

@@ -42,10 +42,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from policies import hydra_greedy as kernels
-from policies import options
 from policies.base import Placement, Policy
 from policies.candidates import first_by, round_robin_pick
-from policies.options import count_or_all, number, switch
+from policies.options import count_or_all, number, planning_mode, switch
 from policies.queues import PlannedQueues
 
 Cost = tuple[float, float]  # (total tardiness, total JCT), compared lexicographically
@@ -352,7 +351,7 @@ class HydraPolicy(Policy):
 
     def __init__(self, budget_ms: str | float | None = None, nodes: str | int | None = None, bnb: str | bool = "on",
                  mode: str = "online", window: str | int = 100):
-        self.mode = options.mode(mode)
+        self.mode = planning_mode(mode)
         default_budget = DEFAULT_BUDGET_MS[self.mode]
         self.budget_ms = number("budget_ms", default_budget if budget_ms is None else budget_ms, 0.0, 3.6e6)
         self.max_nodes = count_or_all("nodes", nodes)

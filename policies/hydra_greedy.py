@@ -191,9 +191,7 @@ def pick(tard, jct, alive, used):
             t = tard[r, c]
             if t < bt or (t == bt and jct[r, c] < bj):
                 bt, bj, best_r, best_c = t, jct[r, c], r, c
-    if best_r >= 0 and not np.isfinite(bt):
-        return -1, -1
-    return best_r, best_c
+    return best_r, best_c  # a finite tardiness comes with a finite JCT: inf cells are never picked
 
 
 @njit(cache=True)

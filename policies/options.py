@@ -53,7 +53,7 @@ MODES = ("online", "offline")
 RENAMED_MODES = {"oneshot": "offline"}  # Hydra's former spelling
 
 
-def mode(value: str) -> str:
+def planning_mode(value: str) -> str:
     """The planning mode, spelled the same for every policy that has one: ``online`` re-plans at
     every event and starts only idle GPUs' queue heads; ``offline`` plans each batch of arrivals
     once and installs whole queues (later arrivals are planned behind them)."""
