@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from predictor.devices.specs import device_key
+from predictor.intervals import IntervalCalibration
 from predictor.methods import IterationTimePredictor
 
 CHECKPOINT_DIR = Path(__file__).with_name("checkpoints")
@@ -41,3 +42,15 @@ def pretrained(gpu: str, directory: str | Path = CHECKPOINT_DIR, method: str = "
         raise CheckpointError(f"no pretrained {method} checkpoint for {gpu!r} in {directory} (have: {have}); "
                               "train one with `python -m experiments.pretrain --devices ...`")
     return load(path)
+
+
+def interval_calibration(gpu: str, directory: str | Path = CHECKPOINT_DIR,
+                         method: str = "ets") -> IntervalCalibration | None:
+    """The interval calibration stored in the shipped ``method`` checkpoint for ``gpu`` (None when
+    it has none), read without building the model."""
+    from predictor.training import load_body, stored_intervals
+
+    path = checkpoint_path(gpu, directory, method)
+    if not path.exists():
+        pretrained(gpu, directory, method)  # raises, naming the GPUs that have one
+    return stored_intervals(load_body(path))

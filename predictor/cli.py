@@ -138,10 +138,11 @@ def info(directory: Path, as_json: bool) -> None:
 
 
 from predictor.devices_cli import devices  # noqa: E402  (commands live there)
-from predictor.model_cli import evaluate_cmd, finetune_cmd, predict_cmd, train_cmd  # noqa: E402
+from predictor.model_cli import calibrate_cmd, evaluate_cmd, finetune_cmd, predict_cmd, train_cmd  # noqa: E402
 
 main.add_command(devices)
 main.add_command(train_cmd)
 main.add_command(finetune_cmd)
 main.add_command(evaluate_cmd)
+main.add_command(calibrate_cmd)
 main.add_command(predict_cmd)

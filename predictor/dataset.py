@@ -43,6 +43,14 @@ class Split:
                 "test_units": list(self.test_units), "val_units": list(self.val_units)}
 
 
+def rows_of_units(traces: pd.DataFrame, units) -> pd.DataFrame:
+    """The rows of ``traces`` whose config belongs to one of the split ``units`` (:func:`unit_of`)."""
+    units = set(units)
+    configs = traces.groupby("config_id")["family"].first()
+    keep = {c for c, f in configs.items() if unit_of(f, c) in units}
+    return traces[traces["config_id"].isin(keep)]
+
+
 def unit_of(family: str, config_id: str) -> str:
     """The split unit: the family; for RandWire the graph (model + graph hash); for the
     transformer family the model; for the LSTM family the config."""

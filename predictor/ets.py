@@ -42,7 +42,7 @@ from torch import nn
 
 from predictor.features import FeatureSpec, decode_targets, encode, encode_targets, fit_features, raw_targets
 from predictor.training import (CheckpointError, EarlyStopping, device_rows, load_weights,
-                                read_checkpoint, write_checkpoint)
+                                read_checkpoint, with_intervals, write_checkpoint)
 from predictor.windows import average_windows, first_window_only, window_index
 
 ARCHS = ("lstm", "gru", "transformer", "mlp")
@@ -190,6 +190,7 @@ class EtsPredictor:
     """A trained window model with everything needed to use it on new traces."""
 
     method = "ets"
+    intervals = None  # IntervalCalibration once calibrated (predictor.intervals)
 
     def __init__(self, spec: FeatureSpec, config: TrainConfig, model: WindowModel, device: str,
                  fingerprint: str = "", history: list[dict] | None = None, split: dict | None = None,
@@ -251,8 +252,8 @@ def load(path: str | Path) -> EtsPredictor:
     config = TrainConfig(**{"context": spec.context, **body["config"]})  # older checkpoints: no context columns
     model = WindowModel(spec.dim, config)
     load_weights(path, model, body["state_dict"])
-    return EtsPredictor(spec, config, model, body["device"], body.get("fingerprint", ""), body.get("history"),
-                        body.get("split"), body.get("lineage"), tuple(body.get("scale", (1.0, 1.0))))
+    return with_intervals(body, EtsPredictor(spec, config, model, body["device"], body.get("fingerprint", ""), body.get("history"),
+                        body.get("split"), body.get("lineage"), tuple(body.get("scale", (1.0, 1.0)))))
 
 
 def summarize(ops: pd.DataFrame) -> pd.DataFrame:

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from predictor.intervals import DEFAULT_LEVEL, IntervalCalibration, calibrate, interval_metrics, reliability
+
 BUCKETS = ((0, 250, "0-250"), (250, 550, "250-550"), (550, 800, "550-800"), (800, np.inf, "800+"))
 
 
@@ -40,6 +42,8 @@ class Evaluation:
     per_trace: pd.DataFrame  # per config: family, model, ops, pred_us, true_us, rel_err
     ops: pd.DataFrame | None = None  # per op (per-op methods only): trace columns + pred_duration_us, pred_gap_us
     history: list[dict] = field(default_factory=list)
+    calibration: IntervalCalibration | None = None  # the model's intervals (None: it has none)
+    level: float = DEFAULT_LEVEL
 
     def headline(self) -> dict:
         t = self.per_trace
@@ -56,8 +60,25 @@ class Evaluation:
 
     def by_family(self) -> pd.DataFrame:
         t = self.per_trace
-        return pd.DataFrame([{"family": f, **headline_metrics(g["pred_us"], g["true_us"])}
+        return pd.DataFrame([{"family": f, **headline_metrics(g["pred_us"], g["true_us"]), **self._intervals(g)}
                              for f, g in t.groupby("family", sort=True)])
+
+    def _intervals(self, per_trace: pd.DataFrame) -> dict:
+        """Coverage and median relative width of the model's ``level`` intervals on these traces."""
+        if self.calibration is None:
+            return {}
+        return {k: v for k, v in interval_metrics(per_trace, self.calibration, self.level).items()
+                if k != "interval_level"}
+
+    def intervals(self) -> dict:
+        """The interval figures of the JSON report: calibration, level, coverage, width and the
+        reliability points (nominal against observed coverage); nulls for a model without intervals."""
+        if self.calibration is None:
+            return {"intervals": None, "interval_level": self.level, "interval_coverage": None,
+                    "interval_width": None, "interval_unbounded": None, "reliability": []}
+        return {"intervals": self.calibration.describe(), "interval_level": self.level,
+                **self._intervals(self.per_trace),
+                "reliability": reliability(self.per_trace, self.calibration).to_dict("records")}
 
     def by_group(self, keys: list[str], top: int | None = None) -> pd.DataFrame:
         """Duration and gap WAPE per group of ops (e.g. ["phase"] or ["op", "phase"]); empty for
@@ -74,7 +95,7 @@ class Evaluation:
         return out.head(top) if top else out
 
     def to_dict(self) -> dict:
-        return {**self.headline(), "by_op_count": self.by_bucket().to_dict("records"),
+        return {**self.headline(), **self.intervals(), "by_op_count": self.by_bucket().to_dict("records"),
                 "by_family": self.by_family().to_dict("records"),
                 "by_phase": self.by_group(["phase"]).to_dict("records"),
                 "by_op": self.by_group(["op", "phase"], top=20).to_dict("records"),
@@ -90,8 +111,9 @@ def iteration_truth(traces: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
-def evaluate(model, traces: pd.DataFrame) -> Evaluation:
-    """Predict every trace of ``traces`` with ``model`` and keep what the metrics need.
+def evaluate(model, traces: pd.DataFrame, level: float = DEFAULT_LEVEL) -> Evaluation:
+    """Predict every trace of ``traces`` with ``model`` and keep what the metrics need (the
+    intervals at ``level`` when the model has a calibration).
 
     The truth is the traces of the model's device; ``traces`` may hold other devices' rows too
     (a Habitat-style model reads its source device's traces from them)."""
@@ -117,7 +139,15 @@ def evaluate(model, traces: pd.DataFrame) -> Evaluation:
     if missing:
         raise ValueError(f"{model.device}: {len(missing)} traces got no prediction, e.g. {', '.join(missing[:3])}")
     per_trace["rel_err"] = (per_trace["pred_us"] - per_trace["true_us"]) / per_trace["true_us"]
-    return Evaluation(per_trace, ops, list(getattr(model, "history", []) or []))
+    return Evaluation(per_trace, ops, list(getattr(model, "history", []) or []), getattr(model, "intervals", None),
+                      level)
+
+
+def fit_intervals(model, traces: pd.DataFrame, source: str) -> IntervalCalibration:
+    """Calibrate ``model``'s prediction intervals on held-out ``traces`` (families it never
+    trained on; :mod:`predictor.intervals`) and attach them; ``source`` says what they were."""
+    model.intervals = calibrate(evaluate(model, traces).per_trace, source)
+    return model.intervals
 
 
 def markdown(table: pd.DataFrame, digits: int = 4) -> str:

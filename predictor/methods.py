@@ -37,6 +37,7 @@ class IterationTimePredictor(Protocol):
     config: Any
     history: list[dict]
     split: dict
+    intervals: Any  # predictor.intervals.IntervalCalibration, or None: no calibrated intervals
 
     def iteration_times(self, traces: pd.DataFrame) -> pd.DataFrame:
         """One row per trace (config_id): predicted and, where the traces have them, true µs."""

@@ -7,6 +7,7 @@ handle models. Both stay thin: options in, calls out, user errors as one-line me
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING
 import click
 import pandas as pd
 
+from predictor.intervals import DEFAULT_LEVEL
 from predictor.trace_table import TraceFormatError, device_file, read_dataset, read_trace_file
 
 if TYPE_CHECKING:
@@ -39,6 +41,15 @@ def _device_rows(traces: pd.DataFrame, device: str | None, what: str, *, whose: 
         raise click.ClickException(f"{what} has no traces of {whose}device {device!r}; it has: {', '.join(devices)}; "
                                    f"{fix}{purpose}")
     return rows
+
+
+def _level_option(_ctx, _param, value: float) -> float:
+    from predictor.intervals import check_level
+
+    try:
+        return check_level(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 def _load_checkpoint(path: Path):
@@ -78,6 +89,19 @@ def _print_evaluation(result, as_json: bool, extra: dict) -> None:
         return
     h = result.headline()
     click.echo(f"{h['traces']} traces: MRE {h['mre']:.2%}, RMSE {h['rmse_ms']:.2f} ms, WAPE {h['wape']:.2%}")
+    intervals = result.intervals()
+    if intervals["intervals"] is None:
+        click.echo("prediction intervals: none (the checkpoint has no calibration; `ets calibrate`)")
+    else:
+        bounded = "" if not intervals["interval_unbounded"] else (
+            f" ({intervals['interval_unbounded']} traces unbounded at this level: too few calibration traces "
+            "of other families)")
+        if intervals["interval_coverage"] is None:
+            click.echo(f"{intervals['interval_level']:.0%} prediction intervals: none bounded{bounded}")
+        else:
+            click.echo(f"{intervals['interval_level']:.0%} prediction intervals: {intervals['interval_coverage']:.1%} "
+                       f"of the traces inside, median width {intervals['interval_width']:.1%} of the prediction"
+                       + bounded)
     click.echo("by op count:\n" + markdown(result.by_bucket()))
     click.echo("by phase (duration and gap WAPE):\n" + markdown(result.by_group(["phase"])))
     click.echo("largest op types:\n" + markdown(result.by_group(["op", "phase"], top=10)))
@@ -120,7 +144,7 @@ def train_cmd(method: str, data_dir: Path, out: Path, device: str | None, source
     --device from --source-device traces."""
     from predictor import methods
     from predictor.dataset import split_by_family
-    from predictor.evaluate import evaluate
+    from predictor.evaluate import evaluate, fit_intervals
 
     _check_out(out)
     try:
@@ -139,6 +163,9 @@ def train_cmd(method: str, data_dir: Path, out: Path, device: str | None, source
             max_minutes=minutes, seed=seed, source_device=source_device)
         model = methods.module(method).train(split.part(traces, "train"), split.part(traces, "val"), config,
                                              device=str(target["device"].iloc[0]), split=split.to_dict())
+        test = split.part(traces, "test")
+        if not test.empty:
+            fit_intervals(model, test, f"{data_dir}: held-out families {', '.join(split.test_units)}")
     except (TraceFormatError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     path = _save(model, out)
@@ -146,8 +173,8 @@ def train_cmd(method: str, data_dir: Path, out: Path, device: str | None, source
     if not as_json:
         click.echo(f"checkpoint {path}: {method} for {model.device}, {len(model.history)} epochs in "
                    f"{model.history[-1]['wall_s']:.0f} s, best validation MRE {best['val_mre']:.2%} "
-                   f"(epoch {best['epoch']}); test families: {', '.join(split.test_units) or '-'}")
-    test = split.part(traces, "test")
+                   f"(epoch {best['epoch']}); test families: {', '.join(split.test_units) or '-'}; "
+                   + _calibration_line(model.intervals))
     if test.empty:
         click.echo("no test traces (--test-fraction 0)")
         return
@@ -236,13 +263,36 @@ def finetune_cmd(ckpt: Path, data_dir: Path, out: Path, device: str | None, minu
 @click.option("--device", "data_device",
               help="Score the checkpoint on this device's rows [default: the checkpoint's own device], "
                    "e.g. an emulated-T4 model on real T4 traces.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (traces, mre, rmse_ms, wape, ...).")
-def evaluate_cmd(ckpt: Path, data_dir: Path, which: str, data_device: str | None, as_json: bool) -> None:
-    """Evaluate a checkpoint on a dataset: MRE, RMSE, WAPE and where the error comes from."""
-    from predictor.dataset import unit_of
+@click.option("--level", type=float, default=DEFAULT_LEVEL, show_default=True, callback=_level_option,
+              help="Prediction-interval level whose coverage and width are reported.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object (traces, mre, rmse_ms, wape, interval_coverage, interval_width, ...).")
+def evaluate_cmd(ckpt: Path, data_dir: Path, which: str, data_device: str | None, level: float,
+                 as_json: bool) -> None:
+    """Evaluate a checkpoint on a dataset: MRE, RMSE, WAPE, where the error comes from, and how
+    often its prediction intervals hold the truth (for a checkpoint with calibrated intervals)."""
+    from predictor.dataset import rows_of_units
     from predictor.evaluate import evaluate
 
     model = _load_checkpoint(ckpt)
+    traces, data_device = _scored_rows(model, data_dir, data_device)
+    held_out = set((model.split or {}).get("test_units", []))
+    if which == "test" and held_out:
+        traces = rows_of_units(traces, held_out)
+        if traces.empty:
+            raise click.ClickException(f"{data_dir} has no traces of the held-out families "
+                                       f"({', '.join(sorted(held_out))}); use --split all")
+    try:
+        result = evaluate(model, traces, level)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    _print_evaluation(result, as_json, {"checkpoint": str(ckpt), "method": model.method, "device": model.device,
+                                        "data_device": data_device})
+
+
+def _scored_rows(model, data_dir: Path, data_device: str | None) -> tuple[pd.DataFrame, str]:
+    """The dataset's rows of ``data_device`` (default: the model's own) relabelled as the model's
+    device, plus a Habitat-style model's source rows; and the device scored."""
     whose = "" if data_device else "the checkpoint's "
     data_device = data_device or model.device
     try:
@@ -255,21 +305,60 @@ def evaluate_cmd(ckpt: Path, data_dir: Path, which: str, data_device: str | None
         traces = pd.concat([traces, data[data["config_id"].isin(set(traces["config_id"]))
                                          & ~data["device"].isin({data_device, model.device})]], ignore_index=True)
     # The truth is the named device's rows; the model predicts them as its own device.
-    traces = traces.assign(device=traces["device"].where(traces["device"] != data_device, model.device))
-    held_out = set((model.split or {}).get("test_units", []))
-    if which == "test" and held_out:
-        configs = traces.groupby("config_id")["family"].first()
-        keep = {c for c, f in configs.items() if unit_of(f, c) in held_out}
-        traces = traces[traces["config_id"].isin(keep)]
-        if traces.empty:
-            raise click.ClickException(f"{data_dir} has no traces of the held-out families "
-                                       f"({', '.join(sorted(held_out))}); use --split all")
+    return traces.assign(device=traces["device"].where(traces["device"] != data_device, model.device)), data_device
+
+
+@click.command("calibrate")
+@click.option("--ckpt", type=click.Path(dir_okay=False, path_type=Path), required=True)
+@click.option("--data", "data_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Dataset holding the checkpoint's held-out families (the data it was trained from).")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
+              help="Checkpoint file to write [default: replace --ckpt; its weights are not touched].")
+@click.option("--device", "data_device", help="Calibrate on this device's rows [default: the checkpoint's own].")
+@click.option("--families", help="Comma-separated families (split units) the checkpoint never trained on "
+                                 "[default: its recorded held-out families].")
+@click.option("--json", "as_json", is_flag=True)
+def calibrate_cmd(ckpt: Path, data_dir: Path, out: Path | None, data_device: str | None, families: str | None,
+                  as_json: bool) -> None:
+    """Calibrate a checkpoint's prediction intervals (split-conformal by family groups, leave-
+    family-out; `ets train` does this itself) on families it never trained on: by default its
+    recorded held-out families. Stores them in the checkpoint; nothing else changes."""
+    from predictor.dataset import rows_of_units
+    from predictor.evaluate import fit_intervals
+
+    model = _load_checkpoint(ckpt)
+    recorded = (model.split or {}).get("test_units")
+    units = families.split(",") if families else recorded
+    if families and recorded and set(units) - set(recorded):
+        raise click.ClickException(f"{ckpt} did not hold out {', '.join(sorted(set(units) - set(recorded)))}: "
+                                   "intervals calibrated on families it trained on would be too narrow; omit "
+                                   "--families to use its held-out families")
+    if not units:
+        raise click.ClickException(f"{ckpt} records no held-out families (split: {sorted(model.split or {}) or 'none'}); "
+                                   "pass --families with families it never trained on")
+    traces, data_device = _scored_rows(model, data_dir, data_device)
+    held = rows_of_units(traces, units)
+    if held.empty:
+        raise click.ClickException(f"{data_dir} has no {data_device} traces of the calibration families "
+                                   f"({', '.join(sorted(units)[:8])}{', ...' if len(units) > 8 else ''})")
     try:
-        result = evaluate(model, traces)
+        fit_intervals(model, held, f"{data_dir} ({data_device}): held-out families")
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
-    _print_evaluation(result, as_json, {"checkpoint": str(ckpt), "method": model.method, "device": model.device,
-                                        "data_device": data_device})
+    path = _save(model, out or ckpt)
+    if as_json:
+        click.echo(json.dumps({"checkpoint": str(path), "method": model.method, "device": model.device,
+                               **model.intervals.describe()}, indent=1, default=float))
+    else:
+        click.echo(f"checkpoint {path}: " + _calibration_line(model.intervals))
+
+
+def _calibration_line(calibration) -> str:
+    if calibration is None:
+        return "no calibrated prediction intervals"
+    lo, hi = calibration.factor(0.05), calibration.factor(0.95)
+    return (f"prediction intervals calibrated on {calibration.traces} traces of {len(calibration.families)} "
+            f"held-out families (90 % for a new family: [{lo:.3f}, {hi:.3f}] × the prediction)")
 
 
 @click.command("predict")
@@ -278,8 +367,10 @@ def evaluate_cmd(ckpt: Path, data_dir: Path, which: str, data_device: str | None
 @click.option("--batch", type=click.IntRange(1), default=32, show_default=True, help="For a model name.")
 @click.option("--size", type=click.IntRange(1), default=224, show_default=True,
               help="Image size or sequence length, for a model name.")
+@click.option("--level", type=float, default=DEFAULT_LEVEL, show_default=True, callback=_level_option,
+              help="Level of the prediction interval (low_ms, high_ms), for a checkpoint with calibrated intervals.")
 @click.option("--json", "as_json", is_flag=True)
-def predict_cmd(ckpt: Path, target: str, batch: int, size: int, as_json: bool) -> None:
+def predict_cmd(ckpt: Path, target: str, batch: int, size: int, level: float, as_json: bool) -> None:
     """Predict the iteration time of TARGET: a zoo config id (resnet50:b32:s224:float32:sgd:c1000),
     a model name (resnet50, with --batch/--size), or a trace file (.parquet, ETS .csv, Kineto
     .json[.gz], nsys .sqlite). A model name or config id is captured on the meta device (op
@@ -298,12 +389,14 @@ def predict_cmd(ckpt: Path, target: str, batch: int, size: int, as_json: bool) -
         if warning:
             click.echo(warning, err=True)
     try:
-        rows = _predictions(model, ckpt, subject)
+        rows = _predictions(model, ckpt, subject, level)
     except (TraceFormatError, ValueError) as exc:  # e.g. a Habitat-style model given no trace of its source
         raise click.ClickException(str(exc)) from None
     if as_json:
+        intervals = model.intervals.describe() if model.intervals is not None else None
         click.echo(json.dumps({"device": model.device, "method": model.method, "checkpoint": str(ckpt),
-                               "ops_from": subject.origin, "predictions": rows}, indent=1, default=float))
+                               "ops_from": subject.origin, "intervals": intervals, "predictions": rows},
+                              indent=1, default=float))
         return
     for r in rows:
         click.echo(_prediction_line(r))
@@ -342,9 +435,10 @@ def _target(target: str, batch: int, size: int) -> _Subject:
 CAPTURE_ORIGIN = "a meta-device capture (op order and shapes; nothing timed)"
 
 
-def _predictions(model, ckpt: Path, subject: _Subject) -> list[dict]:
-    """One record per predicted iteration: the summary's columns plus ``prediction`` (what the
-    number is) and ``timings`` (each measured or emulated time of it, labelled)."""
+def _predictions(model, ckpt: Path, subject: _Subject, level: float = DEFAULT_LEVEL) -> list[dict]:
+    """One record per predicted iteration: the summary's columns, ``iteration_ms`` with its
+    ``level`` interval (``low_ms``, ``high_ms``; null for a checkpoint without intervals),
+    ``prediction`` (what the number is) and ``timings`` (each measured or emulated time of it, labelled)."""
     if model.method == "habitat":  # one prediction per config, from its source GPU's rows
         parts = [_with_habitat_source(model, subject)]
     else:  # a dataset file may hold several devices' iterations of one config: predict each
@@ -356,7 +450,11 @@ def _predictions(model, ckpt: Path, subject: _Subject) -> list[dict]:
         for r in model.iteration_times(traces).to_dict("records"):
             r.pop("true_us", None)  # the labelled timings below say whose time it is
             r["trace_device"] = r.pop("device", None)  # the rows' device ("meta" for a capture), not the prediction's
-            records.append({**r, "prediction": f"{model.device} prediction by {ckpt.name}",
+            low, high = (None, None) if model.intervals is None else (
+                float(b[0]) / 1e3 if 0 < b[0] < math.inf else None  # unbounded: too few calibration traces
+                for b in model.intervals.bounds([r["pred_us"]], level, [r["family"]]))
+            records.append({**r, "iteration_ms": r["pred_us"] / 1e3, "low_ms": low, "high_ms": high, "level": level,
+                            "prediction": f"{model.device} prediction by {ckpt.name}",
                             "ops_from": subject.origin, "timings": timings.get(r["config_id"], [])})
     return records
 
@@ -413,8 +511,14 @@ def _prediction_line(r: dict) -> str:
         f"forward {r['pred_forward_us'] / 1e3:.2f}, backward {r['pred_backward_us'] / 1e3:.2f}, "
         f"update {r['pred_update_us'] / 1e3:.2f} ms)")
     timings = "".join(f"; {t['what']}: {t['ms']:.2f} ms" for t in r["timings"])
-    return (f"{r['config_id']}: {r['prediction']}: {r['pred_us'] / 1e3:.2f} ms per iteration{breakdown}; "
+    interval = ("" if r["low_ms"] is None and r["high_ms"] is None else
+                f" [{r['level']:.0%} interval {_ms(r['low_ms'])}–{_ms(r['high_ms'])} ms]")
+    return (f"{r['config_id']}: {r['prediction']}: {r['pred_us'] / 1e3:.2f} ms per iteration{interval}{breakdown}; "
             f"{r['ops']} ops from {r['ops_from']}{timings}")
+
+
+def _ms(value: float | None) -> str:
+    return "unbounded" if value is None else f"{value:.2f}"
 
 
 def _config(target: str, batch: int, size: int):

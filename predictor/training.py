@@ -14,12 +14,15 @@ import time
 import zipfile
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import pandas as pd
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from predictor.intervals import IntervalCalibration
 
 CHECKPOINT_FORMAT = 1
 ENVELOPE = "ets-checkpoint/sha256"  # the outer dict: the body's torch.save bytes and their SHA-256
@@ -38,7 +41,24 @@ def write_checkpoint(path: str | Path, predictor, method: str, **extra) -> Path:
     return write_body(path, {"format": CHECKPOINT_FORMAT, "method": method, "version": __version__,
                              "device": predictor.device, "config": asdict(predictor.config),
                              "state_dict": predictor.model.state_dict(), "history": predictor.history,
-                             "split": predictor.split, "fingerprint": predictor.fingerprint, **extra})
+                             "split": predictor.split, "fingerprint": predictor.fingerprint,
+                             "intervals": intervals.to_dict() if (intervals := getattr(predictor, "intervals", None))
+                             else None, **extra})
+
+
+def with_intervals(body: dict, predictor):
+    """``predictor`` (just loaded from ``body``) with its stored interval calibration, or None."""
+    predictor.intervals = stored_intervals(body)
+    return predictor
+
+
+def stored_intervals(body: dict) -> "IntervalCalibration | None":
+    """The interval calibration of a checkpoint body; None for a checkpoint without one (written
+    before intervals existed, or never calibrated)."""
+    from predictor.intervals import IntervalCalibration
+
+    data = body.get("intervals") if isinstance(body, dict) else None
+    return IntervalCalibration.from_dict(data) if data else None
 
 
 def write_body(path: str | Path, body: dict) -> Path:

@@ -57,7 +57,7 @@ from predictor.ets import fingerprint, sorted_traces
 from predictor.features import OPTIMIZERS, FeatureSpec, encode, fit_features, optimizer_of
 from predictor.trace_table import DTYPES
 from predictor.training import (CheckpointError, EarlyStopping, device_rows, load_weights,
-                                read_checkpoint, write_checkpoint)
+                                read_checkpoint, with_intervals, write_checkpoint)
 
 METHOD = "dnnperf"
 CONVS = ("transformer", "gatv2")
@@ -219,6 +219,7 @@ class DnnPerfPredictor:
     """A trained graph regressor with its feature spec and scalers; whole-iteration times only."""
 
     method = METHOD
+    intervals = None  # IntervalCalibration once calibrated (predictor.intervals)
 
     def __init__(self, spec: FeatureSpec, scalers: Scalers, config: DnnPerfConfig, model: GraphRegressor,
                  device: str, fingerprint: str = "", history: list[dict] | None = None,
@@ -281,8 +282,8 @@ def load(path: str | Path) -> DnnPerfPredictor:
     except ValueError as exc:
         raise CheckpointError(f"{path}: cannot rebuild the model from the stored config ({exc})") from None
     load_weights(path, model, body["state_dict"])
-    return DnnPerfPredictor(spec, scalers, config, model, body["device"], body.get("fingerprint", ""),
-                            body.get("history"), body.get("split"))
+    return with_intervals(body, DnnPerfPredictor(spec, scalers, config, model, body["device"],
+                                                 body.get("fingerprint", ""), body.get("history"), body.get("split")))
 
 
 # -- training -----------------------------------------------------------------------------------------

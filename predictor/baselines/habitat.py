@@ -79,7 +79,7 @@ from predictor.devices.specs import SPEC_SHEETS, DeviceParamsError, device_key
 from predictor.ets import fingerprint, sorted_traces, summarize
 from predictor.trace_table import DTYPES, MAX_PARAMS, PHASES
 from predictor.training import (CheckpointError, EarlyStopping, load_weights,
-                                read_checkpoint, write_checkpoint)
+                                read_checkpoint, with_intervals, write_checkpoint)
 
 METHOD = "habitat"
 GROUPS = ("conv2d", "linear", "bmm", "lstm")
@@ -246,6 +246,7 @@ class HabitatPredictor:
     """Wave scaling + the kernel-varying MLP; predicts ``device`` from ``config.source_device`` traces."""
 
     method = METHOD
+    intervals = None  # IntervalCalibration once calibrated (predictor.intervals)
 
     def __init__(self, config: HabitatConfig, model: torch.nn.Module, scaler: Scaler, device: str,
                  fingerprint: str = "", history: list[dict] | None = None, split: dict | None = None) -> None:
@@ -352,8 +353,8 @@ def load(path: str | Path) -> HabitatPredictor:
     config = HabitatConfig(**body["config"])
     model = mlp(N_FEATURES, config.hidden, config.layers)
     load_weights(path, model, body["state_dict"])
-    return HabitatPredictor(config, model, Scaler(**body["scaler"]), body["device"], body.get("fingerprint", ""),
-                            body.get("history"), body.get("split"))
+    return with_intervals(body, HabitatPredictor(config, model, Scaler(**body["scaler"]), body["device"],
+                                                 body.get("fingerprint", ""), body.get("history"), body.get("split")))
 
 
 # --- training ----------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ from torch import nn
 from predictor.ets import fingerprint, sorted_traces, summarize
 from predictor.features import FeatureSpec, decode_targets, encode, encode_targets, fit_features
 from predictor.training import (CheckpointError, EarlyStopping, device_rows, load_weights,
-                                read_checkpoint, write_checkpoint)
+                                read_checkpoint, with_intervals, write_checkpoint)
 
 METHOD = "opbased"
 
@@ -82,6 +82,7 @@ class OpBasedPredictor:
     """A per-op duration MLP with its feature spec; gaps are always predicted as 0."""
 
     method = METHOD
+    intervals = None  # IntervalCalibration once calibrated (predictor.intervals)
 
     def __init__(self, spec: FeatureSpec, config: OpBasedConfig, model: nn.Module, device: str,
                  fingerprint: str = "", history: list[dict] | None = None, split: dict | None = None) -> None:
@@ -117,8 +118,8 @@ def load(path: str | Path) -> OpBasedPredictor:
     config = OpBasedConfig(**body["config"])
     model = mlp(spec.dim, config.hidden, config.layers)
     load_weights(path, model, body["state_dict"])
-    return OpBasedPredictor(spec, config, model, body["device"], body.get("fingerprint", ""),
-                            body.get("history"), body.get("split"))
+    return with_intervals(body, OpBasedPredictor(spec, config, model, body["device"], body.get("fingerprint", ""),
+                                                 body.get("history"), body.get("split")))
 
 
 def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: OpBasedConfig | None = None, *,
