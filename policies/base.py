@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -58,6 +58,22 @@ class SchedulerView:
     gpu_job: np.ndarray              # running job per GPU, -1 = idle
     free_by_type: np.ndarray         # free GPUs per type (index = position in ``gpu_types``)
     total_by_type: np.ndarray        # GPUs per type
+    # q -> the q-quantile of the true run time given the prediction, (job, type), kept current by
+    # the engine; None: the predictions are taken as exact (a view built by hand)
+    quantiles: Callable[[float], np.ndarray] | None = None
+
+    def quantile(self, q: float) -> np.ndarray:
+        """Seconds, (job, type): the q-quantile of each job's true run time as the predictor's
+        stated uncertainty gives it (the point estimate for a job already measured on that type).
+        The engine keeps the array current: a policy may hold on to it."""
+        return self.predicted if self.quantiles is None else self.quantiles(q)
+
+    def interval(self, level: float = 0.9) -> tuple[np.ndarray, np.ndarray]:
+        """(lower, upper) bounds of the central ``level`` interval of every run time."""
+        from predictor.intervals import check_level
+
+        level = check_level(level)
+        return self.quantile((1 - level) / 2), self.quantile((1 + level) / 2)
 
     def estimate(self, job: int, gpu_type: str) -> float:
         return float(self.predicted[job, self.type_index[gpu_type]])
@@ -68,13 +84,15 @@ class SchedulerView:
         start, k = self.running[job]
         return max(self.now, start + float(self.predicted[job, k]))
 
-    def gpu_available_at(self) -> np.ndarray:
-        """Per GPU, when it is expected to be free (now for idle GPUs), by the predictions."""
+    def gpu_available_at(self, runtimes: np.ndarray | None = None) -> np.ndarray:
+        """Per GPU, when it is expected to be free (now for idle GPUs), by the predictions (or by
+        ``runtimes``, a (job, type) matrix such as a quantile's)."""
+        runtimes = self.predicted if runtimes is None else runtimes
         jobs = self.gpu_job
         busy = jobs >= 0
         avail = np.full(len(jobs), self.now)
         j = jobs[busy]
-        avail[busy] = np.maximum(self.now, self.start[j] + self.predicted[j, self.type_of[j]])
+        avail[busy] = np.maximum(self.now, self.start[j] + runtimes[j, self.type_of[j]])
         return avail
 
 

@@ -7,6 +7,13 @@ not fit does not block later ones), on the GPU type that leaves it the most slac
 with the least predicted run time among those with room (ties: cluster type order). Jobs without
 a deadline are placed the same way (fastest type that fits).
 
+``deadline_quantile=Q`` (unset by default) plans deadline risk: the order stays the same, but a job
+with a deadline goes to the type, among those with room, of least Q-quantile tardiness
+max(0, now + its Q-quantile run time there - deadline), then least predicted run time (ties:
+cluster type order). Why: the type whose point estimate is fastest may be the riskier one when
+the predictor is less sure of the job there; among types where the job is on time even at its
+Q-quantile, the fastest still wins. Jobs without a deadline, or no option: as above.
+
 The waiting jobs are kept in one heap per GPU count, so a decision never walks the jobs that do
 not fit: the next job of the walk is the first, in the order above, among the heap heads of the
 GPU counts that fit in the most free GPUs of any type. (Free GPUs only shrink during a decision,
@@ -18,14 +25,17 @@ from __future__ import annotations
 
 import heapq
 import math
+from typing import Any
 
 from policies.base import Placement, Policy
+from policies.options import quantile_level
 
 
 class EdfPolicy(Policy):
     name = "edf"
 
-    def __init__(self) -> None:
+    def __init__(self, deadline_quantile: str | float | None = None) -> None:
+        self.deadline_quantile = quantile_level("deadline_quantile", deadline_quantile)
         # GPU count -> heap of (0, deadline, shortest, submit, job) or (1, shortest, 0.0, submit, job)
         self._heaps: dict[int, list[tuple[int, float, float, float, int]]] = {}
         self._needs: list[int] = []  # the GPU counts with a heap, ascending
@@ -42,12 +52,17 @@ class EdfPolicy(Policy):
                 self._needs = sorted(self._heaps)
             heapq.heappush(heap, (*key, float(view.submit[job]), job))
 
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "deadline_quantile": self.deadline_quantile}
+
     def schedule(self, view) -> list[Placement]:
         free = view.free_by_type.tolist()  # Python ints
         types = range(len(free))
         most = max(free)
         out: list[Placement] = []
         heaps = self._heaps
+        q = self.deadline_quantile
+        quantile = None if q is None else view.quantile(q)
         while most > 0:
             first, first_need = None, 0
             for need in self._needs:
@@ -61,7 +76,13 @@ class EdfPolicy(Policy):
             heapq.heappop(heaps[first_need])
             job = first[-1]
             predicted = view.predicted[job]
-            k = min((k for k in types if free[k] >= first_need), key=predicted.__getitem__)  # first fastest
+            room = (k for k in types if free[k] >= first_need)
+            deadline = view.deadline[job]
+            if quantile is None or math.isnan(deadline):  # the first fastest
+                k = min(room, key=predicted.__getitem__)
+            else:  # the first of least quantile tardiness, then fastest
+                late = view.now + quantile[job] - deadline
+                k = min(room, key=lambda k: (max(0.0, late[k]), predicted[k]))
             free[k] -= first_need
             most = max(free)
             out.append(Placement(job, view.gpu_types[k]))

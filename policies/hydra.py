@@ -28,6 +28,15 @@ as its authors' simulator does, with its known bug fixed:
   ``window=all`` for all: picked round-robin from the longest-waiting, earliest-deadline and
   shortest jobs); ``mode=offline`` installs whole queues and later arrivals are
   planned behind them (all-at-t=0 cases: one plan, as in Hydra's simulator).
+* **Deadline risk** (``deadline_quantile=Q``, unset by default): a tight deadline that the point
+  estimate meets is missed whenever the job runs longer than predicted. With Q set, each queue is
+  costed on two clocks in the same order: the point clock (t0 + predicted run times) gives the JCT
+  and the SRTF order; the *due clock* (when the GPU is free by its running job's Q-quantile, plus
+  the queued jobs' Q-quantile run times) gives the tardiness, so a deadline counts as met when it
+  holds with every job up to it at its Q-quantile. Unset, the due clock is the point clock (the
+  same arrays, the same operations): every decision is unchanged, bit for bit. FixNonDDL keeps
+  deadline-free jobs in point SRTF order: exact when their quantile run times are ordered alike
+  (e.g. one quantile factor per GPU type), a restriction of the search otherwise.
 
 Gang jobs: see :mod:`policies.queues`.
 """
@@ -44,10 +53,11 @@ import numpy as np
 from policies import hydra_greedy as kernels
 from policies.base import Placement, Policy
 from policies.candidates import first_by, round_robin_pick
-from policies.options import count_or_all, number, planning_mode, switch
+from policies.options import count_or_all, number, planning_mode, quantile_level, switch
 from policies.queues import PlannedQueues
 
 Cost = tuple[float, float]  # (total tardiness, total JCT), compared lexicographically
+SearchState = tuple[float, float, tuple[int, ...]]  # (end, due-clock end, remaining SRTF positions)
 # Time budget of one decision by mode: online re-plans at every event (a replay makes ~2 decisions
 # per job), offline plans each batch of arrivals once.
 DEFAULT_BUDGET_MS = {"online": 20.0, "offline": 1000.0}
@@ -62,20 +72,31 @@ def weighted(cost: Cost) -> float:
 
 @dataclass(frozen=True)
 class Jobs:
-    """Per-job arrays for one GPU type: predicted run time, submit, deadline (inf = none)."""
+    """Per-job arrays for one GPU type: predicted run time, submit, deadline (inf = none), and the
+    run time on the due clock (``due_p``: a quantile's, or ``p`` itself when not given)."""
 
     p: np.ndarray
     submit: np.ndarray
     deadline: np.ndarray
+    due_p: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.due_p is None:
+            object.__setattr__(self, "due_p", self.p)
 
 
-def queue_cost(seq, t0: float, jobs: Jobs) -> Cost:
-    t, tard, jct = t0, 0.0, 0.0
+def queue_cost(seq, t0: float, jobs: Jobs, t0_due: float | None = None) -> Cost:
+    """(tardiness, JCT) of ``seq`` run back to back: JCT from t0 on the point clock, tardiness
+    from ``t0_due`` (default t0) on the due clock."""
+    t = t0
+    t_due = t0 if t0_due is None else t0_due
+    tard, jct = 0.0, 0.0
     for j in seq:
         t += jobs.p[j]
+        t_due += jobs.due_p[j]
         jct += t - jobs.submit[j]
-        if t > jobs.deadline[j]:
-            tard += t - jobs.deadline[j]
+        if t_due > jobs.deadline[j]:
+            tard += t_due - jobs.deadline[j]
     return tard, jct
 
 
@@ -83,16 +104,17 @@ def srtf(job_set, jobs: Jobs) -> list[int]:
     return sorted(job_set, key=lambda j: (jobs.p[j], j))
 
 
-def swap_heuristic(seq: list[int], t0: float, jobs: Jobs) -> tuple[list[int], Cost]:
-    """Slide a window of deadline-violating jobs left from the right-most violation; keep the best
-    sequence seen (so it is never worse than its input)."""
+def swap_heuristic(seq: list[int], t0: float, jobs: Jobs, t0_due: float | None = None) -> tuple[list[int], Cost]:
+    """Slide a window of deadline-violating jobs (on the due clock) left from the right-most
+    violation; keep the best sequence seen (so it is never worse than its input)."""
+    t0_due = t0 if t0_due is None else t0_due
     seq = list(seq)
-    best, best_cost = list(seq), queue_cost(seq, t0, jobs)
+    best, best_cost = list(seq), queue_cost(seq, t0, jobs, t0_due)
 
     def violating(s: list[int]) -> list[bool]:
-        t, out = t0, []
+        t, out = t0_due, []
         for j in s:
-            t += jobs.p[j]
+            t += jobs.due_p[j]
             out.append(t > jobs.deadline[j])
         return out
 
@@ -106,7 +128,7 @@ def swap_heuristic(seq: list[int], t0: float, jobs: Jobs) -> tuple[list[int], Co
         seq[lo - 1:hi] = seq[lo:hi + 1]
         seq[hi] = displaced
         lo, hi = lo - 1, hi - 1
-        cost = queue_cost(seq, t0, jobs)
+        cost = queue_cost(seq, t0, jobs, t0_due)
         if cost < best_cost:
             best, best_cost = list(seq), cost
         late = violating(seq)
@@ -125,42 +147,49 @@ class SearchStats:
     stopped_by: str = ""  # "", "nodes" or "time"
 
 
-def branch_and_bound(job_set, t0: float, jobs: Jobs, *, stop_at: float = math.inf, max_nodes: int | None,
-                     incumbent: tuple[list[int], Cost] | None = None) -> tuple[list[int], Cost, SearchStats]:
+def branch_and_bound(job_set, t0: float, jobs: Jobs, *, t0_due: float | None = None, stop_at: float = math.inf,
+                     max_nodes: int | None, incumbent: tuple[list[int], Cost] | None = None,
+                     ) -> tuple[list[int], Cost, SearchStats]:
     """Best-first search over job orders (FixNonDDL) until ``stop_at`` (``time.perf_counter``) or
-    ``max_nodes``; returns the best order found and stats.
+    ``max_nodes``; returns the best order found and stats. Tardiness runs on the due clock from
+    ``t0_due`` (default t0), JCT on the point clock.
 
-    Prefixes that are reorderings of one another leave the same jobs from the same time: such a
-    state is expanded only from its cheapest prefix (any other one's completions cost no less),
-    and the SRTF completion of a state is computed once."""
+    Prefixes that are reorderings of one another leave the same jobs from the same times (on both
+    clocks): such a state is expanded only from its cheapest prefix (any other one's completions
+    cost no less), and the SRTF completion of a state is computed once."""
+    t0_due = t0 if t0_due is None else t0_due
     order = srtf(job_set, jobs)
     stats = SearchStats()
-    best_seq, best = incumbent if incumbent else (order, queue_cost(order, t0, jobs))
+    best_seq, best = incumbent if incumbent else (order, queue_cost(order, t0, jobs, t0_due))
     deadline_free = [math.isinf(jobs.deadline[j]) for j in order]
 
     # per SRTF position, as Python floats (the same IEEE sums as numpy's, without its per-scalar cost)
     p = [float(jobs.p[j]) for j in order]
+    due_p = [float(jobs.due_p[j]) for j in order]
     submit = [float(jobs.submit[j]) for j in order]
     due = [float(jobs.deadline[j]) for j in order]
 
-    def completion(start: float, rest: tuple[int, ...]) -> tuple[float, float, float]:
-        """Running positions ``rest`` (SRTF) from ``start``: its tardiness and JCT, and a lower bound
-        on the tardiness of any order of it (each job finishing as early as it possibly could)."""
-        t, tard, jct, floor = start, 0.0, 0.0, 0.0
+    def completion(start: float, start_due: float, rest: tuple[int, ...]) -> tuple[float, float, float]:
+        """Running positions ``rest`` (SRTF) from ``start`` (``start_due`` on the due clock): its
+        tardiness and JCT, and a lower bound on the tardiness of any order of it (each job finishing
+        as early as it possibly could)."""
+        t, t_due, tard, jct, floor = start, start_due, 0.0, 0.0, 0.0
         for x in rest:
             t += p[x]
+            t_due += due_p[x]
             jct += t - submit[x]
-            if t > due[x]:
-                tard += t - due[x]
-                if start + p[x] > due[x]:
-                    floor += start + p[x] - due[x]
+            if t_due > due[x]:
+                tard += t_due - due[x]
+                if start_due + due_p[x] > due[x]:
+                    floor += start_due + due_p[x] - due[x]
         return tard, jct, floor
 
-    # node: (key cost, tie counter, prefix, end time, prefix tardiness, prefix JCT, remaining positions)
+    # node: (key cost, tie counter, prefix, end time, due-clock end, prefix tardiness, prefix JCT,
+    # remaining positions)
     counter = 0
-    heap = [((0.0, 0.0), counter, (), float(t0), 0.0, 0.0, tuple(range(len(order))))]
-    seen: dict[tuple[float, tuple[int, ...]], tuple[float, float, float]] = {}  # completion() memo
-    cheapest: dict[tuple[float, tuple[int, ...]], Cost] = {}  # best prefix cost pushed per state
+    heap = [((0.0, 0.0), counter, (), float(t0), float(t0_due), 0.0, 0.0, tuple(range(len(order))))]
+    seen: dict[SearchState, tuple[float, float, float]] = {}  # completion() memo
+    cheapest: dict[SearchState, Cost] = {}  # best prefix cost pushed per state
     while heap:
         if max_nodes is not None and stats.nodes >= max_nodes:
             stats.stopped_by = "nodes"
@@ -168,20 +197,21 @@ def branch_and_bound(job_set, t0: float, jobs: Jobs, *, stop_at: float = math.in
         if time.perf_counter() > stop_at:
             stats.stopped_by = "time"
             break
-        _, _, prefix, t_end, tard, jct, rest = heapq.heappop(heap)
+        _, _, prefix, t_end, t_end_due, tard, jct, rest = heapq.heappop(heap)
         stats.nodes += 1
         first_free = next((r for r in rest if deadline_free[r]), None)  # shortest deadline-free job left
         for i, r in enumerate(rest):
             if deadline_free[r] and r != first_free:
                 continue  # FixNonDDL: deadline-free jobs keep SRTF order
             t = t_end + p[r]
-            c_tard = tard + (t - due[r] if t > due[r] else 0.0)
+            t_due = t_end_due + due_p[r]
+            c_tard = tard + (t_due - due[r] if t_due > due[r] else 0.0)
             c_jct = jct + t - submit[r]
             c_rest = rest[:i] + rest[i + 1:]
-            key = (t, c_rest)  # the same job set after a reordered prefix ends at the same time
+            key = (t, t_due, c_rest)  # the same job set after a reordered prefix ends at the same times
             done = seen.get(key)
             if done is None:
-                done = seen[key] = completion(t, c_rest)
+                done = seen[key] = completion(t, t_due, c_rest)
             r_tard, r_jct, r_floor = done
             full = (c_tard + r_tard, c_jct + r_jct)  # prefix + SRTF(rest): an upper bound
             if full < best:
@@ -190,13 +220,13 @@ def branch_and_bound(job_set, t0: float, jobs: Jobs, *, stop_at: float = math.in
                 continue  # the branch's optimum is known (SRTF rest meets every deadline)
             if (c_tard + r_floor, c_jct + r_jct) >= best:
                 continue  # lower bound: prefix tardiness is final, each rest job ends no earlier than
-                # t + its run time, and SRTF minimises the JCT of the rest
+                # t_due + its due-clock run time, and SRTF minimises the (point-clock) JCT of the rest
             rival = cheapest.get(key)
             if rival is not None and rival <= (c_tard, c_jct):
                 continue  # dominated: the same jobs left from the same time, after a prefix no cheaper
             cheapest[key] = (c_tard, c_jct)
             counter += 1
-            heapq.heappush(heap, (full, counter, prefix + (order[r],), t, c_tard, c_jct, c_rest))
+            heapq.heappush(heap, (full, counter, prefix + (order[r],), t, t_due, c_tard, c_jct, c_rest))
     return best_seq, best, stats
 
 
@@ -226,33 +256,36 @@ class QueueOrderer:
         """Whether this decision's time budget is used up."""
         return time.perf_counter() >= self.stop_at
 
-    def order(self, job_set: frozenset, t0: float, type_k: int, jobs: Jobs) -> tuple[list[int], Cost]:
-        """The best order found for the set: SRTF when it meets every deadline; else the swap
-        heuristic and branch-and-bound, while the decision's budget lasts (SRTF after)."""
-        key = (type_k, t0, job_set)
+    def order(self, job_set: frozenset, t0: float, type_k: int, jobs: Jobs,
+              t0_due: float | None = None) -> tuple[list[int], Cost]:
+        """The best order found for the set: SRTF when it meets every deadline (on the due clock,
+        from ``t0_due``, default t0); else the swap heuristic and branch-and-bound, while the
+        decision's budget lasts (SRTF after)."""
+        t0_due = t0 if t0_due is None else t0_due
+        key = (type_k, t0, t0_due, job_set)
         hit = self.memo.get(key)
         if hit is not None:
             return hit
         seq = srtf(job_set, jobs)
-        cost = queue_cost(seq, t0, jobs)
+        cost = queue_cost(seq, t0, jobs, t0_due)
         if cost[0] > 0.0:
             if self.spent():
                 self.stopped["time"] += 1  # SRTF only
                 return seq, cost  # not memoised: a memo hit must not depend on when it was made
             self.work += len(seq)
-            seq, cost = swap_heuristic(seq, t0, jobs)
+            seq, cost = swap_heuristic(seq, t0, jobs, t0_due)
             if self.bnb and len(seq) > 1:
-                seq, cost = self._search(job_set, t0, jobs, (seq, cost))
+                seq, cost = self._search(job_set, t0, t0_due, jobs, (seq, cost))
         self.memo[key] = (seq, cost)
         return seq, cost
 
-    def _search(self, job_set: frozenset, t0: float, jobs: Jobs,
+    def _search(self, job_set: frozenset, t0: float, t0_due: float, jobs: Jobs,
                 heuristic: tuple[list[int], Cost]) -> tuple[list[int], Cost]:
         """Branch-and-bound from the heuristic's order, unless the decision's budget is spent."""
         if self.spent():
             self.stopped["time"] += 1  # heuristic only
             return heuristic
-        b_seq, b_cost, stats = branch_and_bound(job_set, t0, jobs, stop_at=self.stop_at,
+        b_seq, b_cost, stats = branch_and_bound(job_set, t0, jobs, t0_due=t0_due, stop_at=self.stop_at,
                                                 max_nodes=self.max_nodes, incumbent=heuristic)
         self.searches += 1
         self.work += stats.nodes
@@ -263,13 +296,18 @@ class QueueOrderer:
 
 @dataclass
 class GpuState:
-    """A set of interchangeable GPUs (same type, same t0, same planned sequence)."""
+    """A set of interchangeable GPUs (same type, same t0 and t0_due, same planned sequence)."""
 
     type_k: int
     t0: float
     members: list[int]
     seq: list[int]
     tardiness: float = 0.0  # of ``seq`` as ordered
+    t0_due: float | None = None  # when free on the due clock; None: t0
+
+    def __post_init__(self) -> None:
+        if self.t0_due is None:
+            self.t0_due = self.t0
 
 
 def greedy_assign(waiting: list[int], gpus: list[GpuState], per_type: list[Jobs],
@@ -279,12 +317,13 @@ def greedy_assign(waiting: list[int], gpus: list[GpuState], per_type: list[Jobs]
 
     Each round takes the (job, GPU) pair of least absolute queue cost. Pairs are first scored by
     SRTF, which is exact when SRTF meets every deadline and otherwise gives a lower bound
-    (tardiness >= the queue's own and the job's tardiness if run first; JCT >= SRTF's). The
-    expensive ordering (branch-and-bound) runs only for a pair whose bound is the current minimum,
-    so the choice is the same as scoring every pair exactly. Once the decision's time budget is
-    spent, every pair is scored by its SRTF cost as exact and queues are ordered by SRTF. Scoring
-    and the rounds whose queue SRTF orders on time run compiled (:mod:`policies.hydra_greedy`);
-    the budget is checked whenever control is back here (at least every ``ROUNDS_PER_CHECK``).
+    (tardiness >= the queue's own and the job's tardiness if run first, both on the due clock;
+    JCT >= SRTF's). The expensive ordering (branch-and-bound) runs only for a pair whose bound is
+    the current minimum, so the choice is the same as scoring every pair exactly. Once the
+    decision's time budget is spent, every pair is scored by its SRTF cost as exact and queues are
+    ordered by SRTF. Scoring and the rounds whose queue SRTF orders on time run compiled
+    (:mod:`policies.hydra_greedy`); the budget is checked whenever control is back here (at least
+    every ``ROUNDS_PER_CHECK``).
     """
     if any(g.seq for g in gpus):
         raise ValueError("greedy_assign takes GPU groups with empty plans; a group came with one")
@@ -297,12 +336,15 @@ def greedy_assign(waiting: list[int], gpus: list[GpuState], per_type: list[Jobs]
     code = np.zeros((n, width), dtype=np.int8)
     alive = np.ones(n, dtype=bool)
     row_p = np.stack([np.asarray(jobs.p, dtype=np.float64)[rows] for jobs in per_type])
+    row_due_p = np.stack([np.asarray(jobs.due_p, dtype=np.float64)[rows] for jobs in per_type])
     row_ok = np.ascontiguousarray(np.asarray(feasible, dtype=bool)[rows].T)
     row_submit = np.asarray(per_type[0].submit, dtype=np.float64)[rows]
     row_deadline = np.asarray(per_type[0].deadline, dtype=np.float64)[rows]
     g_type, g_t0 = np.zeros(width, dtype=np.int64), np.zeros(width)
     g_type[:m] = [g.type_k for g in gpus]
     g_t0[:m] = [g.t0 for g in gpus]
+    g_t0_due = np.zeros(width)
+    g_t0_due[:m] = [g.t0_due for g in gpus]
     g_tard, g_len = np.zeros(width), np.zeros(width, dtype=np.int64)
     g_slot, g_parent = np.full(width, -1, dtype=np.int64), np.full(width, -1, dtype=np.int64)
     g_count = np.zeros(width, dtype=np.int64)
@@ -312,33 +354,37 @@ def greedy_assign(waiting: list[int], gpus: list[GpuState], per_type: list[Jobs]
     counters = np.array([m, 0, 0], dtype=np.int64)
     scores = (tard, jct, code, alive, rows, row_p, row_ok, row_submit, row_deadline)
     groups = (g_type, g_t0, g_tard, g_len, g_slot)
+    due = (row_due_p, g_t0_due)
     ordered: dict[int, list[int]] = {}
     srtf_only = False  # the budget is spent: SRTF scores are taken as exact
-    kernels.fill_all(srtf_only, *scores, *groups, seqs, counters)
+    kernels.fill_all(srtf_only, *scores, *groups, seqs, counters, *due)
     while True:
         if not srtf_only and orderer.spent():
             srtf_only = True
-            kernels.fill_all(srtf_only, *scores, *groups, seqs, counters)
+            kernels.fill_all(srtf_only, *scores, *groups, seqs, counters, *due)
         status, r, c = kernels.advance(ROUNDS_PER_CHECK, srtf_only, *scores, *groups, g_count, g_parent, g_srtf,
-                                       seqs, counters)
+                                       seqs, counters, *due)
         if status == kernels.DONE:
             break
         if status == kernels.PAUSE:
             continue
         k = int(g_type[c])
         planned = rows[seqs[g_slot[c], :g_len[c]]].tolist() if g_len[c] else []
-        seq, cost = orderer.order(frozenset(planned) | {waiting[r]}, float(g_t0[c]), k, per_type[k])
+        seq, cost = orderer.order(frozenset(planned) | {waiting[r]}, float(g_t0[c]), k, per_type[k],
+                                  float(g_t0_due[c]))
         if code[r, c] == kernels.BOUND:  # the bound is the minimum: score the pair exactly
             tard[r, c], jct[r, c] = cost
             code[r, c] = kernels.EXACT
             continue
-        target = kernels.add_job(r, c, cost[0], srtf_only, *scores, *groups, g_count, g_parent, seqs, counters)
+        target = kernels.add_job(r, c, cost[0], srtf_only, *scores, *groups, g_count, g_parent, seqs, counters,
+                                 *due)
         ordered[target] = seq
         g_srtf[target] = False
     orderer.work += int(counters[kernels.WORK])
     out = list(gpus)
     for u in range(m, int(counters[kernels.USED])):  # in the order they split off their group
-        out.append(GpuState(int(g_type[u]), float(g_t0[u]), [gpus[g_parent[u]].members.pop(0)], []))
+        out.append(GpuState(int(g_type[u]), float(g_t0[u]), [gpus[g_parent[u]].members.pop(0)], [],
+                            t0_due=float(g_t0_due[u])))
     for c, group in enumerate(out):
         if g_len[c]:
             group.seq = rows[seqs[g_slot[c], :g_len[c]]].tolist() if g_srtf[c] else ordered[c]
@@ -350,8 +396,9 @@ class HydraPolicy(Policy):
     name = "hydra"
 
     def __init__(self, budget_ms: str | float | None = None, nodes: str | int | None = None, bnb: str | bool = "on",
-                 mode: str = "online", window: str | int = 100):
+                 mode: str = "online", window: str | int = 100, deadline_quantile: str | float | None = None):
         self.mode = planning_mode(mode)
+        self.deadline_quantile = quantile_level("deadline_quantile", deadline_quantile)
         default_budget = DEFAULT_BUDGET_MS[self.mode]
         self.budget_ms = number("budget_ms", default_budget if budget_ms is None else budget_ms, 0.0, 3.6e6)
         self.max_nodes = count_or_all("nodes", nodes)
@@ -365,6 +412,7 @@ class HydraPolicy(Policy):
     def describe(self) -> dict:
         return {"name": self.name, "budget_ms": self.budget_ms, "nodes": self.max_nodes or "unbounded",
                 "bnb": self.bnb, "mode": self.mode, "window": self.window or "all",
+                "deadline_quantile": self.deadline_quantile,
                 "bnb_searches": self.orderer.searches,
                 "bnb_stopped_by_node_budget": self.orderer.stopped["nodes"],
                 "bnb_stopped_by_time_budget": self.orderer.stopped["time"],
@@ -380,7 +428,9 @@ class HydraPolicy(Policy):
             planned = self._queues.planned_jobs()
             pending = [j for j in view.waiting if j not in planned]
         if pending:
-            self._plan(view, pending, view.gpu_available_at())
+            avail = view.gpu_available_at()
+            q = self.deadline_quantile
+            self._plan(view, pending, avail, avail if q is None else view.gpu_available_at(view.quantile(q)))
         return self._queues.start_heads(view)
 
     def _window(self, view, jobs: list[int]) -> list[int]:
@@ -395,29 +445,40 @@ class HydraPolicy(Policy):
                   first_by(idx, view.predicted[idx].min(axis=1), self.window)]
         return sorted(round_robin_pick(orders, self.window))
 
-    def _plan(self, view, pending: list[int], avail: np.ndarray) -> None:
-        if self._static is None:  # per-job facts that never change during a run
+    def _plan(self, view, pending: list[int], avail: np.ndarray, avail_due: np.ndarray) -> None:
+        """Plan ``pending`` on the GPUs, free at ``avail`` (``avail_due`` on the due clock)."""
+        if self._static is None:  # per-job facts that never change during a run (the engine keeps
+            # the run-time arrays current: these are views of them)
             deadline = np.where(np.isnan(view.deadline), np.inf, view.deadline)
-            self._static = ([Jobs(view.predicted[:, k], view.submit, deadline) for k in range(len(view.gpu_types))],
+            q = self.deadline_quantile
+            due_p = None if q is None else view.quantile(q)  # None: the due clock is the point clock
+            self._static = ([Jobs(view.predicted[:, k], view.submit, deadline,
+                                  None if due_p is None else due_p[:, k]) for k in range(len(view.gpu_types))],
                             view.num_gpus[:, None] <= view.total_by_type[None, :])
         per_type, feasible = self._static
-        t0 = avail.copy()
+        t0, t0_due = avail.copy(), avail_due.copy()
         for g, queue in self._queues.queues.items():  # offline: new jobs go behind installed queues
-            t0[g] += float(per_type[view.gpu_type[g]].p[queue].sum())
+            jobs = per_type[view.gpu_type[g]]
+            ahead = float(jobs.p[queue].sum())
+            t0[g] += ahead
+            t0_due[g] += ahead if jobs.due_p is jobs.p else float(jobs.due_p[queue].sum())
         gpus: list[GpuState] = []
         for k in range(len(view.gpu_types)):
-            # Only the len(pending) earliest-free GPUs of a type can receive a job: a later one with
-            # an empty plan always costs more than an earlier one that is still empty (exact).
             ids = np.flatnonzero(view.gpu_type == k)
-            # idle before busy at equal t0 (a job that overran its prediction is "free now" too,
+            # idle before busy at equal times (a job that overran its prediction is "free now" too,
             # but a job given to that GPU would wait for it)
-            ids = ids[np.lexsort((view.gpu_job[ids] >= 0, t0[ids]))]
+            ids = ids[np.lexsort((view.gpu_job[ids] >= 0, t0_due[ids], t0[ids]))]
             if len(ids) > len(pending):
-                ids = ids[t0[ids] <= t0[ids[len(pending) - 1]]]
-            times, members = t0[ids], ids.tolist()
-            cuts = [0, *(np.flatnonzero(times[1:] != times[:-1]) + 1).tolist(), len(members)]
-            for a, b in zip(cuts, cuts[1:]):  # equal t0: one group
-                gpus.append(GpuState(k, float(times[a]), members[a:b], []))
+                # Only len(pending) GPUs can receive a job: a GPU that frees later than each of the
+                # len(pending) first ones, and no earlier on the due clock, costs more than any of them
+                # still empty (exact; without the option: the len(pending) earliest-free GPUs).
+                first = ids[:len(pending)]
+                ids = ids[(t0[ids] <= t0[first[-1]]) | (t0_due[ids] < t0_due[first].max())]
+            times, due_times, members = t0[ids], t0_due[ids], ids.tolist()
+            changes = (times[1:] != times[:-1]) | (due_times[1:] != due_times[:-1])
+            cuts = [0, *(np.flatnonzero(changes) + 1).tolist(), len(members)]
+            for a, b in zip(cuts, cuts[1:]):  # equal t0 and t0_due: one group
+                gpus.append(GpuState(k, float(times[a]), members[a:b], [], t0_due=float(due_times[a])))
         self.orderer.start_decision()
         for group in greedy_assign(pending, gpus, per_type, feasible, self.orderer):
             if group.seq:

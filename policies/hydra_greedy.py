@@ -10,11 +10,16 @@ IEEE operation in the same order. Assignments whose queue SRTF orders on time ar
 everything that needs a real ordering (branch-and-bound, the swap heuristic, the memo) goes back
 to :mod:`policies.hydra`.
 
+Two clocks, as in :func:`policies.hydra.queue_cost`: JCT on the point clock (``row_p`` from the
+group's t0), tardiness on the due clock (``row_due_p`` from its ``g_t0_due``, e.g. a quantile's run
+times). Without ``deadline_quantile`` the due arrays hold the point values, so every due-clock value
+is the point-clock one, computed by the same operations.
+
 State of one decision, ``n`` waiting jobs (rows) and up to ``width`` GPU groups (columns):
 ``tard``/``jct`` the scores, ``code`` what a score is (:data:`BOUND`, :data:`ON_TIME` — exact, the
-queue's SRTF order meets every deadline —, :data:`EXACT`), per group its type, free time t0,
-tardiness, member count and a *slot*: a row of ``seqs`` holding its jobs (row indices) in SRTF
-order (predicted run time, then job id).
+queue's SRTF order meets every deadline —, :data:`EXACT`), per group its type, free time t0 (and
+``g_t0_due`` on the due clock), tardiness, member count and a *slot*: a row of ``seqs`` holding its
+jobs (row indices) in SRTF order (predicted run time, then job id).
 """
 
 from __future__ import annotations
@@ -107,35 +112,38 @@ def srtf_position(seq, size, k, r, rows, row_p):
 
 @njit(cache=True)
 def fill_column(c, srtf_only, tard, jct, code, alive, rows, row_p, row_ok, row_submit, row_deadline,
-                g_type, g_t0, g_tard, g_len, g_slot, seqs, counters):
+                g_type, g_t0, g_tard, g_len, g_slot, seqs, counters, row_due_p=None, g_t0_due=None):
     """Score every waiting job on group c: the SRTF cost of the group's queue with the job added.
 
     Exact when that order meets every deadline (then it is optimal), or once the decision's budget
     is spent (``srtf_only``: SRTF is then the order used). Otherwise a lower bound on tardiness
-    (the queue's own, and the job's if run first) with SRTF's JCT, which no order beats."""
+    (the queue's own, and the job's if run first) with SRTF's JCT, which no order beats. Without
+    ``row_due_p`` and ``g_t0_due`` the due clock is the point clock."""
+    due_p = row_p if row_due_p is None else row_due_p
     n = rows.shape[0]
     counters[WORK] += n
     k = g_type[c]
     t0 = g_t0[c]
+    t0_due = t0 if g_t0_due is None else g_t0_due[c]
     size = g_len[c]
     inf = np.inf
     if size == 0:  # a lone job has one order: exact
         for i in range(n):
             if alive[i] and row_ok[k, i]:
-                end = t0 + row_p[k, i]
-                late = end - row_deadline[i]
+                late = t0_due + due_p[k, i] - row_deadline[i]
                 tard[i, c] = late if late > 0.0 else 0.0
-                jct[i, c] = end - row_submit[i]
+                jct[i, c] = t0 + row_p[k, i] - row_submit[i]
             else:
                 tard[i, c] = inf
                 jct[i, c] = inf
             code[i, c] = ON_TIME if tard[i, c] == 0.0 else EXACT
         return
     seq = seqs[g_slot[c]]
-    ends = np.empty(size + 1)
-    ends[0] = t0
+    ends, ends_due = np.empty(size + 1), np.empty(size + 1)
+    ends[0], ends_due[0] = t0, t0_due
     for m in range(size):  # sequential sums, as queue_cost adds
         ends[m + 1] = ends[m] + row_p[k, seq[m]]
+        ends_due[m + 1] = ends_due[m] + due_p[k, seq[m]]
     waits = np.empty(size)
     lates = np.empty(size)
     for i in range(n):
@@ -144,16 +152,19 @@ def fill_column(c, srtf_only, tard, jct, code, alive, rows, row_p, row_ok, row_s
             jct[i, c] = inf
             code[i, c] = EXACT
             continue
-        pj = row_p[k, i]
+        pj, qj = row_p[k, i], due_p[k, i]
         before = srtf_position(seq, size, k, i, rows, row_p)
         for m in range(size):
-            shifted = ends[m + 1] if m < before else ends[m + 1] + pj
             x = seq[m]
+            if m < before:
+                shifted, shifted_due = ends[m + 1], ends_due[m + 1]
+            else:
+                shifted, shifted_due = ends[m + 1] + pj, ends_due[m + 1] + qj
             waits[m] = shifted - row_submit[x]
-            late = shifted - row_deadline[x]
+            late = shifted_due - row_deadline[x]
             lates[m] = late if late > 0.0 else 0.0
         end_j = ends[before] + pj
-        own_late = end_j - row_deadline[i]
+        own_late = ends_due[before] + qj - row_deadline[i]
         total_jct = pairwise_sum(waits, size) + end_j - row_submit[i]
         total_tard = pairwise_sum(lates, size) + (own_late if own_late > 0.0 else 0.0)
         jct[i, c] = total_jct
@@ -164,7 +175,7 @@ def fill_column(c, srtf_only, tard, jct, code, alive, rows, row_p, row_ok, row_s
             tard[i, c] = total_tard
             code[i, c] = EXACT
         else:
-            alone = t0 + pj - row_deadline[i]
+            alone = t0_due + qj - row_deadline[i]
             alone = alone if alone > 0.0 else 0.0
             tard[i, c] = g_tard[c] if g_tard[c] > alone else alone
             code[i, c] = BOUND
@@ -172,10 +183,10 @@ def fill_column(c, srtf_only, tard, jct, code, alive, rows, row_p, row_ok, row_s
 
 @njit(cache=True)
 def fill_all(srtf_only, tard, jct, code, alive, rows, row_p, row_ok, row_submit, row_deadline,
-             g_type, g_t0, g_tard, g_len, g_slot, seqs, counters):
+             g_type, g_t0, g_tard, g_len, g_slot, seqs, counters, row_due_p, g_t0_due):
     for c in range(counters[USED]):
         fill_column(c, srtf_only, tard, jct, code, alive, rows, row_p, row_ok, row_submit, row_deadline,
-                    g_type, g_t0, g_tard, g_len, g_slot, seqs, counters)
+                    g_type, g_t0, g_tard, g_len, g_slot, seqs, counters, row_due_p, g_t0_due)
 
 
 @njit(cache=True)
@@ -196,7 +207,7 @@ def pick(tard, jct, alive, used):
 
 @njit(cache=True)
 def add_job(r, c, tardiness, srtf_only, tard, jct, code, alive, rows, row_p, row_ok, row_submit, row_deadline,
-            g_type, g_t0, g_tard, g_len, g_slot, g_count, g_parent, seqs, counters):
+            g_type, g_t0, g_tard, g_len, g_slot, g_count, g_parent, seqs, counters, row_due_p, g_t0_due):
     """Give row r to group c (whose queue, ordered, has ``tardiness``); a group of several GPUs
     hands the job to a new group split off it (its first GPU). Returns the group that got it."""
     alive[r] = False
@@ -207,6 +218,7 @@ def add_job(r, c, tardiness, srtf_only, tard, jct, code, alive, rows, row_p, row
         target = counters[USED]
         counters[USED] += 1
         g_type[target], g_t0[target], g_count[target], g_parent[target] = g_type[c], g_t0[c], 1, c
+        g_t0_due[target] = g_t0_due[c]
         g_count[c] -= 1
         g_slot[target] = counters[SLOTS]
         counters[SLOTS] += 1
@@ -227,22 +239,22 @@ def add_job(r, c, tardiness, srtf_only, tard, jct, code, alive, rows, row_p, row
     g_len[target] = size + 1
     g_tard[target] = tardiness
     fill_column(target, srtf_only, tard, jct, code, alive, rows, row_p, row_ok, row_submit, row_deadline,
-                g_type, g_t0, g_tard, g_len, g_slot, seqs, counters)
+                g_type, g_t0, g_tard, g_len, g_slot, seqs, counters, row_due_p, g_t0_due)
     return target
 
 
 @njit(cache=True)
-def meets_deadlines(r, c, rows, row_p, row_deadline, g_type, g_t0, g_len, g_slot, seqs):
-    """Whether group c's queue with row r, in SRTF order, meets every deadline, summed as
-    :func:`policies.hydra.queue_cost` sums (one start time plus each run time in turn)."""
+def meets_deadlines(r, c, rows, row_p, row_deadline, g_type, g_len, g_slot, seqs, row_due_p, g_t0_due):
+    """Whether group c's queue with row r, in SRTF order, meets every deadline on the due clock,
+    summed as :func:`policies.hydra.queue_cost` sums (one start time plus each run time in turn)."""
     k = g_type[c]
     size = g_len[c]
     seq = seqs[g_slot[c]] if size else seqs[0]
     before = srtf_position(seq, size, k, r, rows, row_p)
-    t = g_t0[c]
+    t = g_t0_due[c]
     for m in range(size + 1):
         x = seq[m] if m < before else (r if m == before else seq[m - 1])
-        t += row_p[k, x]
+        t += row_due_p[k, x]
         if t > row_deadline[x]:
             return False
     return True
@@ -250,7 +262,7 @@ def meets_deadlines(r, c, rows, row_p, row_deadline, g_type, g_t0, g_len, g_slot
 
 @njit(cache=True)
 def advance(max_rounds, srtf_only, tard, jct, code, alive, rows, row_p, row_ok, row_submit, row_deadline,
-            g_type, g_t0, g_tard, g_len, g_slot, g_count, g_parent, g_srtf, seqs, counters):
+            g_type, g_t0, g_tard, g_len, g_slot, g_count, g_parent, g_srtf, seqs, counters, row_due_p, g_t0_due):
     """Run greedy rounds while the best pair's queue orders on time by SRTF (its SRTF order is
     then its optimal order, cost zero tardiness). Returns (DONE, -1, -1) when nothing is left,
     (ASK, r, c) when the best pair needs a real ordering, (PAUSE, -1, -1) after ``max_rounds``."""
@@ -258,10 +270,11 @@ def advance(max_rounds, srtf_only, tard, jct, code, alive, rows, row_p, row_ok, 
         r, c = pick(tard, jct, alive, counters[USED])
         if r < 0:
             return DONE, -1, -1
-        if code[r, c] != ON_TIME or not meets_deadlines(r, c, rows, row_p, row_deadline, g_type, g_t0, g_len,
-                                                        g_slot, seqs):
+        if code[r, c] != ON_TIME or not meets_deadlines(r, c, rows, row_p, row_deadline, g_type, g_len, g_slot,
+                                                        seqs, row_due_p, g_t0_due):
             return ASK, r, c  # (the second: only if rounding differs from the score's sums)
         target = add_job(r, c, 0.0, srtf_only, tard, jct, code, alive, rows, row_p, row_ok, row_submit,
-                         row_deadline, g_type, g_t0, g_tard, g_len, g_slot, g_count, g_parent, seqs, counters)
+                         row_deadline, g_type, g_t0, g_tard, g_len, g_slot, g_count, g_parent, seqs, counters,
+                         row_due_p, g_t0_due)
         g_srtf[target] = True
     return PAUSE, -1, -1

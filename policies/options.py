@@ -22,15 +22,24 @@ def count_or_all(name: str, value: int | str | None) -> int | None:
     return number
 
 
-def number(name: str, value: float | str, low: float, high: float, *, low_open: bool = False) -> float:
+def number(name: str, value: float | str, low: float, high: float, *, low_open: bool = False,
+           high_open: bool = False) -> float:
     try:
         x = float(value)
     except (TypeError, ValueError):
         raise PolicySpecError(f"option {name}={value!r}: expected a number") from None
-    if not (low < x <= high if low_open else low <= x <= high):
-        bracket = "(" if low_open else "["
-        raise PolicySpecError(f"option {name}={value!r}: must lie in {bracket}{low:g}, {high:g}]")
+    above = low < x if low_open else low <= x
+    below = x < high if high_open else x <= high
+    if not (above and below):
+        opening, closing = "(" if low_open else "[", ")" if high_open else "]"
+        raise PolicySpecError(f"option {name}={value!r}: must lie in {opening}{low:g}, {high:g}{closing}")
     return x
+
+
+def quantile_level(name: str, value: float | str | None) -> float | None:
+    """None when unset, else a quantile's level strictly inside (0, 1) (the 0- and 1-quantiles of a
+    run time are unbounded)."""
+    return None if value is None else number(name, value, 0.0, 1.0, low_open=True, high_open=True)
 
 
 def switch(name: str, value: bool | str) -> bool:

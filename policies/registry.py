@@ -20,11 +20,14 @@ from policies.sjf import SjfPolicy
 POLICIES: dict[str, tuple[Callable[..., Policy], str]] = {
     "fifo": (FifoPolicy, "strict arrival order; head job on the type with most free GPUs"),
     "sjf": (SjfPolicy, "least predicted run time over all (waiting job, free GPU type) pairs"),
-    "edf": (EdfPolicy, "deadline jobs by deadline, then shortest; type with the most slack"),
+    "edf": (EdfPolicy, "deadline jobs by deadline, then shortest; type with the most slack "
+                       "[deadline_quantile=Q in (0,1): type of least Q-quantile tardiness]"),
     "allox": (AlloxPolicy, "min-cost matching of jobs to (GPU, queue position) slots "
                            "[window=50|N|all, alpha=1.0 (0,1], mode=online|offline]"),
     "hydra": (HydraPolicy, "deadline-aware greedy queue assignment with branch-and-bound ordering "
-                           "[budget_ms=20 online|1000 offline, nodes=N|all, bnb=on|off, mode=online|offline, window=100|N|all]"),
+                           "[budget_ms=20 online|1000 offline, nodes=N|all, bnb=on|off, mode=online|offline, "
+                           "window=100|N|all, deadline_quantile=Q in (0,1): tardiness planned with Q-quantile "
+                           "run times]"),
 }
 
 

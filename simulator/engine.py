@@ -233,7 +233,10 @@ class Simulation:
             deadline=jobs["deadline_s"].to_numpy(), users=jobs["user"].to_numpy(dtype=object),
             job_ids=jobs["job_id"].to_numpy(dtype=object), waiting={}, running={},
             start=self.start, type_of=self.type_of, gpu_type=self.state.gpu_type, gpu_job=self.state.gpu_job,
-            free_by_type=self.state.free_by_type, total_by_type=self.state.total_by_type)
+            free_by_type=self.state.free_by_type, total_by_type=self.state.total_by_type,
+            quantiles=self._quantile)
+        self._quantiles: dict[float, np.ndarray] = {}  # q -> (job, type) seconds, kept current
+        self._observed = np.zeros(self.truth.shape, dtype=bool)
         self.policy_seconds = 0.0
         self.policy_calls = 0
         self.events = 0
@@ -241,6 +244,20 @@ class Simulation:
         self._new: list[int] = []
         self._bar: tqdm | None = None
         self._env: simpy.Environment | None = None
+
+    def _quantile(self, q: float) -> np.ndarray:
+        """The view's q-quantile run times: the predictions times the predictor's stated factors,
+        the truth where online feedback measured it; one array per q, kept current."""
+        matrix = self._quantiles.get(q)
+        if matrix is None:
+            factors = np.asarray(self.predictor.quantile_factors(q, self.trace.jobs, self.cluster.gpu_types),
+                                 dtype="float64")
+            if factors.shape != self.predicted.shape or not np.all(np.isfinite(factors) & (factors > 0)):
+                raise SimulationError(f"predictor {self.predictor.name!r} gave no finite positive {q:g}-quantile "
+                                      "for every job and GPU type")
+            matrix = np.where(self._observed, self.truth, self.predicted * factors)
+            self._quantiles[q] = matrix
+        return matrix
 
     # -- simpy callbacks ---------------------------------------------------------------------------
     def _arrive(self, _ev) -> None:
@@ -331,6 +348,9 @@ class Simulation:
 
     def _observe(self, job: int, k: int) -> None:
         """The job has run K iterations on type k: its measured time replaces the prediction."""
+        self._observed[job, k] = True
+        for matrix in self._quantiles.values():  # a measured time has no uncertainty left
+            matrix[job, k] = self.truth[job, k]
         if self.predicted[job, k] != self.truth[job, k]:
             self.predicted[job, k] = self.truth[job, k]
             self.events += 1

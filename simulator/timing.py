@@ -31,6 +31,7 @@ from scipy.optimize import brentq
 from scipy.special import ndtr, ndtri
 
 from predictor.gpus import relative_time
+from predictor.intervals import check_probability
 from predictor.methods import METHODS
 from predictor.tables import IterationTimeTable
 from traces.schema import RUNTIME_PREFIX
@@ -69,6 +70,11 @@ class RuntimePredictor(ABC):
     def runtimes(self, jobs: pd.DataFrame, gpu_types: list[str], truth: np.ndarray) -> np.ndarray:
         """Predicted seconds for each (job, GPU type); ``truth`` is passed for oracle-style predictors."""
 
+    def quantile_factors(self, q: float, jobs: pd.DataFrame, gpu_types: list[str]) -> np.ndarray:
+        """(job, GPU type): the q-quantile of true / predicted run time, how the predictor states
+        its uncertainty (the view's quantiles and interval bounds, ``deadline_quantile`` planning)."""
+        raise PredictorSpecError(f"predictor {self.name!r} states no uncertainty (no quantiles)")
+
     def describe(self) -> dict:
         return {"name": self.name}
 
@@ -78,6 +84,10 @@ class TruthPredictor(RuntimePredictor):
 
     def runtimes(self, jobs, gpu_types, truth):
         return truth.copy()
+
+    def quantile_factors(self, q, jobs, gpu_types):
+        check_probability(q, "quantile")
+        return np.ones((len(jobs), len(gpu_types)))  # the truth is certain
 
 
 def sigma_for_mre(mre: float) -> float:
@@ -105,6 +115,12 @@ class NoisyPredictor(RuntimePredictor):
             z = ndtri(hashed_uniform([f"{self.seed}|{gpu}|{i}" for i in ids]))
             out[:, k] = truth[:, k] * scalar_exp(self.sigma * z)
         return out
+
+    def quantile_factors(self, q, jobs, gpu_types):
+        """Exact: predicted = truth · exp(σz), so truth = predicted · exp(-σz) and
+        P(truth <= predicted · exp(σ Φ⁻¹(q))) = P(-z <= Φ⁻¹(q)) = q, whatever the truth."""
+        q = check_probability(q, "quantile")
+        return np.full((len(jobs), len(gpu_types)), math.exp(self.sigma * float(ndtri(q))))
 
     def describe(self) -> dict:
         return {"name": self.name, "mre": self.mre, "sigma": self.sigma, "seed": self.seed,
@@ -165,6 +181,28 @@ class ModelPredictor(RuntimePredictor):
         sequences = catalog[catalog["config_id"].isin(set(jobs["config_id"]))]
         self.table = method_table(self.method, sequences, gpu_types, progress=self.progress)
         return TablePredictor(self.name, self.table).runtimes(jobs, gpu_types, truth)
+
+    def quantile_factors(self, q, jobs, gpu_types):
+        """From each GPU type's checkpoint calibration (:mod:`predictor.intervals`), by the family
+        of each job's config: leave-family-out for the catalog's held-out families it was
+        calibrated on, so no job plans with its own family's errors."""
+        from predictor.checkpoints import interval_calibration
+        from traces.catalog import read_catalog
+
+        q = check_probability(q, "quantile")
+        families = read_catalog().groupby("config_id")["family"].first()
+        job_families = families.reindex(jobs["config_id"].astype(str)).to_numpy(dtype=object)
+        out = np.empty((len(jobs), len(gpu_types)))
+        for k, gpu in enumerate(gpu_types):
+            calibration = interval_calibration(gpu, method=self.method)
+            if calibration is None:
+                raise PredictorSpecError(f"the pretrained {self.method} checkpoint for {gpu} has no calibrated "
+                                         "intervals; add them with `ets calibrate --ckpt CKPT --data DIR`")
+            out[:, k] = calibration.factors(q, job_families)
+            if not np.all((out[:, k] > 0) & np.isfinite(out[:, k])):
+                raise PredictorSpecError(f"the {self.method} checkpoint for {gpu} was calibrated on "
+                                         f"{calibration.traces} traces: too few for a {q:g}-quantile")
+        return out
 
     def describe(self) -> dict:
         return {"name": self.name, "table": self.table.source if self.table is not None else None}

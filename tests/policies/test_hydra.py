@@ -7,7 +7,6 @@ exactly equal (the references and the code then agree on ties, not just up to ro
 
 from __future__ import annotations
 
-import copy
 import itertools
 import math
 
@@ -169,74 +168,8 @@ def test_orderer_memo_and_counters():
     assert off.searches == 0
 
 
-# -- 11. greedy assignment equals an eager reference -------------------------------------------------
-def eager_assign(waiting, groups, per_type, feasible):
-    """Score every (job, GPU group) pair exactly (brute-force order); take the lexicographic min,
-    ties by job order then group order; a group of several GPUs hands its first GPU the job."""
-    groups = [{"type": g.type_k, "t0": g.t0, "members": list(g.members), "seq": list(g.seq)} for g in groups]
-    left = list(waiting)
-    while left:
-        best = None
-        for j in left:
-            for c, g in enumerate(groups):
-                if not feasible[j, g["type"]]:
-                    continue
-                cost, seq, _ = brute_force_order(set(g["seq"]) | {j}, g["t0"], per_type[g["type"]])
-                if best is None or cost < best[0]:
-                    best = (cost, j, c, seq)
-        if best is None:
-            break
-        _, j, c, seq = best
-        g = groups[c]
-        if len(g["members"]) > 1:
-            groups.append({"type": g["type"], "t0": g["t0"], "members": [g["members"].pop(0)], "seq": seq})
-        else:
-            g["seq"] = seq
-        left.remove(j)
-    return {g["members"][0]: g for g in groups if g["seq"]}
-
-
-def test_greedy_assignment_equals_eager_reference():
-    rng = np.random.default_rng(13)
-    for case in range(150):
-        n = int(rng.integers(1, 7))
-        num_types = int(rng.integers(1, 3))
-        base = rng.integers(2, 25, n).astype(float)
-        p = np.stack([np.ceil(base * rng.uniform(1.0, 2.5, n)) if k else base for k in range(num_types)], axis=1)
-        submit = rng.integers(0, 10, n).astype(float)
-        deadline = np.where(rng.random(n) < 0.5, 10 + np.ceil(base * rng.uniform(0.8, 3.0, n)), INF)
-        per_type = [Jobs(p[:, k], submit, deadline) for k in range(num_types)]
-        gpus, first_id = [], 0
-        for _ in range(int(rng.integers(2, 4))):
-            size = int(rng.integers(1, 4)) if rng.random() < 0.4 else 1
-            t0 = 10.0 + (float(rng.integers(0, 15)) if rng.random() < 0.5 else 0.0)
-            gpus.append(GpuState(int(rng.integers(0, num_types)), t0, list(range(first_id, first_id + size)), []))
-            first_id += size
-        feasible = rng.random((n, num_types)) < 0.8
-        present = sorted({g.type_k for g in gpus})
-        for j in range(n):
-            if not feasible[j, present].any():
-                feasible[j, present[0]] = True
-        waiting = [int(j) for j in rng.permutation(n)]
-        ref = eager_assign(waiting, gpus, per_type, feasible)
-        out = greedy_assign(waiting, copy.deepcopy(gpus), per_type, feasible,
-                            QueueOrderer(bnb=True, budget_ms=1e6, max_nodes=None))
-        got = {g.members[0]: g for g in out if g.seq}
-        where = f"case {case}: waiting={waiting} p={p.tolist()} submit={submit.tolist()} due={deadline.tolist()} " \
-                f"gpus={gpus} feasible={feasible.tolist()}"
-        assert sorted(got) == sorted(ref), where
-        for gpu, g in got.items():
-            r = ref[gpu]
-            assert sorted(g.seq) == sorted(r["seq"]), where  # same jobs on the same GPU
-            jobs = per_type[g.type_k]
-            best, _, ways = brute_force_order(set(g.seq), g.t0, jobs)
-            assert reference_cost(g.seq, g.t0, jobs.p, jobs.submit, jobs.deadline) == best, where
-            assert g.tardiness == best[0], where
-            if ways == 1:
-                assert g.seq == r["seq"], where
-        assert sorted(j for g in got.values() for j in g.seq) == sorted(waiting), where
-
-
+# -- 11. greedy assignment equals an eager reference: tests/policies/test_deadline_quantile.py
+# (test_greedy_assignment_equals_eager_reference, one clock and two)
 def test_greedy_assign_fills_least_cost_queues_by_hand():
     # one type, two GPUs free at 0 (a group of 2), jobs of 4, 1, 3 s, no deadlines. Round 1: the 1-s
     # job alone (cost 1) -> first GPU. Round 2: the 3-s job on the empty GPU (3) beats joining (1 + 4).
