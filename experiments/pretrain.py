@@ -19,8 +19,9 @@ Stages (each resumable: a rerun skips what exists):
    cluster traces (image, language, speech) has held-out configs and RandWire is held out whole
    (the paper's random-graph test); validation configs are drawn with seed 0 from the rest
    (``predictor.dataset``);
-4. per method and device: train, save ``predictor/checkpoints/<method>-<GPU>.pt``, evaluate on
-   the test units; one JSON line per result in ``OUT/results.jsonl`` (the resume point), the
+4. per method and device: train, calibrate its prediction intervals on the test units
+   (leave-family-out, :mod:`predictor.intervals`), save ``predictor/checkpoints/<method>-<GPU>.pt``,
+   evaluate on the test units; one JSON line per result in ``OUT/results.jsonl`` (the resume point), the
    tables in ``OUT/report.md``;
 5. the catalog: the held-out configs' op sequences, ``traces/catalog/sequences.parquet``.
 
@@ -44,7 +45,7 @@ from predictor.collect import collect
 from predictor.dataset import split_by_family
 from predictor.devices.specs import EMULATED_PREFIX, load_params
 from predictor.devices.timing import emulate
-from predictor.evaluate import evaluate, markdown
+from predictor.evaluate import evaluate, fit_intervals, markdown
 from predictor.trace_table import device_file, read_dataset, write_traces
 from predictor.zoo.registry import zoo_configs
 from traces.catalog import CATALOG_FILE, write_catalog
@@ -168,13 +169,15 @@ def main(configs: int, devices: str, method_list: str, minutes: float, dnnperf_m
                 continue
             budget = {"ets": minutes, "dnnperf": dnnperf_minutes}.get(method, baseline_minutes)
             model, test = train_one(method, gpu, data, split, budget)
+            fit_intervals(model, test, f"{out / 'data'}: held-out families (emulated {gpu})")
             path = model.save(checkpoint_path(gpu, checkpoints, method))
             result = evaluate(model, test)
             best = min(model.history, key=lambda h: h["val_mre"])
             row = {"method": method, "device": model.device, "checkpoint": str(path), "epochs": len(model.history),
                    "train_minutes": round(model.history[-1]["wall_s"] / 60, 2),
                    "best_val_mre": best["val_mre"], "best_at_minutes": round(best["wall_s"] / 60, 2),
-                   **result.headline(), "by_op_count": result.by_bucket().to_dict("records"),
+                   **result.headline(), **{k: v for k, v in result.intervals().items() if k != "intervals"},
+                   "by_op_count": result.by_bucket().to_dict("records"),
                    "randwire_by_op_count": _randwire_buckets(result)}
             with results_file.open("a") as f:
                 f.write(json.dumps(row, default=float) + "\n")

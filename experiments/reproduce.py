@@ -12,7 +12,10 @@ computed from what ships with the package — the pretrained checkpoints, the wo
 5. scheduling: AlloX and Hydra on PAI-like and Philly-like workloads planned with truth, ETS,
    Habitat-style and DNNPerf-style times — avg JCT, total tardiness and their pooled ratio to
    truth (sum over seeds / sum of truth's, as the sweep table and its plots);
-6. the error sweep: the same ratios with truth × injected error of MRE 0–30 %.
+6. the error sweep: the same ratios with truth × injected error of MRE 0–30 %;
+7. risk-aware deadline planning (:mod:`experiments.risk`, 400-job workloads): Hydra and EDF
+   with ``deadline_quantile``;
+and the reliability diagram of every checkpoint's prediction intervals (with section 1).
 
     python -m experiments.reproduce [--quick] [--out reports/reproduce] [--workers 2]
 
@@ -72,10 +75,34 @@ def accuracy(sequences: pd.DataFrame, gpus: list[str]) -> tuple[list[dict], dict
             models[(method, gpu)] = model
             randwire = result.per_trace[result.per_trace["family"] == "randwire"]
             rows.append({"method": method, "device": model.device, **result.headline(),
+                         **{k: v for k, v in result.intervals().items() if k != "intervals"},
                          "by_op_count": result.by_bucket().to_dict("records"),
                          "randwire_by_op_count": Evaluation(randwire).by_bucket().to_dict("records")
                          if len(randwire) else []})
     return rows, models
+
+
+def reliability_diagram(rows: list[dict], out: Path) -> tuple[pd.DataFrame, list[Path]]:
+    """Nominal against observed coverage of every checkpoint's prediction intervals on the
+    held-out configs (leave-family-out), one panel per device, one line per method."""
+    from simulator.plots import _pyplot, _save
+
+    points = pd.DataFrame([{"method": r["method"], "device": r["device"], **p} for r in rows for p in r["reliability"]])
+    if points.empty:
+        return points, []
+    plt = _pyplot()
+    devices = sorted(points["device"].unique())
+    fig, axes = plt.subplots(1, len(devices), figsize=(3.6 * len(devices), 3.4), squeeze=False)
+    for ax, device in zip(axes[0], devices):
+        for method, g in points[points["device"] == device].groupby("method", sort=True):
+            ax.plot(g["level"] * 100, g["coverage"] * 100, marker="o", label=method)
+        ax.plot([45, 100], [45, 100], color="grey", lw=0.8, ls="--", label="ideal")
+        ax.set(title=device, xlabel="nominal coverage (%)", ylabel="observed coverage (%)", xlim=(45, 100),
+               ylim=(0, 100))
+        ax.legend(fontsize=7)
+    fig.suptitle("prediction intervals on held-out families (leave-family-out)", fontsize=9)
+    fig.tight_layout()
+    return points, _save(fig, out, "reliability")
 
 
 def convergence(models: dict, out: Path) -> tuple[pd.DataFrame, list[Path]]:
@@ -163,27 +190,45 @@ def main(quick: bool, out: Path, devices: str, ablations: Path, workers: int) ->
     gpus = devices.split(",")
     sequences = held_out(quick)
     rows, models = accuracy(sequences, gpus)
-    headline = pd.DataFrame([{k: r[k] for k in ("method", "device", "traces", "mre", "rmse_ms", "wape")} for r in rows])
+    headline = pd.DataFrame([{k: r[k] for k in ("method", "device", "traces", "mre", "rmse_ms", "wape",
+                                                "interval_coverage", "interval_width")} for r in rows])
     buckets = pd.DataFrame([{"method": r["method"], "device": r["device"], **b} for r in rows for b in r["by_op_count"]])
     randwire = pd.DataFrame([{"method": r["method"], "device": r["device"], **b} for r in rows
                              for b in r["randwire_by_op_count"]])
     curves, figures = convergence(models, out)
+    points, reliability_figures = reliability_diagram(rows, out)
+    figures += reliability_figures
     predictors, error_sweep, sweep_figures = scheduling(out, quick, workers)
     figures += sweep_figures
+    from experiments import risk
+
+    jobs, seeds = (120, 1) if quick else (risk.JOBS, 3)
+    risk_table, risk_change, risk_figures = risk.run(out / "risk", jobs, seeds, workers, quick)
+    figures += risk_figures
     text = [f"# Reproduction ({'quick' if quick else 'full'})",
             f"Held-out configs: {sequences['config_id'].nunique()} (the workload catalog); devices: emulated "
             f"{', '.join(gpus)}.",
-            "## 1. Predictor accuracy on held-out families", markdown(headline),
+            "## 1. Predictor accuracy on held-out families",
+            "With the coverage and median relative width of each checkpoint's 90 % prediction intervals "
+            "(leave-family-out: each family's intervals calibrated on the other held-out families).",
+            markdown(headline),
+            "### Reliability of the prediction intervals (nominal against observed coverage)",
+            markdown(points.assign(level=[f"{lv:.0%}" for lv in points["level"]] if len(points) else [])
+                     .pivot_table(index=["method", "device"], columns="level", values="coverage").reset_index())
+            if len(points) else "(no checkpoint has calibrated intervals)",
             "## 2. Error by op count", markdown(buckets), "### RandWire", markdown(randwire) if len(randwire) else "-",
             "## 3. Convergence (validation MRE against training wall time)", markdown(curves),
             "## 4. Window / stride sweep", ablation_section(ablations),
             "## 5. Scheduling with predicted run times", markdown(predictors),
             "## 6. Error sweep (truth × injected error)", markdown(error_sweep),
+            "## 7. Risk-aware deadline planning (`deadline_quantile`; `python -m experiments.risk`)",
+            markdown(risk_table), "### Change against the point estimate", markdown(risk_change),
             "## Figures", "\n".join(f"- `{f}`" for f in figures if str(f).endswith(".png"))]
     (out / "README.md").write_text("\n\n".join(text) + "\n")
     (out / "results.json").write_text(json.dumps({"accuracy": rows, "convergence": curves.to_dict("records"),
                                                   "scheduling": predictors.to_dict("records"),
-                                                  "error_sweep": error_sweep.to_dict("records")},
+                                                  "error_sweep": error_sweep.to_dict("records"),
+                                                  "risk": risk_table.to_dict("records")},
                                                  indent=1, default=float) + "\n")
     click.echo(f"wrote {out / 'README.md'} and {len(figures)} figure files")
 

@@ -23,7 +23,8 @@ def test_quick_reproduction_writes_every_section(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     text = (out / "README.md").read_text()
     for section in ("Predictor accuracy", "Error by op count", "Convergence", "Window / stride",
-                    "Scheduling with predicted run times", "Error sweep"):
+                    "Scheduling with predicted run times", "Error sweep", "Reliability of the prediction intervals",
+                    "Risk-aware deadline planning"):
         assert section in text
     body = json.loads((out / "results.json").read_text())
     assert {(r["method"], r["device"]) for r in body["accuracy"]} == {
@@ -36,6 +37,11 @@ def test_quick_reproduction_writes_every_section(tmp_path, monkeypatch):
     errors = {r["predictor"] for r in body["error_sweep"]}
     assert errors == {"truth"} | {f"noisy:{e:g}" for e in ERRORS}
     assert (out / "convergence.png").exists() and (out / "predictors").is_dir()
+    # every shipped checkpoint's 90 % intervals, scored leave-family-out, and the risk experiment
+    assert all(r["interval_coverage"] is None or 0 <= r["interval_coverage"] <= 1 for r in body["accuracy"])
+    assert (out / "reliability.png").exists() and (out / "risk" / "risk_tradeoff.png").exists()
+    assert {(r["policy"], r["setting"]) for r in body["risk"]} == {(p, s) for p in ("hydra", "edf")
+                                                                   for s in ("point", "0.9")}
 
 
 def test_the_scheduling_table_pools_over_seeds_as_the_sweep_table_and_plots():
