@@ -45,7 +45,7 @@ from predictor.collect import collect
 from predictor.dataset import split_by_family
 from predictor.devices.specs import EMULATED_PREFIX, load_params
 from predictor.devices.timing import emulate
-from predictor.evaluate import evaluate, fit_intervals, markdown
+from predictor.evaluate import fit_intervals, markdown
 from predictor.trace_table import device_file, read_dataset, write_traces
 from predictor.zoo.registry import zoo_configs
 from traces.catalog import CATALOG_FILE, write_catalog
@@ -169,9 +169,8 @@ def main(configs: int, devices: str, method_list: str, minutes: float, dnnperf_m
                 continue
             budget = {"ets": minutes, "dnnperf": dnnperf_minutes}.get(method, baseline_minutes)
             model, test = train_one(method, gpu, data, split, budget)
-            fit_intervals(model, test, f"{out / 'data'}: held-out families (emulated {gpu})")
+            result = fit_intervals(model, test, f"{out / 'data'}: held-out families (emulated {gpu})")
             path = model.save(checkpoint_path(gpu, checkpoints, method))
-            result = evaluate(model, test)
             best = min(model.history, key=lambda h: h["val_mre"])
             row = {"method": method, "device": model.device, "checkpoint": str(path), "epochs": len(model.history),
                    "train_minutes": round(model.history[-1]["wall_s"] / 60, 2),

@@ -143,11 +143,14 @@ def evaluate(model, traces: pd.DataFrame, level: float = DEFAULT_LEVEL) -> Evalu
                       level)
 
 
-def fit_intervals(model, traces: pd.DataFrame, source: str) -> IntervalCalibration:
+def fit_intervals(model, traces: pd.DataFrame, source: str) -> Evaluation:
     """Calibrate ``model``'s prediction intervals on held-out ``traces`` (families it never
-    trained on; :mod:`predictor.intervals`) and attach them; ``source`` says what they were."""
-    model.intervals = calibrate(evaluate(model, traces).per_trace, source)
-    return model.intervals
+    trained on; :mod:`predictor.intervals`) and attach them; ``source`` says what they were.
+    Returns the evaluation on ``traces`` with those intervals (scored leave-family-out), so a
+    caller that reports on the same traces does not predict them twice."""
+    result = evaluate(model, traces)
+    model.intervals = result.calibration = calibrate(result.per_trace, source)
+    return result
 
 
 def markdown(table: pd.DataFrame, digits: int = 4) -> str:

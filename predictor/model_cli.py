@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import click
 import pandas as pd
 
-from predictor.intervals import DEFAULT_LEVEL
+from predictor.intervals import DEFAULT_LEVEL, check_level
 from predictor.trace_table import TraceFormatError, device_file, read_dataset, read_trace_file
 
 if TYPE_CHECKING:
@@ -44,8 +44,6 @@ def _device_rows(traces: pd.DataFrame, device: str | None, what: str, *, whose: 
 
 
 def _level_option(_ctx, _param, value: float) -> float:
-    from predictor.intervals import check_level
-
     try:
         return check_level(value)
     except ValueError as exc:
@@ -144,7 +142,7 @@ def train_cmd(method: str, data_dir: Path, out: Path, device: str | None, source
     --device from --source-device traces."""
     from predictor import methods
     from predictor.dataset import split_by_family
-    from predictor.evaluate import evaluate, fit_intervals
+    from predictor.evaluate import fit_intervals
 
     _check_out(out)
     try:
@@ -164,8 +162,8 @@ def train_cmd(method: str, data_dir: Path, out: Path, device: str | None, source
         model = methods.module(method).train(split.part(traces, "train"), split.part(traces, "val"), config,
                                              device=str(target["device"].iloc[0]), split=split.to_dict())
         test = split.part(traces, "test")
-        if not test.empty:
-            fit_intervals(model, test, f"{data_dir}: held-out families {', '.join(split.test_units)}")
+        result = None if test.empty else fit_intervals(
+            model, test, f"{data_dir}: held-out families {', '.join(split.test_units)}")
     except (TraceFormatError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     path = _save(model, out)
@@ -175,13 +173,9 @@ def train_cmd(method: str, data_dir: Path, out: Path, device: str | None, source
                    f"{model.history[-1]['wall_s']:.0f} s, best validation MRE {best['val_mre']:.2%} "
                    f"(epoch {best['epoch']}); test families: {', '.join(split.test_units) or '-'}; "
                    + _calibration_line(model.intervals))
-    if test.empty:
+    if result is None:
         click.echo("no test traces (--test-fraction 0)")
         return
-    try:
-        result = evaluate(model, test)
-    except ValueError as exc:
-        raise click.ClickException(str(exc)) from None
     _print_evaluation(result, as_json, {"checkpoint": str(path), "method": method, "device": model.device,
                                         "split": split.to_dict()})
 
