@@ -9,6 +9,14 @@ synthetic and Philly traces get simrun's default deadlines (20 % of jobs).
 
     python -m experiments.bench_policies [--out reports/bench_policies] [--limit-s 600] [--case NAME ...]
                                          [--policy SPEC ...]
+    python -m experiments.bench_policies --hydra-budgets [--repeats 3] [--slow 3] [--variant work=N ...]
+
+``--hydra-budgets`` (issue 31): Hydra's default budget in work units against the wall-clock default
+it replaced (``budget_ms`` 20 online, 1000 offline), on the Hydra cases (heavy and light 400, both
+modes) and 300-job Philly-like and PAI-like workloads, each run ``--repeats`` times on the real
+clock and once with Hydra's clock running ``--slow`` times fast (a machine that much slower, as
+Hydra sees it); a table of tardiness, mean JCT and Hydra's policy time, with ratios against the
+old default's real-clock mean measured in the same run, and how many distinct results each got.
 
 Targets (issue 19): Hydra online on full Philly <= 5 min, every run <= 10 min; AlloX online
 exact on heavy 400 <= 5 s of planning; Hydra offline on heavy 400 <= 1 s, tardiness <= 6,114 s;
@@ -20,13 +28,17 @@ from __future__ import annotations
 
 import heapq
 import json
+import os
 import resource
 import subprocess
 import sys
 import time
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Iterator
 
 import click
 import numpy as np
@@ -72,6 +84,112 @@ CASES = {c.name: c for c in (
     Case("philly-full", ONLINE, "philly", trace=PHILLY),
     Case("pai-like-1M", ("fifo",), "default", workload="pai-like:1000000"),
 )}
+
+
+# -- Hydra's budgets (issue 31, finding 8) ----------------------------------------------------------
+BUDGET_CASES = {c.name: c for c in (
+    CASES["hydra-heavy-400"],
+    Case("hydra-light-400", (), "hydra-light", trace="hydra:hydra_cases/20_ddl.csv", limit=400),
+    Case("philly-like-300", (), "default", workload="philly-like:300"),
+    Case("pai-like-300", (), "default", workload="pai-like:300"),
+)}
+OLD_DEFAULT = {"online": "budget_ms=20", "offline": "budget_ms=1000"}  # Hydra's wall-clock default before
+
+
+@contextmanager
+def fast_clock(factor: float) -> Iterator[None]:
+    """Hydra's clock (``policies.hydra.time.perf_counter``) runs ``factor`` times fast while inside:
+    a machine ``factor`` times slower, as far as Hydra's time budget can tell."""
+    import policies.hydra as hydra
+
+    real = hydra.time
+    start = real.perf_counter()
+    hydra.time = SimpleNamespace(perf_counter=lambda: start + factor * (real.perf_counter() - start))
+    try:
+        yield
+    finally:
+        hydra.time = real
+
+
+def budget_run(case: Case, spec: str, slow: float) -> dict:
+    """One Hydra run of ``case`` in this process, its clock ``slow`` times fast (1: the real one)."""
+    from experiments.frozen_cases import digest
+    from simulator.cluster import resolve
+    from simulator.run import execute, load_workload
+
+    config = case.config(spec)
+    trace = load_workload(config)
+    with fast_clock(slow):
+        out = execute(config, trace=trace, cluster=resolve(case.cluster))
+    s, pol = out.summary, out.manifest["policy"]
+    return {"case": case.name, "spec": spec, "clock": f"{slow:g}x fast" if slow != 1 else "real",
+            "tardiness_total": s["tardiness_total"], "jct_mean": s["jct_mean"], "policy_s": s["policy_seconds"],
+            "bound": pol["bound"], "cut": pol["decisions_cut_by_work_budget"] + pol["decisions_cut_by_time_budget"],
+            "decisions": s["policy_calls"], "digest": digest(out.records)}
+
+
+def budget_specs(mode: str, variants: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(label, spec) of the runs per case and mode: the old default, the new one, any variants."""
+    prefix = "hydra" if mode == "online" else "hydra:mode=offline"
+    join = ":" if mode == "online" else ","
+    return [("old default", f"{prefix}{join}{OLD_DEFAULT[mode]}"), ("new default", prefix),
+            *((v, f"{prefix}{join}{v}") for v in variants)]
+
+
+def _span(values: pd.Series, fmt: str) -> str:
+    """A value, or the range of the values when they differ."""
+    lo, hi = values.min(), values.max()
+    return format(lo, fmt) if lo == hi else f"{lo:{fmt}}–{hi:{fmt}}"
+
+
+def _ratio(value: float, reference: float) -> str:
+    """value / reference (1.00 for 0 / 0)."""
+    if reference:
+        return f"{value / reference:.2f}"
+    return "1.00" if not value else "inf"
+
+
+def budget_table(df: pd.DataFrame) -> str:
+    """One row per (case, mode, budget, clock): ranges over the repeats and ratios of the means to
+    the old default's on the real clock."""
+    lines = ["| case | mode | budget | clock | runs | distinct results | tardiness s | mean JCT s | policy s | "
+             "tardiness ratio | JCT ratio | policy-time ratio | decisions cut |",
+             "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    measures = ("tardiness_total", "jct_mean", "policy_s")
+    for (case, mode), group in df.groupby(["case", "mode"], sort=False):
+        base = group[(group["label"] == "old default") & (group["clock"] == "real")]
+        ref = {k: base[k].mean() for k in measures}
+        for (label, clock), runs in group.groupby(["label", "clock"], sort=False):
+            ratios = " | ".join(_ratio(runs[k].mean(), ref[k]) for k in measures)
+            lines.append(f"| {case} | {mode} | {label} | {clock} | {len(runs)} | {runs['digest'].nunique()} | "
+                         f"{_span(runs['tardiness_total'], ',.0f')} | {_span(runs['jct_mean'], ',.0f')} | "
+                         f"{_span(runs['policy_s'], '.2f')} | {ratios} | "
+                         f"{_span(runs['cut'], 'd')} of {int(runs['decisions'].max())} |")
+    return "\n".join(lines)
+
+
+def run_hydra_budgets(out: Path, repeats: int, slow: float, variants: tuple[str, ...], names: tuple[str, ...]) -> str:
+    """Run the budget comparison (see the module docstring); returns the report's text."""
+    from tqdm import tqdm
+
+    cases = [BUDGET_CASES[n] for n in (names or BUDGET_CASES) if BUDGET_CASES[n].available()]
+    budget_run(Case("warm-up", (), "default", workload="pai-like:20"), "hydra", 1.0)  # numba's first load
+    todo = [(case, mode, label, spec, clock) for case in cases for mode in ("online", "offline")
+            for label, spec in budget_specs(mode, variants) for clock in [1.0] * repeats + [slow]]
+    load_before = os.getloadavg()
+    rows = []
+    for case, mode, label, spec, clock in tqdm(todo, desc="hydra budgets", unit="run"):
+        rows.append({"mode": mode, "label": label, **budget_run(case, spec, clock)})
+    load_after = os.getloadavg()
+    df = pd.DataFrame(rows)
+    out.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out / "hydra_budgets.csv", index=False)
+    text = (f"{budget_table(df)}\n\nold default: {OLD_DEFAULT['online']} online, {OLD_DEFAULT['offline']} offline; "
+            f"new default: work in units (policies.hydra.DEFAULT_WORK); {os.cpu_count()} CPUs, load average "
+            f"(1, 5, 15 min) {tuple(round(x, 2) for x in load_before)} before, "
+            f"{tuple(round(x, 2) for x in load_after)} after\n")
+    (out / "hydra_budgets.md").write_text(text)
+    return text
 
 
 def bare_fifo(submit: np.ndarray, num_gpus: np.ndarray, duration: np.ndarray, total_gpus: int) -> int:
@@ -172,10 +290,24 @@ def scaling(df: pd.DataFrame) -> str:
 @click.option("--case", "names", multiple=True, type=click.Choice(list(CASES)), help="Only these cases.")
 @click.option("--policy", "policies", multiple=True, help="Only these policy specs (e.g. hydra, allox:window=all).")
 @click.option("--one", nargs=2, hidden=True, default=None)
+@click.option("--hydra-budgets", is_flag=True,
+              help="Instead: Hydra's default work budget against its former time budget (issue 31).")
+@click.option("--repeats", type=click.IntRange(1, 100), default=3, show_default=True,
+              help="--hydra-budgets: real-clock runs per budget.")
+@click.option("--slow", type=click.FloatRange(1.0, 1000.0), default=3.0, show_default=True,
+              help="--hydra-budgets: Hydra's clock runs this many times fast in one more run per budget.")
+@click.option("--variant", "variants", multiple=True,
+              help="--hydra-budgets: another budget to compare, as Hydra options (e.g. work=5000).")
+@click.option("--budget-case", "budget_cases", multiple=True, type=click.Choice(list(BUDGET_CASES)),
+              help="--hydra-budgets: only these cases.")
 def main(out: Path, limit_s: float, names: tuple[str, ...], policies: tuple[str, ...],
-         one: tuple[str, str] | None) -> None:
+         one: tuple[str, str] | None, hydra_budgets: bool, repeats: int, slow: float, variants: tuple[str, ...],
+         budget_cases: tuple[str, ...]) -> None:
     if one:
         click.echo(json.dumps(run_one(CASES[one[0]], one[1])))
+        return
+    if hydra_budgets:
+        click.echo(run_hydra_budgets(out, repeats, slow, variants, budget_cases))
         return
     from tqdm import tqdm
 

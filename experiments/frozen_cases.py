@@ -10,9 +10,12 @@ plan's total completion time is the same optimum (checked decision by decision a
 full matrix on these cases: at most 9e-16 apart, i.e. summation order), but among equal-cost
 matchings (same-type GPUs swapping equally long queues) the solver may now pick another one.
 
-Hydra runs here with a node budget and a time budget that never binds, so that its searches end
-the same way on any machine: with a binding time budget, Hydra's plan depends on the CPU's speed.
-(``bnb=off`` needs the large budget too since the budget bounds the heuristic as well.)
+Hydra was first frozen with a node budget and a time budget that never binds (``budget_ms`` is
+read from the clock: binding, it makes the plan depend on the CPU's speed; ``bnb=off`` needs the
+large budget too since the budget bounds the heuristic as well). Since issue 31 its budget is in
+work units by default, so its default specs are frozen too, and the same searches bounded by work
+alone (``work=all``: the records of the never-binding time budget, with no clock read); these hold
+under an artificially slowed clock (tests/policies/test_hydra_determinism.py).
 
     python -m experiments.frozen_cases record [--big]   # only before an intended change
     python -m experiments.frozen_cases check [--big]
@@ -38,6 +41,9 @@ POLICIES = (
     "hydra:nodes=2000,budget_ms=3600000",
     "hydra:mode=offline,nodes=2000,budget_ms=3600000",
     "hydra:bnb=off,budget_ms=3600000",
+    # work-bound (issue 31): the defaults, and the specs above without the clock
+    "hydra", "hydra:mode=offline",
+    "hydra:nodes=2000,work=all", "hydra:mode=offline,nodes=2000,work=all", "hydra:bnb=off,work=all",
 )
 
 

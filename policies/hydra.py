@@ -11,12 +11,21 @@ as its authors' simulator does, with its known bug fixed:
 * **Ordering a GPU's queue**: SRTF when it violates no deadline (then optimal); otherwise
   best-first branch-and-bound (the FixNonDDL variant: deadline-free jobs keep SRTF order among
   themselves) and a node budget per search (``nodes``), raced against the swap heuristic; the
-  cheaper wins. ``bnb=off`` is the heuristic alone (Hydra's ``hydra_alpha_0``). A time budget
-  bounds each whole decision (``budget_ms``, default 20 online, 1000 offline): once spent, the
-  decision's remaining queues are ordered and scored by SRTF alone, with neither heuristic nor
-  search. With ``nodes`` set and a time budget that never binds, results are reproducible; a
-  binding time budget makes the plan depend on the CPU's speed. An online decision with no idle
-  GPU plans nothing: only idle GPUs' heads start, and the next event re-plans.
+  cheaper wins. ``bnb=off`` is the heuristic alone (Hydra's ``hydra_alpha_0``).
+* **Budget of a decision**, by default in search work units (``work=N|all``, default
+  :data:`DEFAULT_WORK`: 2,000 online, 200,000 offline): the positions the swap heuristic starts
+  from plus the branch-and-bound nodes expanded, summed over the decision's orderings; a search
+  stops at the work left. Once spent, the decision's remaining queues are ordered and scored by
+  SRTF alone, with neither heuristic nor search. The count depends on the inputs alone, so the
+  same inputs give bit-identical plans on any machine at any load. (The compiled pair scoring is
+  counted in ``work`` but not budgeted: its amount is set by the window and the number of GPUs,
+  not by the search, and a pair costs 0.1-2 us against ~12 us for a node on the Hydra cases, so a
+  budget shared with it would leave a decision on a big cluster no search and one on a small
+  cluster too much.) A wall-clock budget (``budget_ms``) binds only when asked for, in place of the default work
+  budget (give ``work=N`` too for both); a binding time budget makes the plan depend on the CPU's
+  speed and load. The run's manifest says which bound was in force (``bound``) and how many
+  searches and decisions each cut short. An online decision with no idle GPU plans nothing: only
+  idle GPUs' heads start, and the next event re-plans.
 * **Assignment**: greedy "K-means": repeatedly pick the (waiting job, GPU) pair whose GPU queue,
   optimally ordered with the job added, has the lowest *absolute* cost; ties: earlier job in
   arrival order, then lower GPU id. Orderings are memoised on (type, t0, job set); GPUs of a
@@ -58,11 +67,16 @@ from policies.queues import PlannedQueues
 
 Cost = tuple[float, float]  # (total tardiness, total JCT), compared lexicographically
 SearchState = tuple[float, float, tuple[int, ...]]  # (end, due-clock end, remaining SRTF positions)
-# Time budget of one decision by mode: online re-plans at every event (a replay makes ~2 decisions
-# per job), offline plans each batch of arrivals once.
-DEFAULT_BUDGET_MS = {"online": 20.0, "offline": 1000.0}
+# Search work budget of one decision by mode (QueueOrderer.search_work), used unless budget_ms is
+# given. Online re-plans at every event (a replay makes ~2 decisions per job): about what the former
+# 20 ms searched on a quiet machine, and more than any decision of the 400-job Hydra cases takes
+# (at most 1,832). Offline plans each batch of arrivals once: about twice what the heavy 400-job
+# plan takes (103,967; a plan cut short orders its remaining queues by SRTF, far more tardy).
+# Measured by ``python -m experiments.bench_policies --hydra-budgets``.
+DEFAULT_WORK = {"online": 2_000, "offline": 200_000}
 TARDINESS_WEIGHT = 1e20
-ROUNDS_PER_CHECK = 64  # compiled greedy rounds between two looks at the time budget
+ROUNDS_PER_CHECK = 64  # compiled greedy rounds between two looks at the budget
+BOUNDS = ("nodes", "work", "time")  # what can cut a search short
 
 
 def weighted(cost: Cost) -> float:
@@ -144,15 +158,16 @@ def swap_heuristic(seq: list[int], t0: float, jobs: Jobs, t0_due: float | None =
 @dataclass
 class SearchStats:
     nodes: int = 0
-    stopped_by: str = ""  # "", "nodes" or "time"
+    stopped_by: str = ""  # "", "nodes" (max_nodes reached) or "time"
 
 
 def branch_and_bound(job_set, t0: float, jobs: Jobs, *, t0_due: float | None = None, stop_at: float = math.inf,
                      max_nodes: int | None, incumbent: tuple[list[int], Cost] | None = None,
                      ) -> tuple[list[int], Cost, SearchStats]:
-    """Best-first search over job orders (FixNonDDL) until ``stop_at`` (``time.perf_counter``) or
-    ``max_nodes``; returns the best order found and stats. Tardiness runs on the due clock from
-    ``t0_due`` (default t0), JCT on the point clock.
+    """Best-first search over job orders (FixNonDDL) until ``max_nodes`` or ``stop_at``
+    (``time.perf_counter``; the clock is read only when ``stop_at`` is finite, so a search bounded
+    by nodes alone ends the same way on any machine); returns the best order found and stats.
+    Tardiness runs on the due clock from ``t0_due`` (default t0), JCT on the point clock.
 
     Prefixes that are reorderings of one another leave the same jobs from the same times (on both
     clocks): such a state is expanded only from its cheapest prefix (any other one's completions
@@ -190,11 +205,12 @@ def branch_and_bound(job_set, t0: float, jobs: Jobs, *, t0_due: float | None = N
     heap = [((0.0, 0.0), counter, (), float(t0), float(t0_due), 0.0, 0.0, tuple(range(len(order))))]
     seen: dict[SearchState, tuple[float, float, float]] = {}  # completion() memo
     cheapest: dict[SearchState, Cost] = {}  # best prefix cost pushed per state
+    timed = stop_at != math.inf
     while heap:
         if max_nodes is not None and stats.nodes >= max_nodes:
             stats.stopped_by = "nodes"
             break
-        if time.perf_counter() > stop_at:
+        if timed and time.perf_counter() > stop_at:
             stats.stopped_by = "time"
             break
         _, _, prefix, t_end, t_end_due, tard, jct, rest = heapq.heappop(heap)
@@ -233,28 +249,47 @@ def branch_and_bound(job_set, t0: float, jobs: Jobs, *, t0_due: float | None = N
 class QueueOrderer:
     """Orders a GPU's job set (SRTF / branch-and-bound / swap heuristic), memoised.
 
-    The time budget is per decision (:meth:`start_decision`), shared by all its orderings: once
-    spent, the rest of the decision orders by SRTF alone, so one scheduling decision costs about
-    ``budget_ms`` of heuristic and search at most however many queues it orders."""
+    The budget is per decision (:meth:`start_decision`), shared by all its orderings: ``work``
+    units of search work (deterministic) and/or ``budget_ms`` of wall-clock time (machine-dependent;
+    the clock is read only when it is set). Once either is spent, the rest of the decision orders
+    by SRTF alone, so one decision does about ``work`` units of heuristic and search (the budget is
+    checked before each heuristic, which may pass it by its queue's length), however many queues it
+    orders."""
 
-    def __init__(self, bnb: bool, budget_ms: float, max_nodes: int | None):
-        self.bnb, self.budget_s, self.max_nodes = bnb, budget_ms / 1000.0, max_nodes
+    def __init__(self, bnb: bool, budget_ms: float | None = None, max_nodes: int | None = None,
+                 work: int | None = None):
+        self.bnb, self.max_nodes, self.work_budget = bnb, max_nodes, work
+        self.budget_s = None if budget_ms is None else budget_ms / 1000.0
         self.memo: dict[tuple, tuple[list[int], Cost]] = {}
         self.searches = 0
-        self.stopped = {"nodes": 0, "time": 0}  # searches cut short (time: or skipped, budget spent)
+        self.stopped = dict.fromkeys(BOUNDS, 0)  # searches cut short (work, time: or skipped, budget spent)
+        self.decisions_cut = {"work": 0, "time": 0}  # decisions whose budget ran out
         self.stop_at = math.inf
-        self.work = 0  # this decision's work units: (job, GPU) pairs scored + search nodes expanded
+        self.work = 0  # this decision's work units: (job, GPU) pairs scored + search work
+        self.search_work = 0  # this decision's budgeted work: heuristic positions + search nodes
+        self._cut = ""  # the bound this decision has used up, if any
 
     def start_decision(self) -> None:
-        """A new decision: its time budget starts, its work count and the memo are reset (the
-        memo's keys hold absolute times; a new decision rarely reuses them)."""
-        self.stop_at = time.perf_counter() + self.budget_s
-        self.work = 0
+        """A new decision: its budget starts, its work count and the memo are reset (the memo's keys
+        hold absolute times; a new decision rarely reuses them)."""
+        self.stop_at = math.inf if self.budget_s is None else time.perf_counter() + self.budget_s
+        self.work = self.search_work = 0
+        self._cut = ""
         self.memo.clear()
 
-    def spent(self) -> bool:
-        """Whether this decision's time budget is used up."""
-        return time.perf_counter() >= self.stop_at
+    def spent(self) -> str:
+        """The bound of this decision that is used up ("work", checked first, or "time"); "" while
+        both last (the clock is read only with a time budget)."""
+        if self.work_budget is not None and self.search_work >= self.work_budget:
+            cut = "work"
+        elif self.stop_at != math.inf and time.perf_counter() >= self.stop_at:
+            cut = "time"
+        else:
+            return ""
+        if not self._cut:
+            self._cut = cut
+            self.decisions_cut[cut] += 1
+        return cut
 
     def order(self, job_set: frozenset, t0: float, type_k: int, jobs: Jobs,
               t0_due: float | None = None) -> tuple[list[int], Cost]:
@@ -269,10 +304,12 @@ class QueueOrderer:
         seq = srtf(job_set, jobs)
         cost = queue_cost(seq, t0, jobs, t0_due)
         if cost[0] > 0.0:
-            if self.spent():
-                self.stopped["time"] += 1  # SRTF only
+            cut = self.spent()
+            if cut:
+                self.stopped[cut] += 1  # SRTF only
                 return seq, cost  # not memoised: a memo hit must not depend on when it was made
             self.work += len(seq)
+            self.search_work += len(seq)
             seq, cost = swap_heuristic(seq, t0, jobs, t0_due)
             if self.bnb and len(seq) > 1:
                 seq, cost = self._search(job_set, t0, t0_due, jobs, (seq, cost))
@@ -281,16 +318,23 @@ class QueueOrderer:
 
     def _search(self, job_set: frozenset, t0: float, t0_due: float, jobs: Jobs,
                 heuristic: tuple[list[int], Cost]) -> tuple[list[int], Cost]:
-        """Branch-and-bound from the heuristic's order, unless the decision's budget is spent."""
-        if self.spent():
-            self.stopped["time"] += 1  # heuristic only
+        """Branch-and-bound from the heuristic's order, up to the work left, unless the decision's
+        budget is spent."""
+        cut = self.spent()
+        if cut:
+            self.stopped[cut] += 1  # heuristic only
             return heuristic
+        limit, limited_by = self.max_nodes, "nodes"
+        left = None if self.work_budget is None else self.work_budget - self.search_work  # >= 1: not spent
+        if left is not None and (limit is None or left < limit):
+            limit, limited_by = left, "work"
         b_seq, b_cost, stats = branch_and_bound(job_set, t0, jobs, t0_due=t0_due, stop_at=self.stop_at,
-                                                max_nodes=self.max_nodes, incumbent=heuristic)
+                                                max_nodes=limit, incumbent=heuristic)
         self.searches += 1
         self.work += stats.nodes
+        self.search_work += stats.nodes
         if stats.stopped_by:
-            self.stopped[stats.stopped_by] += 1
+            self.stopped[limited_by if stats.stopped_by == "nodes" else stats.stopped_by] += 1
         return (b_seq, b_cost) if b_cost < heuristic[1] else heuristic
 
 
@@ -320,10 +364,10 @@ def greedy_assign(waiting: list[int], gpus: list[GpuState], per_type: list[Jobs]
     (tardiness >= the queue's own and the job's tardiness if run first, both on the due clock;
     JCT >= SRTF's). The expensive ordering (branch-and-bound) runs only for a pair whose bound is
     the current minimum, so the choice is the same as scoring every pair exactly. Once the
-    decision's time budget is spent, every pair is scored by its SRTF cost as exact and queues are
+    decision's budget is spent, every pair is scored by its SRTF cost as exact and queues are
     ordered by SRTF. Scoring and the rounds whose queue SRTF orders on time run compiled
     (:mod:`policies.hydra_greedy`); the budget is checked whenever control is back here (at least
-    every ``ROUNDS_PER_CHECK``).
+    every ``ROUNDS_PER_CHECK`` rounds).
     """
     if any(g.seq for g in gpus):
         raise ValueError("greedy_assign takes GPU groups with empty plans; a group came with one")
@@ -396,27 +440,45 @@ class HydraPolicy(Policy):
     name = "hydra"
 
     def __init__(self, budget_ms: str | float | None = None, nodes: str | int | None = None, bnb: str | bool = "on",
-                 mode: str = "online", window: str | int = 100, deadline_quantile: str | float | None = None):
+                 mode: str = "online", window: str | int = 100, deadline_quantile: str | float | None = None,
+                 work: str | int | None = None):
+        """``work`` unset: :data:`DEFAULT_WORK` of the mode, unless ``budget_ms`` is given (then
+        the time budget alone, as asked; the plan then depends on the machine)."""
         self.mode = planning_mode(mode)
         self.deadline_quantile = quantile_level("deadline_quantile", deadline_quantile)
-        default_budget = DEFAULT_BUDGET_MS[self.mode]
-        self.budget_ms = number("budget_ms", default_budget if budget_ms is None else budget_ms, 0.0, 3.6e6)
+        self.budget_ms = None if budget_ms is None else number("budget_ms", budget_ms, 0.0, 3.6e6)
+        if work is None:
+            self.work = DEFAULT_WORK[self.mode] if self.budget_ms is None else None
+        else:
+            self.work = count_or_all("work", work)
         self.max_nodes = count_or_all("nodes", nodes)
         self.bnb = switch("bnb", bnb)
         self.window = count_or_all("window", window)
-        self.orderer = QueueOrderer(self.bnb, self.budget_ms, self.max_nodes)
+        self.orderer = QueueOrderer(self.bnb, self.budget_ms, self.max_nodes, self.work)
         self._queues = PlannedQueues()
         self._static: tuple[list[Jobs], np.ndarray] | None = None
         self.max_work = 0  # the most work units one decision took (QueueOrderer.work)
+        self.max_search_work = 0  # the most search work one decision took (what ``work`` bounds)
+
+    def bound(self) -> str:
+        """Which budget bounds a decision: "work" (machine-independent), "time" (wall clock),
+        "work+time", or "none"."""
+        kinds = [k for k, on in (("work", self.work is not None), ("time", self.budget_ms is not None)) if on]
+        return "+".join(kinds) or "none"
 
     def describe(self) -> dict:
-        return {"name": self.name, "budget_ms": self.budget_ms, "nodes": self.max_nodes or "unbounded",
+        return {"name": self.name, "bound": self.bound(), "work": self.work or "all", "budget_ms": self.budget_ms,
+                "nodes": self.max_nodes or "unbounded",
                 "bnb": self.bnb, "mode": self.mode, "window": self.window or "all",
                 "deadline_quantile": self.deadline_quantile,
                 "bnb_searches": self.orderer.searches,
                 "bnb_stopped_by_node_budget": self.orderer.stopped["nodes"],
+                "bnb_stopped_by_work_budget": self.orderer.stopped["work"],
                 "bnb_stopped_by_time_budget": self.orderer.stopped["time"],
-                "max_work_per_decision": self.max_work}
+                "decisions_cut_by_work_budget": self.orderer.decisions_cut["work"],
+                "decisions_cut_by_time_budget": self.orderer.decisions_cut["time"],
+                "max_work_per_decision": self.max_work,
+                "max_search_work_per_decision": self.max_search_work}
 
     def schedule(self, view) -> list[Placement]:
         if self.mode == "online":
@@ -484,3 +546,4 @@ class HydraPolicy(Policy):
             if group.seq:
                 self._queues.extend(group.members[0], group.seq)
         self.max_work = max(self.max_work, self.orderer.work)
+        self.max_search_work = max(self.max_search_work, self.orderer.search_work)

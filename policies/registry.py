@@ -13,7 +13,7 @@ from policies.allox import AlloxPolicy
 from policies.base import Policy, PolicySpecError
 from policies.edf import EdfPolicy
 from policies.fifo import FifoPolicy
-from policies.hydra import HydraPolicy
+from policies.hydra import DEFAULT_WORK, HydraPolicy
 from policies.sjf import SjfPolicy
 
 # name -> (factory taking the parsed options, one-line help)
@@ -25,9 +25,11 @@ POLICIES: dict[str, tuple[Callable[..., Policy], str]] = {
     "allox": (AlloxPolicy, "min-cost matching of jobs to (GPU, queue position) slots "
                            "[window=50|N|all, alpha=1.0 (0,1], mode=online|offline]"),
     "hydra": (HydraPolicy, "deadline-aware greedy queue assignment with branch-and-bound ordering "
-                           "[budget_ms=20 online|1000 offline, nodes=N|all, bnb=on|off, mode=online|offline, "
-                           "window=100|N|all, deadline_quantile=Q in (0,1): tardiness planned with Q-quantile "
-                           "run times]"),
+                           f"[work={DEFAULT_WORK['online']} online|{DEFAULT_WORK['offline']} offline|N|all "
+                           "(search work per decision: the same plan on any machine), budget_ms=MS (a wall-clock "
+                           "budget instead: plans depend on the machine), nodes=N|all, bnb=on|off, "
+                           "mode=online|offline, window=100|N|all, deadline_quantile=Q in (0,1): tardiness planned "
+                           "with Q-quantile run times]"),
 }
 
 

@@ -159,7 +159,7 @@ def test_orderer_memo_and_counters():
     orderer = QueueOrderer(bnb=True, budget_ms=1e6, max_nodes=None)
     assert orderer.order(frozenset({0, 1, 2}), 0.0, 0, jobs) == ([2, 0, 1], (0.0, 19.0))
     assert orderer.order(frozenset({0, 1, 2}), 0.0, 0, jobs) == ([2, 0, 1], (0.0, 19.0))
-    assert orderer.searches == 1 and orderer.stopped == {"nodes": 0, "time": 0}
+    assert orderer.searches == 1 and orderer.stopped == {"nodes": 0, "work": 0, "time": 0}
     # no deadline missed by SRTF: no search at all
     orderer.order(frozenset({0, 1}), 0.0, 0, jobs)
     assert orderer.searches == 1
@@ -342,15 +342,20 @@ def test_options_parse():
     assert (p.budget_ms, p.max_nodes, p.bnb, p.mode, p.window) == (100.0, 1000, False, "offline", None)
     assert (p.orderer.bnb, p.orderer.budget_s, p.orderer.max_nodes) == (False, 0.1, 1000)
     d = make_policy("hydra").describe()
-    assert {k: d[k] for k in ("budget_ms", "nodes", "bnb", "mode", "window")} == \
-        {"budget_ms": 20.0, "nodes": "unbounded", "bnb": True, "mode": "online", "window": 100}
-    assert make_policy("hydra:mode=offline").budget_ms == 1000.0  # one plan per batch of arrivals
+    assert {k: d[k] for k in ("bound", "work", "budget_ms", "nodes", "bnb", "mode", "window")} == \
+        {"bound": "work", "work": 2000, "budget_ms": None, "nodes": "unbounded", "bnb": True, "mode": "online",
+         "window": 100}
+    assert make_policy("hydra:mode=offline").work == 200_000  # one plan per batch of arrivals
+    assert (p.work, p.bound()) == (None, "time")  # budget_ms alone: the time budget asked for, no work budget
+    assert make_policy("hydra:work=50,budget_ms=5").bound() == "work+time"
+    assert make_policy("hydra:work=all").bound() == "none"
     assert make_policy("hydra:nodes=all,bnb=on,window=5").max_nodes is None
     assert make_policy("hydra:window=5").window == 5
 
 
 @pytest.mark.parametrize("spec,option", [
     ("hydra:budget_ms=-1", "budget_ms"), ("hydra:budget_ms=fast", "budget_ms"), ("hydra:budget_ms=1e9", "budget_ms"),
+    ("hydra:work=0", "work"), ("hydra:work=lots", "work"),
     ("hydra:nodes=0", "nodes"), ("hydra:nodes=lots", "nodes"), ("hydra:bnb=maybe", "bnb"),
     ("hydra:mode=batch", "mode"), ("hydra:window=0", "window"), ("hydra:window=x", "window"),
 ])
