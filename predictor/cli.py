@@ -12,11 +12,12 @@ from pathlib import Path
 import click
 
 from predictor.capture.importers import IMPORTERS, import_onto_zoo, import_traces
+from predictor.cli_errors import UserErrorGroup
 from predictor.outputs import OutputError
 from predictor.trace_table import TraceFormatError, dataset_info, read_dataset, write_traces
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=UserErrorGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 def main() -> None:
     """Execution traces (one row per operator: kernel time and the framework overhead after it)."""
 
@@ -26,14 +27,15 @@ def main() -> None:
 @click.argument("kind", type=click.Choice(list(IMPORTERS)))
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Dataset directory (one Parquet file per device; configs already there are replaced).")
+              help="Dataset directory (one Parquet file per device).")
+@click.option("--overwrite", is_flag=True, help="Let the import replace configs the dataset already holds.")
 @click.option("--device", help="Device name to record [default: from the files].")
 @click.option("--features", type=click.Choice(["zoo", "recorded"]), default=None,
               help="ets-csv only. zoo [default]: each iteration carried onto `ets collect`'s capture of the "
                    "same zoo config (our op names, params and FLOPs; the file's timings), so a model trained "
                    "on collected traces meets the same features; iterations the zoo cannot build (fp64, other "
                    "models) are listed and not imported. recorded: the files' own columns.")
-def import_(kind: str, path: Path, out: Path, device: str | None, features: str | None) -> None:
+def import_(kind: str, path: Path, out: Path, overwrite: bool, device: str | None, features: str | None) -> None:
     features = features or ("zoo" if kind == "ets-csv" else "recorded")
     if features == "zoo" and kind != "ets-csv":
         raise click.UsageError(f"--features zoo aligns ets-csv imports only; {kind} traces keep their features")
@@ -49,6 +51,8 @@ def import_(kind: str, path: Path, out: Path, device: str | None, features: str 
     if traces.empty:
         raise click.ClickException(f"{path}: no iteration could be aligned onto a zoo config")
     try:
+        if not overwrite:
+            refuse_replacing(out, traces)
         files = write_traces(out, traces)
     except (TraceFormatError, OutputError) as exc:  # a broken dataset file in --out, a full disk
         raise click.ClickException(str(exc)) from None
@@ -58,6 +62,21 @@ def import_(kind: str, path: Path, out: Path, device: str | None, features: str 
         click.echo(f"aligned onto zoo captures: {report['matched'].sum():,} of {report['real_rows'].sum():,} "
                    f"imported rows matched ({report['matched'].sum() / report['real_rows'].sum():.1%}); "
                    f"{report['matched_time_share'].min():.1%} of the time on matched rows in the worst iteration")
+
+
+def refuse_replacing(directory: Path, traces) -> None:
+    """TraceFormatError when the dataset already holds one of ``traces``' iterations (the same
+    device and config): an import replaces data only with --overwrite."""
+    from predictor.trace_table import device_file, read_trace_file
+
+    for device, rows in traces.groupby("device", sort=True):
+        path = device_file(directory, str(device))
+        if not path.exists():
+            continue
+        held = sorted(set(read_trace_file(path)["config_id"]) & set(rows["config_id"]))
+        if held:
+            raise TraceFormatError(path, f"already holds {len(held):,} of the imported iteration(s) (e.g. "
+                                         f"{held[0]}); pass --overwrite to replace them, or import into another --out")
 
 
 @main.command("collect")
@@ -137,10 +156,12 @@ def info(directory: Path, as_json: bool) -> None:
                + ", ".join(f"{k} {v:.1%}" for k, v in share.items()))
 
 
-from predictor.devices_cli import devices  # noqa: E402  (commands live there)
+from predictor.checkpoint_cli import checkpoint  # noqa: E402  (commands live there)
+from predictor.devices_cli import devices  # noqa: E402
 from predictor.model_cli import calibrate_cmd, evaluate_cmd, finetune_cmd, predict_cmd, train_cmd  # noqa: E402
 
 main.add_command(devices)
+main.add_command(checkpoint)
 main.add_command(train_cmd)
 main.add_command(finetune_cmd)
 main.add_command(evaluate_cmd)

@@ -78,6 +78,8 @@ def devices_time(model: str, device: str, batch: int | None, size: int | None, d
         params = load_params()
         params.device(device)
     except DeviceParamsError as exc:
+        if device.endswith(".json"):  # the spec file is at fault, not the option: one line naming it
+            raise click.ClickException(f"--device: {exc}") from None
         raise click.BadParameter(str(exc), param_hint="--device") from None
     try:
         config = resolve_config(model, batch, size, dtype, optimizer)
@@ -138,6 +140,30 @@ def _inputs(calibration_dir: Path | None, ets_dir: Path | None):
     return calibration_dir, ets_dir, targets, skipped, host, kernels
 
 
+def _op_sequences(targets, cache: Path):
+    """The targets' op sequences (:func:`predictor.devices.calibrate.op_sequences`); a broken
+    --cache file is one line naming it, not a traceback."""
+    from predictor.devices import calibrate as cal
+    from predictor.trace_table import TraceFormatError
+
+    try:
+        return cal.op_sequences([t.config for t in targets], cache)
+    except TraceFormatError as exc:
+        raise click.ClickException(f"--cache {exc} (delete it to capture the op sequences again)") from None
+
+
+def _claim_outputs(overwrite: bool, *outputs: tuple[str, Path]) -> None:
+    """Every file the command will write, checked before the minutes of fitting: an existing one
+    only with --overwrite."""
+    from predictor.outputs import OutputError, claim_file
+
+    try:
+        for option, path in outputs:
+            claim_file(path, overwrite, option=option)
+    except OutputError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
 @devices.command("calibrate")
 @_data_options
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -146,8 +172,11 @@ def _inputs(calibration_dir: Path | None, ets_dir: Path | None):
               help="Kernel-model file to write [default: the package's predictor/devices/kernel_model.json].")
 @click.option("--report", "report_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("reports/calibration"), show_default=True, help="Where report.md / report.json go.")
+@click.option("--overwrite", is_flag=True,
+              help="Let the parameter file, the kernel model and the report replace existing ones (the "
+                   "defaults are the package's own files: refitting them needs --overwrite).")
 def devices_calibrate(calibration_dir: Path | None, ets_dir: Path | None, cache: Path, out: Path | None,
-                      kernel_out: Path | None, report_dir: Path) -> None:
+                      kernel_out: Path | None, report_dir: Path, overwrite: bool) -> None:
     """Fit the kernel model on every real kernel (NeuSight, ETS), then every emulated GPU's host
     side to the measured iterations; write both files and the in-sample report (out-of-sample
     figures: `ets devices validate`)."""
@@ -156,10 +185,12 @@ def devices_calibrate(calibration_dir: Path | None, ets_dir: Path | None, cache:
     from predictor.devices.specs import PARAMS_FILE, SPEC_SHEETS, save_params
 
     calibration_dir, ets_dir, targets, skipped, host, kernels = _inputs(calibration_dir, ets_dir)
+    _claim_outputs(overwrite, ("--out", out or PARAMS_FILE), ("--kernel-model", kernel_out or kernel_model.MODEL_FILE),
+                   ("--report", report_dir / "report.md"), ("--report", report_dir / "report.json"))
     click.echo(f"kernel model: fitting on {int((~kernels['censored']).sum()):,} real kernels ...")
     model = kernel_model.fit(kernels, SPEC_SHEETS)
     kernel_path = model.save(kernel_out or kernel_model.MODEL_FILE)
-    sequences = cal.op_sequences([t.config for t in targets], cache)
+    sequences = _op_sequences(targets, cache)
     version = "v2-" + date.today().isoformat()
     params, report = cal.calibrate(targets, sequences, host, lomo=False, version=version, model=model)
     report["skipped"] = skipped
@@ -178,7 +209,9 @@ def devices_calibrate(calibration_dir: Path | None, ets_dir: Path | None, cache:
 @click.option("--report", "report_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("reports/validate"), show_default=True,
               help="Where report.md, iterations.csv, kernels.csv and the plots go.")
-def devices_validate(calibration_dir: Path | None, ets_dir: Path | None, cache: Path, report_dir: Path) -> None:
+@click.option("--overwrite", is_flag=True, help="Let the report replace an earlier one in --report.")
+def devices_validate(calibration_dir: Path | None, ets_dir: Path | None, cache: Path, report_dir: Path,
+                     overwrite: bool) -> None:
     """The emulated GPUs against every real measurement, out of sample: kernels leave-one-GPU-out,
     iterations leave-one-model-out (the calibration refitted without each model)."""
     from predictor.devices import calibrate as cal
@@ -188,10 +221,11 @@ def devices_validate(calibration_dir: Path | None, ets_dir: Path | None, cache: 
     from predictor.devices.specs import SPEC_SHEETS
 
     calibration_dir, ets_dir, targets, skipped, host, kernels = _inputs(calibration_dir, ets_dir)
+    _claim_outputs(overwrite, ("--report", report_dir / "report.md"))
     click.echo("kernels, leave-one-GPU-out ...")
     kernel_rows = kernel_model.leave_one_gpu_out(kernels, SPEC_SHEETS)
     model = kernel_model.fit(kernels, SPEC_SHEETS)
-    sequences = cal.op_sequences([t.config for t in targets], cache)
+    sequences = _op_sequences(targets, cache)
     click.echo("iterations, leave-one-model-out ...")
     _, report = cal.calibrate(targets, sequences, host, lomo=True, model=model)
     rows = validate.iteration_rows(report["lomo_errors"])

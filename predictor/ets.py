@@ -330,7 +330,7 @@ def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: TrainCon
         model.train()
         order = rng.permutation(len(tw.index))
         losses = []
-        for start in range(0, len(order), config.batch_size):
+        for start in stop.batches(range(0, len(order), config.batch_size)):
             x, pad, y, weight = _batch(tw, order[start:start + config.batch_size], config.loss_weight == "uniform")
             real = ~pad
             loss = ((model(x, pad) - y).abs() * weight)[real].mean()

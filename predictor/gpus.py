@@ -10,10 +10,11 @@ are that function's output, pinned so the package works without the data (a test
 from __future__ import annotations
 
 import csv
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+
+from predictor.inputs import load_json, read_bytes, regular_file, short
 
 
 class UnknownGpuTypeError(ValueError):
@@ -74,7 +75,7 @@ def canonical_gpu_type(name: str) -> str:
     if alias is not None:
         return alias
     raise UnknownGpuTypeError(
-        f"unknown GPU type {name!r}; known: {', '.join(sorted(SPEEDS))} "
+        f"unknown GPU type {short(name)}; known: {', '.join(sorted(SPEEDS))} "
         f"(aliases: {', '.join(sorted(ALIASES))})"
     )
 
@@ -99,14 +100,15 @@ def _gavel_single_gpu(table: dict, gpu: str) -> dict[str, float]:
 
 
 def _sia_single_gpu(path: Path) -> dict[int, float]:
-    with path.open() as fh:
+    with regular_file(path, "Sia placements file").open() as fh:
         return {int(r["local_bsz"]): float(r["step_time"]) for r in csv.DictReader(fh) if r["placement"] == "1"}
 
 
 def derive_relative_iteration_time(calibration_dir: str | Path) -> dict[str, float]:
     """Recompute the measured entries of SPEEDS from Gavel and Sia files (V100 = 1)."""
     root = Path(calibration_dir)
-    gavel = json.loads((root / "gavel_physical_cluster_throughputs.json").read_text())
+    gavel_file = root / "gavel_physical_cluster_throughputs.json"
+    gavel = load_json(read_bytes(gavel_file, "Gavel throughput file"), gavel_file)
     v100 = _gavel_single_gpu(gavel, "v100")
     out: dict[str, float] = {"V100": 1.0}
     for name, key in (("K80", "k80"), ("P100", "p100")):

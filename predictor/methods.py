@@ -71,9 +71,9 @@ def make_config(method: str, **options):
 
 def checkpoint_method(path: str | Path) -> str:
     """Which method wrote a checkpoint (CheckpointError for a missing or foreign file)."""
-    from predictor.training import CheckpointError, load_body  # torch: only when a checkpoint is read
+    from predictor.checkpoint_file import CheckpointError, read  # torch: only once the file is checked
 
-    body = load_body(path)
+    body = read(path)
     method = body.get("method") if isinstance(body, dict) else None
     if method not in METHODS:
         raise CheckpointError(f"{path}: not a predictor checkpoint of a known method "

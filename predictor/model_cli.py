@@ -60,14 +60,35 @@ def _load_checkpoint(path: Path):
         raise click.ClickException(str(exc)) from None
 
 
-def _check_out(out: Path) -> None:
-    """Refuse an unwritable checkpoint folder before training, not after it."""
-    from predictor.outputs import OutputError, check_writable
+def _check_out(out: Path, overwrite: bool) -> None:
+    """Refuse an unusable checkpoint destination before training, not after it: an existing file
+    without --overwrite (or one that is not a checkpoint), an unwritable folder."""
+    from predictor.checkpoint_file import looks_like_checkpoint
+    from predictor.outputs import OutputError, claim_file
 
     try:
-        check_writable(out.parent)
+        claim_file(out, overwrite, is_ours=looks_like_checkpoint)
     except OutputError as exc:
-        raise click.ClickException(f"--out {out}: {exc}") from None
+        raise click.ClickException(str(exc)) from None
+
+
+OVERWRITE_HELP = "Let --out replace an existing checkpoint file."
+class PositiveMinutes(click.ParamType):
+    """A time limit: a finite number of minutes > 0 (0, negative and NaN would never stop, or stop at once)."""
+
+    name = "MINUTES"
+
+    def convert(self, value, param, ctx) -> float:
+        try:
+            minutes = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not (0 < minutes < math.inf):
+            self.fail(f"{value!r}: a time limit must be a finite number of minutes > 0", param, ctx)
+        return minutes
+
+
+MINUTES = PositiveMinutes()
 
 
 def _save(model, out: Path) -> Path:
@@ -111,6 +132,7 @@ def _print_evaluation(result, as_json: bool, extra: dict) -> None:
 @click.option("--data", "data_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Dataset directory (`ets collect` / `ets import`).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Checkpoint file to write.")
+@click.option("--overwrite", is_flag=True, help=OVERWRITE_HELP)
 @click.option("--device", help="Device whose traces to learn [default: the only one in the data].")
 @click.option("--source-device", help="habitat: the device whose measured traces it scales to --device.")
 @click.option("--window", type=click.IntRange(1), help="ets: window width [12].")
@@ -124,7 +146,8 @@ def _print_evaluation(result, as_json: bool, extra: dict) -> None:
               help="ets/opbased: z-score log(1 + µs) targets (default), or raw µs as the authors.")
 @click.option("--epochs", type=click.IntRange(1), help="Maximum epochs [200].")
 @click.option("--patience", type=click.IntRange(1), help="Stop after this many epochs without a better validation MRE.")
-@click.option("--minutes", type=float, default=15.0, show_default=True, help="Wall-time limit for training.")
+@click.option("--minutes", type=MINUTES, default=15.0, show_default=True,
+              help="Wall-time limit for training (checked before every batch).")
 @click.option("--lr", type=float, help="Learning rate [method default].")
 @click.option("--batch-size", type=click.IntRange(1), help="Batch size [method default].")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -132,7 +155,7 @@ def _print_evaluation(result, as_json: bool, extra: dict) -> None:
 @click.option("--test-fraction", type=click.FloatRange(0, 0.9), default=0.25, show_default=True)
 @click.option("--val-fraction", type=click.FloatRange(0.01, 0.9), default=0.15, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the test evaluation as one JSON object.")
-def train_cmd(method: str, data_dir: Path, out: Path, device: str | None, source_device: str | None,
+def train_cmd(method: str, data_dir: Path, out: Path, overwrite: bool, device: str | None, source_device: str | None,
               window: int | None, stride: int | None, arch: str | None, layers: int | None, hidden: int | None,
               norm: str | None, target_transform: str | None, epochs: int | None, patience: int | None,
               minutes: float, lr: float | None, batch_size: int | None, seed: int, test_families: str | None,
@@ -144,7 +167,7 @@ def train_cmd(method: str, data_dir: Path, out: Path, device: str | None, source
     from predictor.dataset import split_by_family
     from predictor.evaluate import fit_intervals
 
-    _check_out(out)
+    _check_out(out, overwrite)
     try:
         data = read_dataset(data_dir)
         if method == "habitat" and not source_device:
@@ -186,8 +209,10 @@ def train_cmd(method: str, data_dir: Path, out: Path, device: str | None, source
 @click.option("--data", "data_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Dataset directory with traces of the device to adapt to (`ets import` / `ets collect`).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Checkpoint file to write.")
+@click.option("--overwrite", is_flag=True, help=OVERWRITE_HELP)
 @click.option("--device", help="Device whose traces to learn [default: the only one in the data].")
-@click.option("--minutes", type=float, default=2.0, show_default=True, help="Wall-time limit.")
+@click.option("--minutes", type=MINUTES, default=2.0, show_default=True,
+              help="Wall-time limit (checked before every batch).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--lr", type=float, help="--tune all: learning rate [5e-4, a quarter of pretraining's].")
 @click.option("--epochs", type=click.IntRange(1),
@@ -198,7 +223,7 @@ def train_cmd(method: str, data_dir: Path, out: Path, device: str | None, source
                    "[scale below 20 traces, all from 20].")
 @click.option("--test-families", help="Comma-separated families held out of fine-tuning and evaluated after it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result (and any test evaluation) as one JSON object.")
-def finetune_cmd(ckpt: Path, data_dir: Path, out: Path, device: str | None, minutes: float, seed: int,
+def finetune_cmd(ckpt: Path, data_dir: Path, out: Path, overwrite: bool, device: str | None, minutes: float, seed: int,
                  lr: float | None, epochs: int | None, tune: str | None, test_families: str | None,
                  as_json: bool) -> None:
     """Fine-tune an ETS checkpoint on a few traces of another device. Below 20 traces it is
@@ -210,8 +235,8 @@ def finetune_cmd(ckpt: Path, data_dir: Path, out: Path, device: str | None, minu
     from predictor.evaluate import evaluate
     from predictor.finetune import check_compatible, fit_small
 
+    _check_out(out, overwrite)
     parent = _load_checkpoint(ckpt)
-    _check_out(out)
     try:
         data = read_dataset(data_dir)
         rows = _device_rows(data, device, str(data_dir))
@@ -307,13 +332,14 @@ def _scored_rows(model, data_dir: Path, data_device: str | None) -> tuple[pd.Dat
 @click.option("--data", "data_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Dataset holding the checkpoint's held-out families (the data it was trained from).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
-              help="Checkpoint file to write [default: replace --ckpt; its weights are not touched].")
+              help="Checkpoint file to write [default: --ckpt itself, with --overwrite; its weights are not touched].")
+@click.option("--overwrite", is_flag=True, help="Let --out (or --ckpt, without --out) be replaced.")
 @click.option("--device", "data_device", help="Calibrate on this device's rows [default: the checkpoint's own].")
 @click.option("--families", help="Comma-separated families (split units) the checkpoint never trained on "
                                  "[default: its recorded held-out families].")
 @click.option("--json", "as_json", is_flag=True)
-def calibrate_cmd(ckpt: Path, data_dir: Path, out: Path | None, data_device: str | None, families: str | None,
-                  as_json: bool) -> None:
+def calibrate_cmd(ckpt: Path, data_dir: Path, out: Path | None, overwrite: bool, data_device: str | None,
+                  families: str | None, as_json: bool) -> None:
     """Calibrate a checkpoint's prediction intervals (split-conformal by family groups, leave-
     family-out; `ets train` does this itself) on families it never trained on: by default its
     recorded held-out families. Stores them in the checkpoint; nothing else changes."""
@@ -330,6 +356,7 @@ def calibrate_cmd(ckpt: Path, data_dir: Path, out: Path | None, data_device: str
     if not units:
         raise click.ClickException(f"{ckpt} records no held-out families (split: {sorted(model.split or {}) or 'none'}); "
                                    "pass --families with families it never trained on")
+    _check_out(out or ckpt, overwrite)
     traces, data_device = _scored_rows(model, data_dir, data_device)
     held = rows_of_units(traces, units)
     if held.empty:
@@ -373,11 +400,11 @@ def predict_cmd(ckpt: Path, target: str, batch: int, size: int, level: float, as
     says what it is: the checkpoint's prediction, or a timing the trace file (or emulator) holds."""
     from predictor.memory import estimate, too_big_warning
 
-    model = _load_checkpoint(ckpt)
-    try:
+    try:  # the target first: a hostile trace file is refused before the model's memory is spent
         subject = _target(target, batch, size)
     except (TraceFormatError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
+    model = _load_checkpoint(ckpt)
     if subject.config is not None:
         warning = too_big_warning(estimate(subject.config, subject.traces))
         if warning:

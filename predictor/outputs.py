@@ -15,7 +15,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pandas as pd
 
@@ -106,7 +106,84 @@ def claim_folder(folder: str | Path, option: str = "--out") -> Path:
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise OutputError(f"{option} {folder} is a file, not a folder")
-    if folder.is_dir() and any(folder.iterdir()):
+    if folder.is_dir() and any(entry.name != LOCK_NAME for entry in folder.iterdir()):
         raise OutputError(f"{option} {folder} already holds files of another run; choose a new folder, "
                           f"or pass --overwrite to replace that run")
     return check_writable(folder)
+
+
+def claim_file(path: str | Path, overwrite: bool, *, option: str = "--out",
+               is_ours: Callable[[Path], bool] | None = None) -> Path:
+    """``path`` as the destination of one file, checked before the work that produces it: an
+    existing file is replaced only with ``overwrite``, and then only a regular file that
+    ``is_ours`` recognises (a mistyped path must not replace an unrelated file); its folder must
+    be writable. One-line :class:`OutputError` otherwise."""
+    path = Path(path)
+    if path.is_dir():
+        raise OutputError(f"{option} {path} is a folder, not a file")
+    if path.exists() or path.is_symlink():
+        if not path.is_file():
+            raise OutputError(f"{option} {path} exists and is not a regular file; choose another path")
+        if not overwrite:
+            raise OutputError(f"{option} {path} already exists; pass --overwrite to replace it, or choose another path")
+        if is_ours is not None and not is_ours(path):
+            raise OutputError(f"{option} {path} exists and is not a file this command writes; "
+                              "--overwrite replaces only those: choose another path")
+    try:
+        check_writable(path.parent)
+    except OutputError as exc:
+        raise OutputError(f"{option} {path}: {exc}") from None
+    return path
+
+
+LOCK_NAME = ".lock"  # held by the run writing into a folder; holds its PID
+
+
+@contextlib.contextmanager
+def locked_folder(folder: str | Path, option: str = "--out") -> Iterator[Path]:
+    """Hold ``folder`` (created if needed) for one run: a second run into it is refused at once with
+    one line naming the first's PID, instead of both running and one's results vanishing. The
+    lock is an ``flock`` on ``folder/.lock``: the kernel releases it when the holder dies, even by
+    SIGKILL, so a stale lock never blocks; the file is removed when the run ends."""
+    import fcntl
+
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise OutputError(f"{option} {folder} is a file, not a folder")
+    lock = folder / LOCK_NAME
+    for _ in range(10):  # retried only if the file is replaced between open and flock
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise OutputError(f"cannot write to {folder}: {_reason(exc)}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            raise OutputError(f"{option} {folder} is in use by another run (PID {holder}); wait for it to "
+                              "end, or choose another folder") from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(lock).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # the holder removed the file as we opened it: lock the new one
+    else:
+        raise OutputError(f"{option} {folder}: cannot take its lock file {lock} (replaced repeatedly)")
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield folder
+    finally:
+        with contextlib.suppress(OSError):
+            lock.unlink()
+        os.close(fd)
+
+
+def remove_if_empty(folder: str | Path) -> None:
+    """Remove ``folder`` if nothing is in it (a failed run's own new folder must not be left)."""
+    with contextlib.suppress(OSError):
+        Path(folder).rmdir()

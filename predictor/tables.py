@@ -8,7 +8,10 @@ is what its pretrained checkpoint predicts for the same op sequence — ETS, the
 and DNNPerf-style from the sequence alone, Habitat-style from the trace measured on its source
 device (the checkpoint names it). Tables are cached as Parquet under ``$ETS_SIM_CACHE`` (default
 ``~/.cache/ets-sim/tables``), keyed by the method, the checkpoint files' hashes, the configs, the
-devices and the emulator parameters, so a change of any of them recomputes.
+devices and the emulator parameters, so a change of any of them recomputes. Each cache file
+carries the SHA-256 of its content, written with it: a table edited, truncated or written by an
+older version is rebuilt with a warning, never used (a cache shared between users is a file from
+a stranger).
 """
 
 from __future__ import annotations
@@ -16,12 +19,14 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
+from predictor.inputs import InputError, read_bytes, regular_file, short
 from predictor.methods import METHODS
 
 
@@ -34,13 +39,21 @@ class IterationTimeTable:
         missing = [c for c in self.COLUMNS if c not in table.columns]
         if missing:
             raise ValueError(f"{source}: iteration-time table lacks column(s) {missing}")
-        bad = ~(table["seconds"].astype(float) > 0)
+        seconds = pd.to_numeric(table["seconds"], errors="coerce").to_numpy(dtype="float64")
+        bad = ~(np.isfinite(seconds) & (seconds > 0))  # text, NaN, inf or <= 0
         if bad.any():
-            row = table[bad].iloc[0]
-            raise ValueError(f"{source}: non-positive seconds for config {row.config_id!r} on {row.device!r}")
+            row = table.iloc[int(np.argmax(bad))]
+            raise ValueError(f"{source}: non-positive seconds for config {short(row.config_id)} on {short(row.device)} "
+                             f"(got {short(row.seconds)})")
         self.source = source
+        self.warnings: list[str] = []  # what happened to it on the way (a cache table rebuilt)
         self._index = {(str(c), str(d)): float(s) for c, d, s in
-                       table[list(self.COLUMNS)].itertuples(index=False)}
+                       zip(table["config_id"], table["device"], seconds)}
+        if len(self._index) < len(table):
+            twice = table.duplicated(["config_id", "device"]).to_numpy()
+            row = table.iloc[int(np.argmax(twice))]
+            raise ValueError(f"{source}: config {short(row.config_id)} on {short(row.device)} appears more than once "
+                             f"({int(twice.sum()):,} repeated row(s)); a table has one time per config and device")
 
     def __len__(self) -> int:
         return len(self._index)
@@ -49,7 +62,8 @@ class IterationTimeTable:
         try:
             return self._index[(str(config_id), str(device))]
         except KeyError:
-            raise KeyError(f"{self.source}: no iteration time for config {config_id!r} on device {device!r}") from None
+            raise KeyError(f"{self.source}: no iteration time for config {short(str(config_id))} on device "
+                           f"{short(str(device))}") from None
 
     def matrix(self, config_ids, devices: list[str]) -> np.ndarray:
         return np.array([[self.seconds(c, d) for d in devices] for c in config_ids], dtype="float64")
@@ -58,11 +72,80 @@ class IterationTimeTable:
         return pd.DataFrame([(c, d, s) for (c, d), s in self._index.items()], columns=list(self.COLUMNS))
 
     def save(self, path: str | Path) -> None:
-        self.to_frame().to_parquet(path, index=False)
+        """Write the table as Parquet with its content hash (:func:`write_table`)."""
+        write_table(self.to_frame(), path)
 
     @classmethod
     def load(cls, path: str | Path) -> "IterationTimeTable":
-        return cls(pd.read_parquet(path), str(path))
+        """A table file (any Parquet with the three columns), checked before it is trusted: a
+        FIFO, an over-size or unreadable file, or a recorded content hash that does not match is
+        refused in one line (ValueError). A file without a hash (made by hand) is taken as is."""
+        frame, problem = read_table(path)
+        if problem is not None and problem != NO_HASH:
+            raise ValueError(f"{path}: iteration-time table refused: {problem}")
+        return cls(frame, str(path))
+
+
+# -- table files: content-hashed Parquet ------------------------------------------------------------
+
+HASH_KEY = b"ets_sim.content_sha256"  # Parquet key-value metadata: the SHA-256 of content_hash's text
+NO_HASH = "no content hash recorded (written by an older version, or by hand)"
+
+
+def content_hash(table: pd.DataFrame) -> str:
+    """SHA-256 of a table's canonical content: its rows sorted by (config_id, device), each as
+    ``config_id, device, repr(seconds)`` (exact for floats), so the same numbers hash the same
+    whatever the row order, the Parquet encoding or the pandas version."""
+    rows = sorted(zip(table["config_id"].astype(str), table["device"].astype(str),
+                      (repr(float(x)) for x in table["seconds"])))
+    h = hashlib.sha256()
+    for config, device, seconds in rows:
+        h.update(f"{config}\t{device}\t{seconds}\n".encode("utf-8", "surrogatepass"))
+    return h.hexdigest()
+
+
+def write_table(table: pd.DataFrame, path: str | Path) -> None:
+    """``table``'s three columns as Parquet, its :func:`content_hash` in the file's metadata."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    frame = table[list(IterationTimeTable.COLUMNS)].reset_index(drop=True)
+    arrow = pa.Table.from_pandas(frame, preserve_index=False)
+    arrow = arrow.replace_schema_metadata({**(arrow.schema.metadata or {}), HASH_KEY: content_hash(frame).encode()})
+    pq.write_table(arrow, path)
+
+
+def read_table(path: str | Path) -> tuple[pd.DataFrame | None, str | None]:
+    """(the table, None) when ``path`` holds a table whose content matches its recorded hash;
+    else (the table or None, what is wrong: no hash (:data:`NO_HASH`), a different hash, a
+    truncated or unreadable file). Only FileNotFoundError escapes."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        regular_file(path, "iteration-time table")
+        arrow = pq.read_table(path)
+        frame = arrow.to_pandas()
+    except FileNotFoundError:
+        raise
+    except (InputError, pa.ArrowException, OSError, ValueError) as exc:
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        return None, f"unreadable: truncated, or not Parquet ({type(exc).__name__}: {short(first, 200)})"
+    missing = [c for c in IterationTimeTable.COLUMNS if c not in frame.columns]
+    if missing:
+        return None, f"lacks column(s) {missing}"
+    recorded = (arrow.schema.metadata or {}).get(HASH_KEY)
+    if recorded is None:
+        return frame, NO_HASH
+    try:
+        actual = content_hash(frame)
+    except (TypeError, ValueError) as exc:  # seconds that are not numbers
+        return None, f"content unreadable ({type(exc).__name__})"
+    if recorded != actual.encode():
+        text = recorded.decode("ascii", "replace")
+        shown = f"{text[:12]}…" if len(text) == 64 and all(c in "0123456789abcdef" for c in text) else "a malformed hash"
+        return None, f"content hash {actual[:12]}… differs from the recorded {shown}"
+    return frame, None
 
 
 class TableError(ValueError):
@@ -101,16 +184,36 @@ def _seconds(summary: pd.DataFrame, gpu: str, column: str) -> pd.DataFrame:
     return pd.DataFrame({"config_id": summary["config_id"], "device": gpu, "seconds": summary[column] / 1e6})
 
 
-def _cached(key: str, build, source: str) -> IterationTimeTable:
+def _cached(key: str, build, source: str, warn: Callable[[str], None] | None = None) -> IterationTimeTable:
+    """The table under ``key`` in the cache, trusted only when its content matches the hash
+    written with it; else (no hash, another hash, a truncated or unreadable file, a table that
+    fails its checks) ``warn`` gets one line and the table is rebuilt and rewritten. ``warn``
+    defaults to a ``warning:`` line on stderr; the table's ``warnings`` keep the line too."""
     path = cache_dir() / f"{key}.parquet"
+    problem = None
     if path.exists():
-        return IterationTimeTable(pd.read_parquet(path), f"{source} (cache {path})")
+        frame, problem = read_table(path)
+        if problem is None:
+            try:
+                return IterationTimeTable(frame, f"{source} (cache {path})")
+            except ValueError as exc:  # hashed, yet not a valid table: written by a broken version
+                problem = short(str(exc), 200)
     table = build()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    table.to_parquet(tmp, index=False)
+    write_table(table, tmp)
     os.replace(tmp, path)
-    return IterationTimeTable(table, source)
+    result = IterationTimeTable(table, source)
+    if problem is not None:
+        line = f"cache table {path} does not match its hash: rebuilt ({problem})"
+        result.warnings.append(line)
+        (warn or _stderr_warning)(line)
+    return result
+
+
+def _stderr_warning(line: str) -> None:
+    """A warning as ``simrun`` prints its own: one ``warning:`` line on stderr."""
+    print(f"warning: {line}", file=sys.stderr, flush=True)
 
 
 def _gpu_key(gpu: str) -> str:
@@ -122,9 +225,11 @@ def _gpu_key(gpu: str) -> str:
         raise TableError(str(exc)) from None
 
 
-def truth_table(sequences: pd.DataFrame, gpu_types: list[str], *, progress: bool = False) -> IterationTimeTable:
+def truth_table(sequences: pd.DataFrame, gpu_types: list[str], *, progress: bool = False,
+                warn: Callable[[str], None] | None = None) -> IterationTimeTable:
     """True seconds per iteration: each config's trace on each (emulated) GPU type.
-    ``progress``: a bar on stderr while it is built (the cached table loads at once)."""
+    ``progress``: a bar on stderr while it is built (the cached table loads at once).
+    ``warn``: gets the line saying a cache table was rebuilt (:func:`_cached`)."""
     from predictor.devices.specs import load_params
     from predictor.evaluate import iteration_truth
 
@@ -145,20 +250,22 @@ def truth_table(sequences: pd.DataFrame, gpu_types: list[str], *, progress: bool
     from predictor.devices.timing import emulator_fingerprint
 
     return _cached(f"truth-{_digest(configs, keys, emulator_fingerprint(params), len(sequences))}", build,
-                   f"truth: emulated {', '.join(types)} (params {params.version})")
+                   f"truth: emulated {', '.join(types)} (params {params.version})", warn)
 
 
 def method_table(method: str, sequences: pd.DataFrame, gpu_types: list[str],
-                 checkpoint_dir: str | Path | None = None, *, progress: bool = False) -> IterationTimeTable:
+                 checkpoint_dir: str | Path | None = None, *, progress: bool = False,
+                 warn: Callable[[str], None] | None = None) -> IterationTimeTable:
     """Seconds per iteration as the pretrained ``method`` checkpoints predict them.
     ``progress``: a bar on stderr while it is built, one step per GPU type (each predicts every
-    config in one batch, so splitting it finer could change the numbers)."""
+    config in one batch, so splitting it finer could change the numbers). ``warn``: gets the line
+    saying a cache table was rebuilt (:func:`_cached`)."""
     from predictor.checkpoints import CHECKPOINT_DIR, checkpoint_path, pretrained
     from predictor.devices.specs import load_params
     from predictor.ets import CheckpointError
 
     if method not in METHODS:
-        raise TableError(f"unknown predictor method {method!r}; known: {', '.join(METHODS)}")
+        raise TableError(f"unknown predictor method {short(method)}; known: {', '.join(METHODS)}")
     directory = Path(checkpoint_dir or CHECKPOINT_DIR)
     types = sorted(set(gpu_types))
     keys = {g: _gpu_key(g) for g in types}
@@ -170,7 +277,7 @@ def method_table(method: str, sequences: pd.DataFrame, gpu_types: list[str],
                 pretrained(gpu, directory, method)  # raises with the list of GPUs that have one
             except CheckpointError as exc:
                 raise TableError(str(exc)) from None
-        files.append(path.read_bytes())
+        files.append(read_bytes(path, "checkpoint file"))
     configs = sorted(sequences["config_id"].unique())
     params = load_params()
 
@@ -194,4 +301,4 @@ def method_table(method: str, sequences: pd.DataFrame, gpu_types: list[str],
     from predictor.devices.timing import emulator_fingerprint
 
     return _cached(f"{method}-{_digest(*files, configs, keys, emulator_fingerprint(params), len(sequences))}", build,
-                   f"{method}: pretrained checkpoints in {directory}")
+                   f"{method}: pretrained checkpoints in {directory}", warn)

@@ -36,11 +36,14 @@ Iteration time = sum(duration_us + gap_us) over the iteration's rows.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from predictor.inputs import InputError, regular_file, short
 from predictor.outputs import atomic_file
 
 # The one list of each (features one-hot encode in this order, so it is part of every checkpoint).
@@ -65,6 +68,17 @@ class TraceFormatError(ValueError):
         where = self.path + (f":{row}" if row is not None else "")
         what = f" field {field!r}:" if field else ""
         super().__init__(f"{where}:{what} {message}")
+
+
+@contextmanager
+def refusing(path: str | Path) -> Iterator[None]:
+    """An input limit hit while reading ``path`` (too large, a FIFO, a gzip bomb, JSON nested too
+    deep: :mod:`predictor.inputs`) as a TraceFormatError naming it, so a caller that handles bad
+    trace files handles these too."""
+    try:
+        yield
+    except InputError as exc:
+        raise TraceFormatError(path, str(exc).removeprefix(f"{path}: ")) from None
 
 
 # Bounds of a plausible op time (µs). Real ETS traces have gaps down to -6.3 ms (T4) where an
@@ -103,7 +117,7 @@ def check(df: pd.DataFrame, source: str | Path, *, ceiling_us: float = OP_CEILIN
     for col, allowed in (("phase", PHASES), ("dtype", DTYPES)):
         bad = ~df[col].isin(allowed).to_numpy()
         if bad.any():
-            _refuse(df, source, bad, col, f"{col} {df[col].iloc[int(np.argmax(bad))]!r} is not one of {allowed}")
+            _refuse(df, source, bad, col, f"{col} {short(df[col].iloc[int(np.argmax(bad))])} is not one of {allowed}")
     for col, (low, rule, capped) in VALUE_BOUNDS.items():
         high = ceiling_us if capped else np.inf
         values = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype="float64")
@@ -112,17 +126,82 @@ def check(df: pd.DataFrame, source: str | Path, *, ceiling_us: float = OP_CEILIN
             if np.isfinite(high):
                 rule += f" and <= {high:.3g} µs" + (" (an hour per op)" if high == OP_CEILING_US else "")
             _refuse(df, source, bad, col, f"must be a finite number {rule}, got {_shown(df[col].iloc[int(np.argmax(bad))])}")
+    for col in NUMERIC_COLUMNS:
+        _check_numbers(df, source, col)
+    _check_unique_ops(df, source)
+
+
+NUMERIC_COLUMNS = tuple(c for c, kind in COLUMNS.items() if kind in ("int64", "float64"))
+
+
+def _check_numbers(df: pd.DataFrame, source: str | Path, col: str) -> None:
+    """Refuse a numeric column held as text (``"1.5"``): sums would concatenate or raise later.
+    By dtype alone, except for an object column, whose values are looked at."""
+    values = df[col]
+    if pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values):
+        return
+    if values.dtype == object:
+        bad = ~values.map(lambda v: isinstance(v, (int, float, np.number)) and not isinstance(v, (bool, np.bool_)))
+        bad = bad.to_numpy(dtype=bool)
+    else:
+        bad = np.ones(len(values), dtype=bool)
+    if bad.any():
+        _refuse(df, source, bad, col, f"must be a number, got {short(values.iloc[int(np.argmax(bad))])} "
+                                      f"(the column holds {values.dtype}; write it as numbers)")
+
+
+def _codes(values: pd.Series) -> tuple[np.ndarray, pd.Index]:
+    """``pd.factorize(values)``, at a third of the cost for the usual one-valued column (a dataset
+    file holds one device)."""
+    if len(values) and bool((values == values.iloc[0]).all()):
+        return np.zeros(len(values), dtype=np.int64), pd.Index([values.iloc[0]])
+    codes, uniques = pd.factorize(values)
+    return codes, pd.Index(uniques)
+
+
+def _check_unique_ops(df: pd.DataFrame, source: str | Path) -> None:
+    """Refuse an op that appears twice in one iteration (same device, config and idx): the
+    iteration time is a sum over rows, so a file appended twice would double it unnoticed."""
+    device = _codes(df["device"])[0].astype(np.int64)
+    config = pd.factorize(df["config_id"])[0].astype(np.int64)
+    idx = pd.to_numeric(df["idx"], errors="coerce").to_numpy(dtype="float64")
+    key = (device * (config.max() + 1) + config).astype("float64")  # exact below 2**53 pairs
+    step, next_idx = np.diff(key), np.diff(idx)
+    if np.all((step > 0) | ((step == 0) & (next_idx > 0))):
+        return  # rows in (device, config) blocks with idx rising, as every writer stores them: no sort needed
+    order = np.lexsort((idx, key))
+    same = (key[order][1:] == key[order][:-1]) & (idx[order][1:] == idx[order][:-1])
+    if not same.any():
+        return
+    first = int(np.argmax(same))
+    was, again = sorted((int(order[first]), int(order[first + 1])))
+    raise TraceFormatError(source, f"config {_plain(df['config_id'].iloc[again])} idx {_number(df['idx'].iloc[again])} "
+                                   f"on {_plain(df['device'].iloc[again])} is also row {was} ({int(same.sum()):,} "
+                                   "duplicate row(s) in all): each op of an iteration must appear once; "
+                                   "rows appended twice would double its time", row=again, field="idx")
 
 
 def _shown(value) -> str:
     """A bad value as the user would write it (``nan``, ``-1000000000.0``), not numpy's repr."""
-    return repr(float(value)) if isinstance(value, (int, float, np.number)) else repr(value)
+    return repr(float(value)) if isinstance(value, (int, float, np.number)) else short(value)
+
+
+def _number(value) -> str:
+    """An index as written (``3``, not ``3.0`` or ``np.int64(3)``)."""
+    number = float(value)
+    return str(int(number)) if number.is_integer() else repr(number)
+
+
+def _plain(value, width: int = 80) -> str:
+    """A name from the file, unquoted, cut to ``width`` characters."""
+    text = str(value)
+    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 def _refuse(df: pd.DataFrame, source: str | Path, bad: np.ndarray, field: str, message: str) -> None:
     """Raise for the first bad row, naming its config and op too (a file holds many iterations)."""
     i = int(np.argmax(bad))
-    where = (f" (config {df['config_id'].iloc[i]}, op {df['op'].iloc[i]}; "
+    where = (f" (config {_plain(df['config_id'].iloc[i])}, op {_plain(df['op'].iloc[i])}; "
              f"{int(bad.sum()):,} bad row(s) in all)")
     raise TraceFormatError(source, message + where, row=i, field=field)
 
@@ -139,7 +218,9 @@ def device_file(directory: str | Path, device: str) -> Path:
 
 
 def write_traces(directory: str | Path, traces: pd.DataFrame) -> list[Path]:
-    """Add traces to a dataset directory (one Parquet per device); replaces configs already there."""
+    """Add traces to a dataset directory (one Parquet per device); replaces configs already there.
+    What :func:`read_trace_file` would refuse (an op twice, a config on two devices) is refused
+    before anything is written, so no command leaves a dataset that the next one cannot read."""
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -149,6 +230,8 @@ def write_traces(directory: str | Path, traces: pd.DataFrame) -> list[Path]:
             old = read_trace_file(path)
             old = old[~old["config_id"].isin(set(rows["config_id"]))]
             rows = pd.concat([old, rows], ignore_index=True)
+        check(rows, path)
+        _check_one_device_per_config(rows, path)
         with atomic_file(path) as tmp:  # a crash mid-write must not lose the old file
             rows.to_parquet(tmp, index=False, write_page_checksum=True)  # flipped bytes are caught on read
         written.append(path)
@@ -156,27 +239,105 @@ def write_traces(directory: str | Path, traces: pd.DataFrame) -> list[Path]:
 
 
 def read_trace_file(path: str | Path) -> pd.DataFrame:
-    """One dataset file, checked (:func:`check`): a file that is not Parquet, lacks a column or
-    holds NaN or implausible times is refused with one line naming it, not a pyarrow traceback
-    (or, worse, accepted and averaged into a report)."""
+    """One dataset file, checked (:func:`check`): a file that is not Parquet, is no regular file
+    (a FIFO would block pyarrow, ``/dev/zero`` never ends), stores a numeric column as text, lacks
+    a column, holds NaN or implausible times, an op twice or a config on two devices is refused
+    with one line naming it, not a pyarrow traceback (or, worse, accepted and averaged into a
+    report)."""
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
+    with refusing(path):
+        try:
+            regular_file(path, "dataset file")
+        except FileNotFoundError:
+            pass  # named by pyarrow's error below, as before
     try:  # pages written with a CRC (write_traces) are verified; older files have none to check
+        _check_schema(path, pq.read_schema(path))
         df = pd.read_parquet(path, page_checksum_verification=True)
     except (pa.ArrowException, OSError, ValueError) as exc:
+        if isinstance(exc, TraceFormatError):
+            raise
         first = (str(exc).splitlines() or [type(exc).__name__])[0]
         raise TraceFormatError(path, f"not a readable Parquet file: corrupted, or another format "
                                      f"({type(exc).__name__}: {first})") from None
     check(df, path)
+    _check_one_device_per_config(df, path)
     return df
 
 
+def _check_schema(path: str | Path, schema) -> None:
+    """Refuse, from the file's footer alone, a numeric column stored as text (or another
+    non-number type) and ``params`` stored as anything but lists of integers."""
+    import pyarrow as pa
+
+    for col in NUMERIC_COLUMNS:
+        if col in schema.names:
+            kind = schema.field(col).type
+            if not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_null(kind)):
+                what = f"text ({kind})" if pa.types.is_string(kind) or pa.types.is_large_string(kind) else str(kind)
+                raise TraceFormatError(path, f"stored as {what}, not numbers; write the column as numbers (is it a "
+                                             "dataset file of `ets collect` / `ets import`?)", field=col)
+    if "params" in schema.names:
+        kind = schema.field("params").type
+        ok = (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and (
+            pa.types.is_integer(kind.value_type) or pa.types.is_null(kind.value_type))
+        if not ok and not pa.types.is_null(kind):
+            raise TraceFormatError(path, f"stored as {kind}, not lists of integers; is it a dataset file of "
+                                         "`ets collect` / `ets import`?", field="params")
+
+
+def _check_one_device_per_config(df: pd.DataFrame, path: str | Path) -> None:
+    """Refuse a config whose rows are split across two devices in one file: each part would be
+    scored as a whole iteration."""
+    device, devices = _codes(df["device"])
+    if len(devices) < 2:
+        return
+    config = pd.factorize(df["config_id"])[0]
+    pairs = np.unique(config.astype(np.int64) * len(devices) + device)
+    split = np.flatnonzero(np.diff(pairs // len(devices)) == 0)
+    if len(split):
+        c = int(pairs[split[0]] // len(devices))
+        both = devices[[int(pairs[split[0]] % len(devices)), int(pairs[split[0] + 1] % len(devices))]]
+        rows = np.flatnonzero(config == c)
+        i = int(rows[np.flatnonzero(device[rows] == devices.get_loc(both[1]))[0]])
+        raise TraceFormatError(path, f"config {_plain(df['config_id'].iloc[i])} has rows on two devices, "
+                                     f"{_plain(both[0])} and {_plain(both[1])} ({len(split):,} split config(s) in "
+                                     "all): one iteration is one config on one device; split the file by device",
+                               row=i, field="device")
+
+
 def read_dataset(directory: str | Path) -> pd.DataFrame:
-    """All traces of a dataset directory, each file checked by :func:`read_trace_file`."""
+    """All traces of a dataset directory, each file checked by :func:`read_trace_file`; a config
+    of one device in two files (its iteration would count twice) is refused too."""
     files = sorted(Path(directory).glob("*.parquet"))
     if not files:
         raise TraceFormatError(directory, "no execution-trace Parquet files in this directory")
-    return pd.concat([read_trace_file(f) for f in files], ignore_index=True)
+    tables = [read_trace_file(f) for f in files]
+    _check_files_disjoint(files, tables)
+    return pd.concat(tables, ignore_index=True)
+
+
+def _check_files_disjoint(files: list[Path], tables: list[pd.DataFrame]) -> None:
+    """Refuse a (device, config) held by two files of one dataset (one file per device: only a
+    file renamed or merged by hand does this). Configs are compared only for a device that two
+    files share, so the usual dataset costs one pass over each file's device column."""
+    holders: dict[str, list[int]] = {}
+    for k, table in enumerate(tables):
+        for device in _codes(table["device"])[1]:
+            holders.setdefault(str(device), []).append(k)
+    for device, ks in holders.items():
+        if len(ks) < 2:
+            continue
+        seen: dict[str, Path] = {}
+        for k in ks:
+            rows = tables[k]
+            for config in pd.unique(rows.loc[rows["device"].astype(str) == device, "config_id"].astype(str)):
+                other = seen.setdefault(config, files[k])
+                if other != files[k]:
+                    raise TraceFormatError(files[k], f"config {_plain(config)} on {_plain(device)} is also in "
+                                                     f"{other}: its iteration would count twice; keep one of "
+                                                     "the two files", field="config_id")
 
 
 OP_COUNT_BUCKETS = (0, 250, 550, 800, np.inf)  # the ETS paper's op-count buckets

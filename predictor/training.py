@@ -8,28 +8,24 @@ history; and a bad checkpoint must be refused with the same messages whichever m
 
 from __future__ import annotations
 
-import hashlib
-import io
 import time
-import zipfile
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, TypeVar
 
 import numpy as np
 import pandas as pd
 import torch
 from torch import nn
 
+from predictor import checkpoint_file
+from predictor.checkpoint_file import CheckpointError
+
 if TYPE_CHECKING:
     from predictor.intervals import IntervalCalibration
 
-CHECKPOINT_FORMAT = 1
-ENVELOPE = "ets-checkpoint/sha256"  # the outer dict: the body's torch.save bytes and their SHA-256
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be used with this code or this data; the message says why."""
+T = TypeVar("T")
+CHECKPOINT_FORMAT = 1  # the body's layout (fields per method); the file format is checkpoint_file's
 
 
 def write_checkpoint(path: str | Path, predictor, method: str, **extra) -> Path:
@@ -62,66 +58,15 @@ def stored_intervals(body: dict) -> "IntervalCalibration | None":
 
 
 def write_body(path: str | Path, body: dict) -> Path:
-    """``body`` as a checkpoint file: ``torch.save`` of {envelope, sha256, payload}, payload being
-    the ``torch.save`` bytes of ``body`` (a uint8 tensor). Why bytes in an envelope: the hash must
-    cover exactly what is unpickled, and the file stays one ``torch.load``-able archive."""
-    from predictor.outputs import atomic_file
-
-    buffer = io.BytesIO()
-    torch.save(body, buffer)
-    payload = buffer.getvalue()
-    envelope = {"envelope": ENVELOPE, "sha256": hashlib.sha256(payload).hexdigest(),
-                # as a byte tensor: stored raw (pickled bytes would be latin-1 text, 1.5 times the size)
-                "payload": torch.frombuffer(bytearray(payload), dtype=torch.uint8)}
-    archive = io.BytesIO()  # in memory, so the archive's folder is "archive", not the temporary name
-    torch.save(envelope, archive)
-    with atomic_file(path) as tmp:
-        tmp.write_bytes(archive.getvalue())
-    return Path(path)
+    """``body`` as a checkpoint file (:mod:`predictor.checkpoint_file`: data only, sealed by its
+    SHA-256, written atomically)."""
+    return checkpoint_file.write(path, body)
 
 
-def load_body(path: str | Path):
-    """The unpickled, verified content of a checkpoint file; CheckpointError for a missing,
-    unreadable or corrupted one. Files from before the hash (no envelope) are accepted; their
-    zip archive's CRC-32s still catch flipped bytes."""
-    path = Path(path)
-    if not path.exists():
-        raise CheckpointError(f"{path}: no such checkpoint")
-    _check_archive(path)
-    outer = _unpickle(path, path)
-    if not (isinstance(outer, dict) and outer.get("envelope") == ENVELOPE):
-        return outer  # a checkpoint written before the hash
-    stored, tensor = outer.get("sha256"), outer.get("payload")
-    payload = tensor.numpy().tobytes() if isinstance(tensor, torch.Tensor) and tensor.dtype == torch.uint8 else None
-    actual = hashlib.sha256(payload).hexdigest() if payload is not None else None
-    if actual is None or actual != stored:
-        raise CheckpointError(f"{path}: corrupted checkpoint: its content does not match the SHA-256 stored in it "
-                              f"({str(stored)[:12]}…); restore the file (git checkout / a copy) or train it again")
-    return _unpickle(io.BytesIO(payload), path)
-
-
-def _check_archive(path: Path) -> None:
-    """CheckpointError when a zip-format checkpoint fails its CRC-32 check (flipped bytes): torch
-    reads a damaged archive without complaint and predicts slightly different numbers."""
-    if not zipfile.is_zipfile(path):
-        return  # not an archive (an old torch format, or junk that torch.load will refuse)
-    try:
-        with zipfile.ZipFile(path) as archive:
-            bad = archive.testzip()
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
-        raise CheckpointError(f"{path}: corrupted checkpoint ({type(exc).__name__}: {exc}); "
-                              "restore the file or train it again") from None
-    if bad is not None:
-        raise CheckpointError(f"{path}: corrupted checkpoint (entry {bad} fails its CRC check); "
-                              "restore the file (git checkout / a copy) or train it again")
-
-
-def _unpickle(source, path: Path):
-    try:
-        return torch.load(source, map_location="cpu", weights_only=False)
-    except Exception as exc:  # a truncated or foreign file: say so instead of a pickle traceback
-        first = (str(exc).splitlines() or [""])[0]
-        raise CheckpointError(f"{path}: not a readable checkpoint ({type(exc).__name__}: {first})") from None
+def load_body(path: str | Path) -> dict:
+    """The verified content of a checkpoint file; CheckpointError for a missing, unreadable,
+    corrupted or pickled (old-format) one."""
+    return checkpoint_file.read(path)
 
 
 def read_checkpoint(path: str | Path, method: str) -> dict:
@@ -189,6 +134,14 @@ class EarlyStopping:
 
     def epochs(self) -> range:
         return range(self.max_epochs)
+
+    def batches(self, batches: Iterable[T]) -> Iterator[T]:
+        """``batches`` until the time budget is spent: checked before each batch, so a time limit
+        holds within a long epoch too (the epoch then ends early and is validated as usual)."""
+        for batch in batches:
+            if self.out_of_time():
+                return
+            yield batch
 
     def end_epoch(self, losses: list[float], val_mre: float) -> bool:
         """Record the epoch; True when training should stop."""

@@ -6,7 +6,6 @@ RunConfig, user errors into one-line messages (never tracebacks), and the summar
 
 from __future__ import annotations
 
-import contextlib
 import re
 import shutil
 import time
@@ -17,8 +16,9 @@ import click
 
 from policies.base import PolicySpecError
 from policies.registry import policy_help
+from predictor.cli_errors import UserErrorGroup
 from predictor.gpus import UnknownGpuTypeError
-from predictor.outputs import OutputError, check_writable, claim_folder
+from predictor.outputs import LOCK_NAME, OutputError, check_writable, claim_folder, locked_folder, remove_if_empty
 from predictor.tables import TableError
 from simulator.cluster import PRESETS, ClusterError
 from simulator.run import (DEFAULT_CLUSTER, DEFAULT_WORKLOAD, RunConfig, RunOutput, WorkloadSpecError, execute,
@@ -82,8 +82,9 @@ RUN_ENTRIES = {*RunOutput.FILES, RunOutput.TRUTH, "timeline.json", "plots"}
 
 
 def _leftover(name: str) -> bool:
-    """A hidden temporary file of an interrupted write (predictor.outputs names them so)."""
-    return name.startswith(".") and (".tmp-" in name or name.startswith(".write-check-"))
+    """A hidden temporary file of an interrupted write (predictor.outputs names them so), or the
+    run's lock file."""
+    return name == LOCK_NAME or name.startswith(".") and (".tmp-" in name or name.startswith(".write-check-"))
 
 
 def refuse_foreign(out: Path) -> None:
@@ -98,16 +99,15 @@ def refuse_foreign(out: Path) -> None:
                           "--overwrite replaces only run folders: choose a new folder")
 
 
-def prepare_out(out: Path | None, overwrite: bool, policy: str, predictor: str) -> Path:
-    """The run folder, checked before any work: a new unique one by default; an explicit --out
-    must be writable and hold no other run's files unless --overwrite (then the earlier run is
-    replaced when the results are written, so a run that fails keeps it)."""
-    if out is None:
-        return default_out_dir(policy, predictor)
+def check_out(out: Path, overwrite: bool) -> None:
+    """An explicit --out, checked before any work: writable, and holding no other run's files
+    unless --overwrite (then the earlier run is replaced when the results are written, so a run
+    that fails keeps it)."""
     if not overwrite:
-        return claim_folder(out)
+        claim_folder(out)
+        return
     refuse_foreign(out)
-    return check_writable(out)
+    check_writable(out)
 
 
 def simulate(config: RunConfig, compare_truth: bool, *, progress: bool) -> tuple[RunOutput, RunOutput | None]:
@@ -144,11 +144,11 @@ def write_results(out_dir: Path, output: RunOutput, truth: RunOutput | None, *, 
         return output.write(out_dir, truth=truth)
     refuse_foreign(out_dir)
     output.write(out_dir, truth=truth)
-    remove_others(out_dir, set(RunOutput.FILES) | ({RunOutput.TRUTH} if truth is not None else set()))
+    remove_others(out_dir, set(RunOutput.FILES) | {LOCK_NAME} | ({RunOutput.TRUTH} if truth is not None else set()))
     return out_dir
 
 
-@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"],
+@click.group(cls=UserErrorGroup, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"],
                                                            "max_content_width": 100})
 @click.option("--policy", metavar="NAME[:k=v,...]", help=f"Scheduling policy. {policy_help()}.")
 @click.option("--predictor", metavar="SPEC",
@@ -214,14 +214,17 @@ def main(ctx: click.Context, policy, predictor, trace, workload, limit, cluster,
                        cluster=cluster, seed=seed, deadline_fraction=deadline_fraction,
                        reference_gpu=reference_gpu, load_scale=load_scale, bind=bind, observe_after=observe_after)
     try:
-        out_dir = prepare_out(out, overwrite, policy, predictor)  # before any work
+        fresh = out is None or not out.exists()  # a folder this run creates is removed if it fails
+        out_dir = out if out is not None else default_out_dir(policy, predictor)
         try:
-            output, truth = simulate(config, compare_truth, progress=not quiet)
-            write_results(out_dir, output, truth, explicit=out is not None, overwrite=overwrite)
+            with locked_folder(out_dir):  # a second run into --out is refused at once
+                if out is not None:
+                    check_out(out, overwrite)
+                output, truth = simulate(config, compare_truth, progress=not quiet)
+                write_results(out_dir, output, truth, explicit=out is not None, overwrite=overwrite)
         except BaseException:
-            if out is None:  # the new default folder, still empty: do not leave it behind
-                with contextlib.suppress(OSError):
-                    out_dir.rmdir()
+            if fresh:
+                remove_if_empty(out_dir)
             raise
     except USER_ERRORS as exc:
         raise click.ClickException(str(exc)) from None

@@ -59,7 +59,7 @@ def sweep_cmd(policies, predictors, errors, workloads, traces, seeds, load_scale
     configs, so truth and the predictors see the same jobs.
     Exit status 1 when a point of this grid failed.
     """
-    from predictor.outputs import OutputError
+    from predictor.outputs import OutputError, locked_folder
     from simulator.sweep import run_sweep
     from simulator.sweep_grid import SweepSpecError, plan
     from simulator.sweep_points import config_key
@@ -71,14 +71,15 @@ def sweep_cmd(policies, predictors, errors, workloads, traces, seeds, load_scale
                        deadline_fraction=deadline_fraction, reference_gpu=reference_gpu, observe_after=observe_after)
     except SweepSpecError as exc:
         raise click.UsageError(str(exc)) from None
-    if ray_address and importlib.util.find_spec("ray") is None:
-        raise click.ClickException("--ray needs the ray package: pip install 'ets-sim[distributed]'")
+    if ray_address:
+        check_ray_address(ray_address)
     try:
-        table = run_sweep(configs, out, workers=workers, ray_address=ray_address,
-                          progress=not quiet, log=lambda m: click.echo(m, err=True))
+        with locked_folder(out):  # a second sweep into OUT is refused at once, not run twice
+            table = run_sweep(configs, out, workers=workers, ray_address=ray_address,
+                              progress=not quiet, log=lambda m: click.echo(m, err=True))
     except ConnectionError as exc:
         raise click.ClickException(f"--ray {ray_address}: {exc}") from None
-    except OutputError as exc:  # OUT unusable (checked before any point runs) or broken mid-sweep
+    except OutputError as exc:  # OUT unusable or in use (checked before any point runs), or broken mid-sweep
         raise click.ClickException(str(exc)) from None
     current = table[table["key"].isin({config_key(c) for c in configs})]
     click.echo(format_table(summary_table(current)))
@@ -92,11 +93,33 @@ def sweep_cmd(policies, predictors, errors, workloads, traces, seeds, load_scale
         click.get_current_context().exit(1)
 
 
+def check_ray_address(address: str, timeout_s: float = 5.0) -> None:
+    """Refuse a --ray value that Ray cannot use before any work: ray missing, a malformed address
+    (Ray raises a bare ValueError) or a HOST:PORT nobody answers on (Ray would retry for minutes)."""
+    import re
+    import socket
+
+    if importlib.util.find_spec("ray") is None:
+        raise click.ClickException("--ray needs the ray package: pip install 'ets-sim[distributed]'")
+    if address in ("auto", "local"):
+        return
+    match = re.fullmatch(r"(?:ray://)?(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):(\d{1,5})", address)
+    if match is None or not 0 < int(match.group(2)) < 65536:
+        raise click.BadParameter(f"{address!r}: expected auto, local, HOST:PORT or ray://HOST:PORT", param_hint="--ray")
+    host, port = match.group(1).strip("[]"), int(match.group(2))
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as exc:
+        raise click.ClickException(f"--ray {address}: no Ray cluster answers there ({exc.strerror or exc}); "
+                                   "start one (`ray start --head`) or use --ray local") from None
+
+
 @click.command("plot", context_settings={"max_content_width": 100})
 @click.argument("path", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               help="Output directory [default: PATH/plots].")
-def plot_cmd(path, out) -> None:
+@click.option("--overwrite", is_flag=True, help="Let the output directory hold earlier figures (replaced).")
+def plot_cmd(path, out, overwrite) -> None:
     """Figures (PNG + PDF) of a sweep directory, or JCT CDF + utilisation of a single run directory.
 
     Sweep: mean JCT and total tardiness / truth per predictor and policy (bars: the pooled ratio
@@ -108,6 +131,7 @@ def plot_cmd(path, out) -> None:
     from simulator.plots import PlotInputError, plot
 
     try:
+        check_figures_folder(out or path / "plots", overwrite)
         files = plot(path, out, log=lambda m: click.echo(m, err=True))
     except (PlotInputError, OutputError) as exc:
         raise click.ClickException(str(exc)) from None
@@ -115,19 +139,41 @@ def plot_cmd(path, out) -> None:
         click.echo(f)
 
 
+FIGURE_SUFFIXES = (".png", ".pdf")
+
+
+def check_figures_folder(folder: Path, overwrite: bool) -> None:
+    """Earlier figures are replaced only with --overwrite, and a folder holding anything but
+    figures never (a mistyped --out must not lose files)."""
+    from predictor.outputs import OutputError
+
+    if folder.exists() and not folder.is_dir():
+        raise OutputError(f"--out {folder} is a file, not a folder")
+    entries = sorted(folder.iterdir()) if folder.is_dir() else []
+    foreign = [e.name for e in entries if (e.suffix not in FIGURE_SUFFIXES or not e.is_file())
+               and not (e.name.startswith(".") and ".tmp-" in e.name)]  # an interrupted write's leftover
+    if foreign:
+        raise OutputError(f"--out {folder} holds files that are not figures (e.g. {foreign[0]!r}); choose another folder")
+    if entries and not overwrite:
+        raise OutputError(f"--out {folder} already holds figures (e.g. {entries[0].name}); pass --overwrite to "
+                          "replace them, or choose another folder")
+
+
 @click.command("timeline", context_settings={"max_content_width": 100})
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
               help="Output JSON [default: RUN_DIR/timeline.json].")
-def timeline_cmd(run_dir, out) -> None:
+@click.option("--overwrite", is_flag=True, help="Let the output file replace an existing one.")
+def timeline_cmd(run_dir, out, overwrite) -> None:
     """The schedule of one run as Chrome-trace JSON (open in ui.perfetto.dev or chrome://tracing).
 
     One track per GPU (grouped by node), one slice per job per GPU, and a waiting-jobs counter.
     """
-    from predictor.outputs import OutputError
+    from predictor.outputs import OutputError, claim_file
     from simulator.timeline import TimelineInputError, write_timeline
 
     try:
+        claim_file(out or run_dir / "timeline.json", overwrite)
         path = write_timeline(run_dir, out)
     except (TimelineInputError, OutputError) as exc:
         raise click.ClickException(str(exc)) from None

@@ -7,14 +7,15 @@ or a user's own YAML/JSON description.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from predictor.cli_errors import one_line
 from predictor.gpus import UnknownGpuTypeError, canonical_gpu_type
+from predictor.inputs import LIMITS, InputError, json_depth, limit, load_json, names, read_bytes, short
 
 
 class ClusterError(ValueError):
@@ -23,7 +24,9 @@ class ClusterError(ValueError):
 
 # The engine keeps state per GPU (and builds the node list one node at a time), so a size past
 # this is a typo (num_gpus: 1e20) that would otherwise overflow, exhaust memory or never finish.
-MAX_GPUS = 10_000_000
+# 1,000,000 one-GPU nodes take about 0.7 GB and 12 s before the first job; 10,000,000 took 7 GB
+# and minutes (the largest real inventory here, PAI's, has 6,742 GPUs).
+MAX_GPUS = 1_000_000
 
 
 def check_size(total: int, where: str) -> None:
@@ -49,7 +52,7 @@ class Cluster:
 
     def __post_init__(self) -> None:
         if not self.nodes:
-            raise ClusterError(f"cluster {self.name!r} has no GPU nodes")
+            raise ClusterError(f"cluster {short(self.name)} has no GPU nodes")
 
     @property
     def gpu_types(self) -> list[str]:
@@ -124,10 +127,136 @@ def scaled(groups: list[tuple[str, int, int]], factor: float) -> list[tuple[str,
 
 
 def from_table(rows, name: str) -> Cluster:
-    """Build a cluster from a node table (columns node, gpu_type, num_gpus), e.g. a machine list."""
+    """Build a cluster from a node table (columns node, gpu_type, num_gpus), e.g. a machine list;
+    its size is checked before a node is built."""
+    check_size(sum(int(n) for n in rows["num_gpus"]), f"machine list {short(name)}")
     nodes = tuple(Node(str(r.node), canonical_gpu_type(r.gpu_type), int(r.num_gpus))
                   for r in rows.itertuples(index=False) if int(r.num_gpus) > 0)
     return Cluster(name, nodes)
+
+
+# Nodes a YAML cluster document may expand to once its aliases are followed: a real file has a few
+# per node entry (a full inventory listed machine by machine: ~30,000); a 1 KB alias "billion
+# laughs" expands to ~10^9. Refused from the composed graph, before anything is built.
+MAX_YAML_NODES = 1_000_000
+
+
+def _yaml_depth_error(path: Path) -> ClusterError:
+    spec = LIMITS["json_depth"]
+    return ClusterError(f"{path}: YAML nested deeper than {limit('json_depth'):,.0f} levels (aliases followed); "
+                        f"a cluster file needs 3 (raise the limit with {spec.variable}=N)")
+
+
+def _yaml_children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
+
+
+def _check_yaml_graph(root: yaml.Node, path: Path) -> None:
+    """Refuse a composed YAML document that aliases would expand past :data:`MAX_YAML_NODES`
+    nodes or past the nesting limit, or whose aliases loop. Each shared (aliased) node is measured
+    once, so the check costs the file's size, not its expansion's."""
+    most_deep = limit("json_depth")
+    measured: dict[int, tuple[int, int]] = {}  # id(node) -> (expanded nodes, height)
+    open_nodes: set[int] = set()
+
+    def measure(node: yaml.Node, depth: int) -> tuple[int, int]:
+        if depth > most_deep:
+            raise _yaml_depth_error(path)
+        key = id(node)
+        if key in measured:
+            size, height = measured[key]
+            if depth + height - 1 > most_deep:
+                raise _yaml_depth_error(path)
+            return size, height
+        if key in open_nodes:
+            raise ClusterError(f"{path}:{node.start_mark.line + 1}: a YAML alias refers to a node that contains it "
+                               "(a recursive document cannot describe a cluster)")
+        open_nodes.add(key)
+        size, height = 1, 0
+        for child in _yaml_children(node):
+            child_size, child_height = measure(child, depth + 1)
+            size, height = size + child_size, max(height, child_height)
+            if size > MAX_YAML_NODES:
+                raise ClusterError(f"{path}: YAML aliases expand this document to more than {MAX_YAML_NODES:,} "
+                                   "nodes (an alias bomb?); a cluster file needs a few per node entry")
+        open_nodes.discard(key)
+        measured[key] = (size, height + 1)
+        return size, height + 1
+
+    measure(root, 1)
+
+
+def _yaml_document(data: bytes, path: Path) -> object:
+    """The YAML document of ``data`` (safe types only), its expansion checked before it is built.
+    Flow brackets are counted first, so a 100,000-deep ``[[[...`` never reaches the recursive
+    parser; deep block nesting stops at Python's recursion limit."""
+    if json_depth(data) > limit("json_depth"):
+        raise _yaml_depth_error(path)
+    loader = yaml.SafeLoader(data)
+    try:
+        root = loader.get_single_node()
+        if root is None:
+            return None
+        _check_yaml_graph(root, path)
+        return loader.construct_document(root)
+    except RecursionError:
+        raise _yaml_depth_error(path) from None
+    finally:
+        loader.dispose()
+
+
+def _read_document(path: Path) -> object:
+    """The parsed cluster file: JSON (nesting checked first) or YAML (:func:`_yaml_document`),
+    read only if it is a regular file within the size limit."""
+    try:
+        data = read_bytes(path, "cluster file")
+    except InputError as exc:
+        raise ClusterError(str(exc)) from None
+    except OSError as exc:
+        raise ClusterError(f"{path}: cannot read cluster file: {exc.strerror or exc}") from None
+    is_json = path.suffix == ".json"
+    try:
+        return load_json(data, path) if is_json else _yaml_document(data, path)
+    except ClusterError:
+        raise
+    except InputError as exc:
+        raise ClusterError(str(exc)) from None
+    except (ValueError, yaml.YAMLError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ClusterError(f"{path}: not valid {'JSON' if is_json else 'YAML'}: {one_line(str(exc), 300)}") from None
+
+
+def _scalar_text(value: object, where: str, key: str) -> str:
+    """A name field as text; a list or mapping (which ``str`` would expand whole) is refused."""
+    if isinstance(value, (dict, list, tuple, set)):
+        raise ClusterError(f"{where}: field {key!r} must be a string, got a {type(value).__name__}")
+    return str(value)
+
+
+def _node_entry(entry: object, i: int, path: Path) -> tuple[str, int, int, str]:
+    """One ``nodes`` entry checked: (canonical GPU type, GPUs per node, count, base name)."""
+    where = f"{path}: nodes[{i}]"
+    if not isinstance(entry, dict):
+        raise ClusterError(f"{where}: expected a mapping, got {short(entry)}")
+    unknown = set(entry) - {"gpu_type", "num_gpus", "count", "name"}
+    if unknown:
+        raise ClusterError(f"{where}: unknown field(s) [{names(sorted(unknown, key=str))}]")
+    if "gpu_type" not in entry:
+        raise ClusterError(f"{where}: field 'gpu_type' is missing")
+    try:
+        gpu_type = canonical_gpu_type(_scalar_text(entry["gpu_type"], where, "gpu_type"))
+    except UnknownGpuTypeError as exc:
+        raise ClusterError(f"{where}: field 'gpu_type': {exc}") from None
+    for key, default in (("num_gpus", None), ("count", 1)):
+        value = entry.get(key, default)
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_GPUS:
+            raise ClusterError(f"{where}: field {key!r} must be an integer >= 1 and <= {MAX_GPUS:,}, "
+                               f"got {short(value)}")
+    base = _scalar_text(entry.get("name", f"{gpu_type.lower()}-{i}"), where, "name")
+    return gpu_type, entry["num_gpus"], entry.get("count", 1), base
 
 
 def load_file(path: str | Path) -> Cluster:
@@ -139,44 +268,25 @@ def load_file(path: str | Path) -> Cluster:
         nodes:
           - {gpu_type: V100, num_gpus: 8, count: 4}     # count: how many such nodes (default 1)
           - {gpu_type: T4,   num_gpus: 2, count: 10, name: t4-rack}
+
+    A file from a stranger is safe: only a regular file within the size limit is read, its nesting
+    and (YAML) alias expansion are bounded before it is built, and a value quoted in an error is
+    cut short.
     """
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ClusterError(f"{path}: cannot read cluster file: {exc.strerror}") from None
-    try:
-        doc = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise ClusterError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}") from None
+    doc = _read_document(path)
     if not isinstance(doc, dict) or not isinstance(doc.get("nodes"), list):
         raise ClusterError(f"{path}: expected a mapping with a 'nodes' list")
     nodes: list[Node] = []
     gpus = 0
     for i, entry in enumerate(doc["nodes"], start=1):
-        where = f"{path}: nodes[{i}]"
-        if not isinstance(entry, dict):
-            raise ClusterError(f"{where}: expected a mapping, got {entry!r}")
-        unknown = set(entry) - {"gpu_type", "num_gpus", "count", "name"}
-        if unknown:
-            raise ClusterError(f"{where}: unknown field(s) {sorted(unknown)}")
-        try:
-            gpu_type = canonical_gpu_type(entry["gpu_type"])
-        except KeyError:
-            raise ClusterError(f"{where}: field 'gpu_type' is missing") from None
-        except UnknownGpuTypeError as exc:
-            raise ClusterError(f"{where}: field 'gpu_type': {exc}") from None
-        for key, default in (("num_gpus", None), ("count", 1)):
-            value = entry.get(key, default)
-            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_GPUS:
-                raise ClusterError(f"{where}: field {key!r} must be an integer >= 1 and <= {MAX_GPUS:,}, "
-                                   f"got {value!r}")
-        gpus += entry["num_gpus"] * entry.get("count", 1)
-        check_size(gpus, where)  # before the nodes are built one by one
-        base = entry.get("name", f"{gpu_type.lower()}-{i}")
-        for k in range(entry.get("count", 1)):
-            nodes.append(Node(f"{base}-{k}" if entry.get("count", 1) > 1 else str(base), gpu_type, entry["num_gpus"]))
-    return Cluster(str(doc.get("name", path.stem)), tuple(nodes))
+        gpu_type, per_node, count, base = _node_entry(entry, i, path)
+        gpus += per_node * count
+        check_size(gpus, f"{path}: nodes[{i}]")  # before the nodes are built one by one
+        for k in range(count):
+            nodes.append(Node(f"{base}-{k}" if count > 1 else base, gpu_type, per_node))
+    name = _scalar_text(doc.get("name", path.stem), str(path), "name")
+    return Cluster(name, tuple(nodes))
 
 
 def resolve(spec: str) -> Cluster:
@@ -190,7 +300,7 @@ def resolve(spec: str) -> Cluster:
         try:
             factor = float(arg) if arg else 1.0
         except ValueError:
-            raise ClusterError(f"cluster scale in {spec!r} is not a number") from None
+            raise ClusterError(f"cluster scale in {short(spec)} is not a number") from None
         return homogeneous_groups(scaled(PRESETS[kind], factor) if arg else PRESETS[kind],
                                   spec if arg else kind)
     if kind in ("pai-spec", "philly-machines"):
@@ -201,7 +311,7 @@ def resolve(spec: str) -> Cluster:
     if Path(spec).suffix in (".yaml", ".yml", ".json"):
         return load_file(spec)
     raise ClusterError(
-        f"unknown cluster {spec!r}: use a preset ({', '.join(PRESETS)}; optionally PRESET:SCALE), "
+        f"unknown cluster {short(spec)}: use a preset ({', '.join(PRESETS)}; optionally PRESET:SCALE), "
         "pai-spec:PATH, philly-machines:PATH, or a .yaml/.json file"
     )
 

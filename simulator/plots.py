@@ -11,7 +11,6 @@ the CDF and utilisation figures draw every run. Each figure says its aggregation
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable
@@ -19,8 +18,9 @@ from typing import TYPE_CHECKING, Callable, Iterable
 import numpy as np
 import pandas as pd
 
+from predictor.inputs import short
 from predictor.outputs import atomic_file, check_writable
-from simulator.sweep_points import load_results
+from simulator.sweep_points import load_results, read_json, read_table
 from simulator.sweep_tables import normalise_to_truth, pooled_ratio, source_label
 
 if TYPE_CHECKING:
@@ -30,7 +30,8 @@ if TYPE_CHECKING:
 
 
 class PlotInputError(ValueError):
-    """A directory that is neither a sweep (points/) nor a run (jobs.parquet)."""
+    """A directory that is neither a sweep (points/) nor a run (jobs.parquet), or a run file that is
+    unreadable (truncated, not ours) or holds a bad value; the message names the file."""
 
 
 # Config fields besides the workload and the load that split panels when they take more than one
@@ -281,26 +282,36 @@ def _cdf(ax: Axes, jct: np.ndarray, label: str, **style) -> Line2D:
 
 
 Draw = Callable[["Axes", Path, str, dict], "Line2D"]
+Log = Callable[[str], None]
 
 
 def _run_figure(results: pd.DataFrame, sweep: Path, draw: Draw, xlabel: str, ylabel: str,
-                what: str) -> Figure | None:
+                what: str, log: Log | None = None) -> Figure | None:
     """A panel per :func:`run_panels` entry, a line per run (``draw(ax, run_dir, label, style)``,
     gid = the point's key) coloured by predictor, one legend entry per predictor; None when the
-    sweep has no ok run. Runs whose jobs.parquet is missing are left out."""
+    sweep has no ok run. Runs whose jobs.parquet is missing are left out; a run whose files are
+    unreadable too, with one warning line through ``log`` (without ``log`` it raises
+    :class:`PlotInputError`)."""
     panels = run_panels(results)
     if not panels:
         return None
     fig, axes = _grid(len(panels))
     colours = _colours(p for _, g in panels for p in g["predictor"])
     show_load = len({k["load_scale"] for k, _ in panels}) > 1
+    unreadable: list[str] = []
     for ax, (key, g) in zip(axes, panels):
         for pred, runs in g.groupby("predictor", sort=True):
             label = f"{pred} ({len(runs)} seed{'s' if len(runs) > 1 else ''})"
             for _, row in runs.iterrows():
                 run = sweep / "runs" / row["key"]
-                if (run / "jobs.parquet").exists():
-                    line = draw(ax, run, label, dict(color=colours[pred], lw=0.9))
+                if (run / "jobs.parquet").exists() or (run / "jobs.parquet").is_symlink():
+                    try:
+                        line = draw(ax, run, label, dict(color=colours[pred], lw=0.9))
+                    except PlotInputError as exc:
+                        if log is None:
+                            raise
+                        unreadable.append(str(exc))
+                        continue
                     line.set_gid(row["key"])
                     label = "_nolegend_"  # one entry per predictor
         ax.set_xlabel(xlabel)
@@ -309,63 +320,104 @@ def _run_figure(results: pd.DataFrame, sweep: Path, draw: Draw, xlabel: str, yla
         if ax.get_lines():
             ax.legend(fontsize=7)
     fig.suptitle(f"{what}. {RUN_AGGREGATION}", fontsize=9)
+    if unreadable and log is not None:
+        log(f"warning: {len(unreadable):,} run(s) left out of the {what} figure, their files unreadable; "
+            f"e.g. {unreadable[0]}")
     return fig
 
 
-def cdf_figure(results: pd.DataFrame, sweep: Path) -> Figure | None:
+def cdf_figure(results: pd.DataFrame, sweep: Path, log: Log | None = None) -> Figure | None:
     """The JCT CDFs of every run of the sweep (see :func:`run_panels`)."""
     def draw(ax: Axes, run: Path, label: str, style: dict) -> Line2D:
         ax.set_xscale("log")
-        jct = _completed(pd.read_parquet(run / "jobs.parquet", columns=["status", "jct"]))["jct"].to_numpy()
+        jct = _completed(run_records(run / "jobs.parquet", ("jct",)))["jct"].to_numpy()
         return _cdf(ax, jct, label, **style)
 
-    return _run_figure(results, sweep, draw, "JCT (s)", "fraction of jobs", "JCT CDF of the completed jobs")
+    return _run_figure(results, sweep, draw, "JCT (s)", "fraction of jobs", "JCT CDF of the completed jobs", log)
 
 
-def utilisation_figure(results: pd.DataFrame, sweep: Path) -> Figure | None:
+def utilisation_figure(results: pd.DataFrame, sweep: Path, log: Log | None = None) -> Figure | None:
     """Busy GPUs / total over time of every run of the sweep (see :func:`run_panels`)."""
     def draw(ax: Axes, run: Path, label: str, style: dict) -> Line2D:
-        t, u = utilisation_series(pd.read_parquet(run / "jobs.parquet"), _total_gpus(run))
+        t, u = utilisation_series(run_records(run / "jobs.parquet", ("start", "end", "num_gpus")), _total_gpus(run))
         ax.set_ylim(0, 1.05)
         (line,) = ax.step(t / 3600, u, where="post", label=label, **style)
         return line
 
-    return _run_figure(results, sweep, draw, "time (h)", "busy GPUs / total", "cluster utilisation")
+    return _run_figure(results, sweep, draw, "time (h)", "busy GPUs / total", "cluster utilisation", log)
 
 
-def plot_sweep_cdfs(results: pd.DataFrame, sweep: Path, out: Path) -> list[Path]:
-    fig = cdf_figure(results, sweep)
+def plot_sweep_cdfs(results: pd.DataFrame, sweep: Path, out: Path, log: Log | None = None) -> list[Path]:
+    fig = cdf_figure(results, sweep, log)
     return [] if fig is None else _save(fig, out, "jct_cdf")
 
 
-def plot_sweep_utilisation(results: pd.DataFrame, sweep: Path, out: Path) -> list[Path]:
-    fig = utilisation_figure(results, sweep)
+def plot_sweep_utilisation(results: pd.DataFrame, sweep: Path, out: Path, log: Log | None = None) -> list[Path]:
+    fig = utilisation_figure(results, sweep, log)
     return [] if fig is None else _save(fig, out, "utilisation")
 
 
-def _total_gpus(run: Path) -> int:
-    manifest = run / "manifest.json"
-    if manifest.exists():
-        info = json.loads(manifest.read_text())
-        if "cluster" in info and "gpus" in info["cluster"]:
-            return int(info["cluster"]["gpus"])
-        cluster = info.get("config", {}).get("cluster")
-        if cluster:
-            from simulator.cluster import resolve
+def run_records(path: Path, numeric: tuple[str, ...]) -> pd.DataFrame:
+    """A run's jobs.parquet with the ``numeric`` columns (and ``status`` when there) checked, or
+    PlotInputError naming the file (truncated, not Parquet, a missing or non-numeric column)."""
+    jobs = read_table(path, PlotInputError)
+    missing = [c for c in numeric if c not in jobs]
+    if missing:
+        raise PlotInputError(f"{path}: jobs table lacks column(s) {missing}")
+    for col in numeric:
+        values = pd.to_numeric(jobs[col], errors="coerce").astype(float)
+        bad = (values.isna() & jobs[col].notna()) | np.isinf(values)
+        if bad.any():
+            i = int(np.argmax(bad.to_numpy()))
+            shown = f"{values.iloc[i]:g}" if pd.notna(values.iloc[i]) else short(jobs[col].iloc[i])
+            raise PlotInputError(f"{path}: row {i + 1} field {col!r}: {shown} is not a finite number")
+        jobs[col] = values.astype(float)
+    return jobs
 
-            return resolve(cluster).total_gpus
+
+def _manifest(run: Path) -> dict | None:
+    """The run's manifest.json (None when there is none); PlotInputError when it is unreadable."""
+    path = run / "manifest.json"
+    if not path.exists() and not path.is_symlink():
+        return None
+    return read_json(path, PlotInputError)
+
+
+def _total_gpus(run: Path) -> int:
+    info = _manifest(run)
+    if info is not None:
+        cluster = info.get("cluster")
+        if isinstance(cluster, dict) and "gpus" in cluster:
+            gpus = cluster["gpus"]
+            if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+                raise PlotInputError(f"{run / 'manifest.json'}: field 'cluster.gpus': {short(gpus)} is not a GPU count")
+            return gpus
+        config = info.get("config")
+        spec = config.get("cluster") if isinstance(config, dict) else None
+        if isinstance(spec, str) and spec:
+            from simulator.cluster import ClusterError, resolve
+
+            try:
+                return resolve(spec).total_gpus
+            except (ClusterError, ValueError, OSError) as exc:
+                raise PlotInputError(f"{run / 'manifest.json'}: its cluster {short(spec)} cannot be read: {exc}") from None
     raise PlotInputError(f"{run}: manifest.json with the cluster size is missing")
+
+
+def _as_text(value: object, width: int = 60) -> str:
+    """A manifest value for a figure's title: a short string as is, anything else cut short."""
+    return value if isinstance(value, str) and len(value) <= width else short(value, width)
 
 
 def plot_run(run: Path, out: Path) -> list[Path]:
     """JCT CDF and utilisation of one run directory."""
     plt = _pyplot()
-    jobs = pd.read_parquet(run / "jobs.parquet")
+    jobs = run_records(run / "jobs.parquet", ("jct", "start", "end", "num_gpus"))
     label = run.name
-    manifest = run / "manifest.json"
-    if manifest.exists():
-        cfg = json.loads(manifest.read_text()).get("config", {})
-        label = f"{cfg.get('policy')} | {cfg.get('predictor')}"
+    info = _manifest(run)
+    if info is not None:
+        cfg = info.get("config", {}) if isinstance(info.get("config"), dict) else {}
+        label = f"{_as_text(cfg.get('policy'))} | {_as_text(cfg.get('predictor'))}"
     fig, ax = plt.subplots(figsize=(5, 3.4))
     _cdf(ax, _completed(jobs)["jct"].to_numpy(), label)
     ax.set_xscale("log")
@@ -394,7 +446,7 @@ def plot(path: str | Path, out: str | Path | None = None, *,
     path = Path(path)
     out = Path(out) if out is not None else path / "plots"
     if (path / "points").is_dir():
-        results = load_results(path)
+        results = load_results(path, warn=log)
         if not (results["status"] == "ok").any():
             raise PlotInputError(f"{path}: the sweep has no finished point to plot")
         check_writable(out)
@@ -411,10 +463,10 @@ def plot(path: str | Path, out: str | Path | None = None, *,
             log("skipped JCT-vs-error curves: " + ("no noisy:X point with a matching truth run"
                                                   if has_truth else "the sweep has no truth point"))
         written += files
-        written += plot_sweep_cdfs(results, path, out)
-        written += plot_sweep_utilisation(results, path, out)
+        written += plot_sweep_cdfs(results, path, out, log)
+        written += plot_sweep_utilisation(results, path, out, log)
         return written
-    if (path / "jobs.parquet").is_file():
+    if (path / "jobs.parquet").exists() or (path / "jobs.parquet").is_symlink():
         log(f"{path} is a single run: JCT CDF and utilisation only")
         check_writable(out)
         return plot_run(path, out)

@@ -21,6 +21,7 @@ import pandas as pd
 
 from policies.registry import make_policy
 from predictor.gpus import SPEEDS, canonical_gpu_type
+from predictor.inputs import InputError, short
 from predictor.outputs import atomic_file
 from simulator.cluster import Cluster, resolve
 from simulator.engine import Simulation
@@ -66,8 +67,143 @@ class RunConfig:
         return self.bind or needs_binding(self.predictor, self.observe_after)
 
 
+# The largest seed, limit or iteration count a run takes: sweeps store them in 64-bit integer
+# columns, and numpy seeds only non-negative integers.
+INT64_MAX = 2**63 - 1
+# The latest simulated submit time --load-scale may stretch a trace to (about 31,700 years): the
+# clock is a float of seconds, which keeps sub-millisecond steps up to here; past it (and at a
+# --load-scale of 1e-308, infinity) arrival times stop meaning anything.
+HORIZON_S = 1e12
+
+
+def check_seed(seed: object, option: str = "--seed") -> int:
+    """A seed as an int, or WorkloadSpecError: a negative one would fail deep in numpy with a
+    message naming another option, and one past int64 cannot be stored with a sweep's points."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed <= INT64_MAX:
+        raise WorkloadSpecError(f"{option} {short(seed)}: a seed must be an integer from 0 to {INT64_MAX:,}")
+    return int(seed)
+
+
+def check_limit(limit: object, option: str = "--limit") -> int | None:
+    """--limit as an int (None: no limit), or WorkloadSpecError."""
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, (int, np.integer)):
+        raise WorkloadSpecError(f"{option} {short(limit)}: expected a whole number of jobs")
+    if limit < 1:
+        raise WorkloadSpecError(f"{option} must be >= 1, got {limit}")
+    if limit > INT64_MAX:
+        raise WorkloadSpecError(f"{option} {short(limit)}: at most {INT64_MAX:,} jobs")
+    return int(limit)
+
+
+def check_deadline_fraction(fraction: object, option: str = "--deadline-fraction") -> float:
+    """The share of jobs given a deadline, a number in [0, 1] (not NaN, which click lets through)."""
+    try:
+        value = float(fraction)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        value = math.nan
+    if not 0.0 <= value <= 1.0:
+        raise WorkloadSpecError(f"{option} {short(fraction)}: must be a number from 0 to 1")
+    return value
+
+
+def check_load_scale(scale: object, option: str = "--load-scale") -> float:
+    """A finite load scale > 0 (the trace-dependent lower bound is :func:`load_scale_floor`)."""
+    try:
+        value = float(scale)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        value = math.nan
+    if not value > 0:
+        raise WorkloadSpecError(f"load scale must be > 0, got {short(scale)}")
+    if not math.isfinite(value):
+        raise WorkloadSpecError(f"{option} {short(scale)}: must be a finite number > 0")
+    return value
+
+
+def check_observe_after(k: object, option: str = "--observe-after") -> int:
+    """An iteration count K >= 1 that fits the int64 columns of a sweep's points."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise WorkloadSpecError(f"{option} must be >= 1 iteration, got {short(k)}")
+    if k > INT64_MAX:
+        raise WorkloadSpecError(f"{option} {short(k)}: at most {INT64_MAX:,} iterations")
+    return int(k)
+
+
+def check_options(config: RunConfig) -> None:
+    """Refuse option values outside the range where a run is defined, before any work."""
+    check_seed(config.seed)
+    check_limit(config.limit)
+    check_deadline_fraction(config.deadline_fraction)
+    check_load_scale(config.load_scale)
+    if config.observe_after is not None:
+        check_observe_after(config.observe_after)
+
+
+def _horizon(jobs: pd.DataFrame) -> float:
+    """The latest submit time or deadline a scaled trace may reach: :data:`HORIZON_S`, or the
+    trace's own latest one when that is later (so a scale >= 1, which never stretches, is fine)."""
+    latest = np.fmax(jobs["deadline_s"].to_numpy(float), jobs["submit_s"].to_numpy(float)).max()
+    return max(HORIZON_S, float(latest))
+
+
+def load_scale_floor(trace: JobTrace) -> float:
+    """The smallest --load-scale that keeps every stretched submit time and deadline of ``trace``
+    finite and within :func:`_horizon`. Submit times stretch around the first one; a deadline
+    keeps its slack after its submit time (:meth:`JobTrace.scaled_load`)."""
+    jobs = trace.jobs
+    submit = jobs["submit_s"].to_numpy(float)
+    slack = np.nan_to_num(jobs["deadline_s"].to_numpy(float) - submit, nan=0.0)
+    start = float(submit.min())
+    offset = submit - start
+    moved = offset > 0
+    if not moved.any():  # one batch of arrivals: no scale stretches it
+        return 0.0
+    return float((offset[moved] / (_horizon(jobs) - start - slack[moved])).max())
+
+
+def scale_load(trace: JobTrace, scale: float) -> JobTrace:
+    """``trace`` with arrivals ``scale`` times as dense, refused (one line naming the option, the
+    value and the range for this trace) where a submit time or deadline would pass the horizon."""
+    floor = load_scale_floor(trace)
+    if scale < floor:
+        horizon = _horizon(trace.jobs)
+        raise WorkloadSpecError(
+            f"--load-scale {scale:g}: stretches this trace's arrivals past the simulated horizon of "
+            f"{horizon:.3g} s (about {readable(horizon / YEAR_S)} years); for this trace use a finite value "
+            f"of at least {_round_up(floor):.3g}")
+    return trace.scaled_load(scale)
+
+
+def _round_up(x: float, digits: int = 3) -> float:
+    """``x`` rounded up to ``digits`` significant digits (a bound quoted in a message must hold)."""
+    if x <= 0:
+        return x
+    exponent = math.floor(math.log10(x)) - digits + 1
+    return math.ceil(x / 10.0**exponent) * 10.0**exponent
+
+
+def synthetic_workload(spec: str, seed: int, limit: int | None) -> JobTrace:
+    """The synthetic workload ``KIND:N``, of which only the first ``limit`` jobs are generated."""
+    from traces.synthetic import generate
+
+    kind, _, count = spec.partition(":")
+    try:
+        n = int(count)
+    except ValueError:
+        raise WorkloadSpecError(f"--workload {short(spec)}: expected KIND:N, e.g. pai-like:1000") from None
+    try:
+        return generate(kind, n, seed=seed, first=limit)
+    except ValueError as exc:  # InputError (over the job limit) included
+        hint = "" if limit is not None or not isinstance(exc, InputError) else "; or keep the first K jobs with --limit K"
+        raise WorkloadSpecError(f"--workload {short(spec)}: {exc}{hint}") from None
+
+
 def load_workload(config: RunConfig) -> JobTrace:
-    """The job trace of a run: a real trace file, a synthetic workload, or the embedded default."""
+    """The job trace of a run: a real trace file, a synthetic workload, or the embedded default.
+    Options are checked before anything is read; --limit is applied while a synthetic workload
+    is generated (a real trace is read whole, then cut)."""
+    check_options(config)
     if config.trace and config.workload:
         raise WorkloadSpecError("give either --trace or --workload, not both")
     if config.trace:
@@ -75,32 +211,19 @@ def load_workload(config: RunConfig) -> JobTrace:
 
         trace = load_trace(config.trace)
     else:
-        from traces.synthetic import generate
-
-        kind, _, count = (config.workload or DEFAULT_WORKLOAD).partition(":")
-        try:
-            n = int(count)
-        except ValueError:
-            raise WorkloadSpecError(f"--workload {config.workload!r}: expected KIND:N, e.g. pai-like:1000") from None
-        try:
-            trace = generate(kind, n, seed=config.seed)
-        except ValueError as exc:
-            raise WorkloadSpecError(f"--workload {config.workload!r}: {exc}") from None
-    if not config.load_scale > 0:
-        raise WorkloadSpecError(f"load scale must be > 0, got {config.load_scale}")
-    if config.load_scale != 1.0:
-        trace = trace.scaled_load(config.load_scale)
+        trace = synthetic_workload(config.workload or DEFAULT_WORKLOAD, config.seed, config.limit)
     if config.limit is not None:
-        if config.limit < 1:
-            raise WorkloadSpecError(f"--limit must be >= 1, got {config.limit}")
         trace = trace.head(config.limit)
+    if config.load_scale != 1.0:
+        trace = scale_load(trace, config.load_scale)
     return assign_deadlines(trace, config.deadline_fraction, seed=config.seed)
 
 
 def bind(trace: JobTrace, gpu_types: list[str], reference: str, seed: int,
-         *, progress: bool = False) -> tuple[JobTrace, dict]:
+         *, progress: bool = False, warn: Callable[[str], None] | None = None) -> tuple[JobTrace, dict]:
     """The trace bound to catalog configs (:mod:`traces.binding`), and what the manifest records.
-    ``progress``: a bar on stderr while the true iteration times are built (minutes, once)."""
+    ``progress``: a bar on stderr while the true iteration times are built (minutes, once);
+    ``warn``: gets the line saying a cached table was rebuilt."""
     from predictor.tables import truth_table
     from traces.binding import CLASS_SHARES, assign_configs, bind_workload
     from traces.catalog import CATALOG_FILE, catalog_configs, read_catalog
@@ -109,7 +232,7 @@ def bind(trace: JobTrace, gpu_types: list[str], reference: str, seed: int,
     configs = catalog_configs(sequences)
     _, chosen = assign_configs(trace.jobs, configs, seed)  # only these configs need true times
     types = sorted(set(gpu_types) | set(trace.jobs["gpu_type"]) - {""} | {reference})
-    truth = truth_table(sequences[sequences["config_id"].isin(set(chosen))], types, progress=progress)
+    truth = truth_table(sequences[sequences["config_id"].isin(set(chosen))], types, progress=progress, warn=warn)
     bound = bind_workload(trace, configs, truth, gpu_types, reference, seed=seed)
     jobs = bound.jobs
     return bound, {"catalog": str(CATALOG_FILE), "configs": int(jobs["config_id"].nunique()),
@@ -232,7 +355,8 @@ def execute(config: RunConfig, *, trace: JobTrace | None = None, cluster: Cluste
 
     ``progress``: bars on stderr for the slow steps (table building, the replay); they do not
     change results. ``warn`` gets each sanity warning (:func:`sanity_warnings`) as soon as the
-    input is known, before the long steps; the manifest records them in any case."""
+    input is known, before the long steps, and each iteration-time table rebuilt from a cache that
+    failed its hash; the manifest records them in any case."""
     trace = trace if trace is not None else load_workload(config)
     cluster = cluster if cluster is not None else resolve(config.cluster)
     sanity = sanity_warnings(trace, cluster, config)
@@ -240,16 +364,22 @@ def execute(config: RunConfig, *, trace: JobTrace | None = None, cluster: Cluste
         for line in sanity:
             warn(line)
     policy = make_policy(config.policy)
-    predictor = make_predictor(config.predictor, seed=config.seed, progress=progress)
+    table_warnings: list[str] = []
+
+    def note(line: str) -> None:  # a cache table rebuilt: said now, and kept in the manifest
+        table_warnings.append(line)
+        (warn or (lambda m: print(f"warning: {m}", file=sys.stderr, flush=True)))(line)
+
+    predictor = make_predictor(config.predictor, seed=config.seed, progress=progress, warn=note)
     reference = canonical_gpu_type(config.reference_gpu) if config.reference_gpu else None
     if isinstance(predictor, ModelPredictor):
         predictor.check_devices(cluster.gpu_types)
     binding = None
     if config.bound:
-        if config.observe_after is not None and config.observe_after < 1:
-            raise WorkloadSpecError(f"--observe-after must be >= 1 iteration, got {config.observe_after}")
+        if config.observe_after is not None:
+            check_observe_after(config.observe_after)
         reference = reference or cluster.reference_type()
-        trace, binding = bind(trace, cluster.gpu_types, reference, config.seed, progress=progress)
+        trace, binding = bind(trace, cluster.gpu_types, reference, config.seed, progress=progress, warn=note)
     sim = Simulation(trace, cluster, policy, predictor, reference_type=reference, progress=progress,
                      observe_after=config.observe_after)
     result = sim.run()
@@ -269,7 +399,7 @@ def execute(config: RunConfig, *, trace: JobTrace | None = None, cluster: Cluste
         "binding": binding,
         "gpu_speeds": {t: {"relative_time": SPEEDS[t].relative_time, "source": SPEEDS[t].source}
                        for t in used_types},
-        "warnings": sanity,
+        "warnings": sanity + table_warnings,
         "rejected_jobs": result.records.loc[result.records["status"] == "rejected",
                                             ["job_id", "line", "reason"]].head(100).to_dict("records"),
         "versions": versions(),

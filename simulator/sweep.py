@@ -43,7 +43,7 @@ def run_sweep(configs: Sequence[RunConfig], out: str | Path, *, workers: int | N
 
     out = prepare_out(Path(out))
     configs = list(dict.fromkeys(configs))
-    done = done_keys(out)
+    done = done_keys(out, warn=log)
     todo = [c for c in configs if config_key(c) not in done]
     skipped = len(configs) - len(todo)
     if log is not None:
@@ -60,6 +60,6 @@ def run_sweep(configs: Sequence[RunConfig], out: str | Path, *, workers: int | N
                 bar.update(1)
     finally:  # stop the workers now, not when the generator is garbage-collected
         results.close()
-    table = load_results(out)
+    table = load_results(out, warn=log)
     write_parquet(out / "results.parquet", table)
     return table

@@ -8,12 +8,15 @@ that running, caching and comparing points never depend on how the grid was spel
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
 
-from simulator.run import DEFAULT_CLUSTER, DEFAULT_WORKLOAD, RunConfig, needs_binding
+from predictor.inputs import limit as input_limit, over_limit, short
+from simulator.run import (DEFAULT_CLUSTER, DEFAULT_WORKLOAD, INT64_MAX, RunConfig, WorkloadSpecError,
+                           check_deadline_fraction, check_limit, check_observe_after, check_seed, needs_binding)
 
 
 class SweepSpecError(ValueError):
@@ -42,24 +45,46 @@ def split_specs(text: str | Iterable[str] | None) -> list[str]:
     return out
 
 
-def parse_seeds(text: str | int | Sequence[int]) -> list[int]:
-    """``"3"`` (a single integer: a count) -> 0, 1, 2; ``"0,5"`` or ``"7,"`` (a comma list) -> those seeds."""
+def seed_values(text: str | int | Sequence[int], option: str = "--seeds") -> range | list[int]:
+    """The seeds of ``text`` without building a count's list: ``"3"`` -> range(3) (a count),
+    ``"0,5"`` or ``"7,"`` (a comma list) -> those seeds, each checked to be a valid seed."""
     if isinstance(text, int):
         text = str(text)
-    if not isinstance(text, str):
-        return [int(s) for s in text]
-    parts = [p.strip() for p in text.split(",")]
     try:
+        if not isinstance(text, str):
+            return [_seed(int(s), option) for s in dict.fromkeys(text)]
+        parts = [p.strip() for p in text.split(",")]
         if len(parts) == 1:
             count = int(parts[0])
             if count < 1:
-                raise SweepSpecError(f"--seeds {text!r}: a single number is a count and must be >= 1 "
+                raise SweepSpecError(f"{option} {short(text)}: a single number is a count and must be >= 1 "
                                      "(write '0,' for the one seed 0)")
-            return list(range(count))
-        return list(dict.fromkeys(int(p) for p in parts if p))
-    except ValueError:
-        raise SweepSpecError(f"--seeds {text!r}: expected a count N (seeds 0..N-1) or a comma list "
+            if count > INT64_MAX:  # len() of a longer range overflows
+                raise SweepSpecError(f"{option} {short(text)}: a count of seeds must be at most {INT64_MAX:,}")
+            return range(count)
+        return [_seed(s, option) for s in dict.fromkeys(int(p) for p in parts if p)]
+    except ValueError as exc:
+        if isinstance(exc, SweepSpecError):
+            raise
+        raise SweepSpecError(f"{option} {short(text)}: expected a count N (seeds 0..N-1) or a comma list "
                              "of integers") from None
+
+
+def _seed(value: object, option: str) -> int:
+    """One seed of a list, as :func:`simulator.run.check_seed` takes it."""
+    try:
+        return check_seed(value, option)
+    except WorkloadSpecError as exc:
+        raise SweepSpecError(str(exc)) from None
+
+
+def parse_seeds(text: str | int | Sequence[int]) -> list[int]:
+    """``"3"`` (a single integer: a count) -> 0, 1, 2; ``"0,5"`` or ``"7,"`` (a comma list) -> those
+    seeds. A count past the grid-point limit is refused before its list is built."""
+    seeds = seed_values(text)
+    if len(seeds) > input_limit("grid_points"):
+        raise SweepSpecError(str(over_limit("grid_points", f"--seeds {short(text)}", len(seeds))))
+    return list(seeds)
 
 
 def parse_floats(text: str | Sequence[float] | None, what: str, *, positive: bool = False) -> list[float]:
@@ -72,10 +97,11 @@ def parse_floats(text: str | Sequence[float] | None, what: str, *, positive: boo
             continue
         try:
             x = float(p)
-        except ValueError:
-            raise SweepSpecError(f"{what} {text!r}: {p!r} is not a number") from None
+        except (TypeError, ValueError):
+            raise SweepSpecError(f"{what} {short(text)}: {short(p)} is not a number") from None
         if not np.isfinite(x) or x < 0 or (positive and x == 0):
-            raise SweepSpecError(f"{what} {text!r}: {p!r} must be {'> 0' if positive else '>= 0'}")
+            finite = "" if np.isfinite(x) else "a finite number "
+            raise SweepSpecError(f"{what} {short(text)}: {short(p)} must be {finite}{'> 0' if positive else '>= 0'}")
         out.append(x)
     return list(dict.fromkeys(out))
 
@@ -83,6 +109,42 @@ def parse_floats(text: str | Sequence[float] | None, what: str, *, positive: boo
 def error_predictor(mre: float) -> str:
     """The predictor spec of an injected-error point: 0.05 -> ``noisy:0.05``, 0 -> ``noisy:0``."""
     return f"noisy:{mre:g}"
+
+
+def error_predictors(errors: str | Sequence[float]) -> list[str]:
+    """The noisy:X predictors of --errors, each checked by building it (cheap for noisy), so that a
+    level the noise model cannot reach fails here, once, not in every point of the grid."""
+    from simulator.timing import PredictorSpecError, make_predictor
+
+    specs = []
+    for mre in parse_floats(errors, "--errors"):
+        spec = error_predictor(mre)
+        try:
+            make_predictor(spec)
+        except PredictorSpecError as exc:
+            raise SweepSpecError(f"--errors {mre:g}: {exc}") from None
+        specs.append(spec)
+    return specs
+
+
+def check_grid_size(counts: dict[str, int]) -> None:
+    """Refuse a grid of more than the grid-point limit from the counts of its option lists
+    (option -> count), before a point is built (``--seeds 100000000`` once filled 22.7 GB)."""
+    total = math.prod(counts.values())
+    if total > input_limit("grid_points"):
+        factors = " x ".join(f"{n:,} {option}" for option, n in counts.items())
+        raise SweepSpecError(str(over_limit("grid_points", f"the grid of {factors}", total)))
+
+
+def _check_run_options(limit: int | None, deadline_fraction: float, observe_after: int | None) -> None:
+    """The grid's single-valued numeric options, checked as a single run checks them."""
+    try:
+        check_limit(limit)
+        check_deadline_fraction(deadline_fraction)
+        if observe_after is not None:
+            check_observe_after(observe_after)
+    except WorkloadSpecError as exc:
+        raise SweepSpecError(str(exc)) from None
 
 
 def _absolute_trace(spec: str) -> str:
@@ -107,18 +169,20 @@ def plan(policies: str | Sequence[str], predictors: str | Sequence[str] = (), *,
     truth included, see the same jobs.
     """
     pols = split_specs(policies)
-    preds = list(dict.fromkeys(split_specs(predictors)
-                               + [error_predictor(e) for e in parse_floats(errors, "--errors")]))
+    preds = list(dict.fromkeys(split_specs(predictors) + error_predictors(errors)))
     sources: list[tuple[str | None, str | None]] = [(None, w) for w in split_specs(workloads)]
     sources += [(_absolute_trace(t), None) for t in split_specs(traces)]
     if not sources:
         sources = [(None, DEFAULT_WORKLOAD)]
-    seed_list = parse_seeds(seeds)
+    seed_list = seed_values(seeds)
     loads = parse_floats(load_scales, "--load-scales", positive=True) or [1.0]
     if not pols:
         raise SweepSpecError("no policy given (--policies)")
     if not preds:
         raise SweepSpecError("no predictor given (--predictors and/or --errors)")
+    _check_run_options(limit, deadline_fraction, observe_after)
+    check_grid_size({"--policies": len(pols), "--predictors/--errors": len(preds),
+                     "--workloads/--traces": len(sources), "--seeds": len(seed_list), "--load-scales": len(loads)})
     bind = any(needs_binding(q, observe_after) for q in preds)
     configs = [RunConfig(policy=p, predictor=q, trace=t, workload=w, limit=None if limit is None else int(limit),
                          cluster=cluster, seed=int(s), deadline_fraction=float(deadline_fraction),

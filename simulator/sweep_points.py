@@ -32,11 +32,12 @@ import time
 import traceback
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
 
+from predictor.inputs import InputError, load_json, names, regular_file, short
 from predictor.outputs import OutputError, atomic_dir, check_writable, write_parquet
 from simulator.run import RunConfig, RunOutput, execute
 from simulator.timing import MODEL_PREDICTORS
@@ -180,27 +181,103 @@ def prepare_out(out: Path) -> Path:
     return out
 
 
-def done_keys(out: Path) -> set[str]:
-    """Keys of the points already finished successfully in OUT."""
-    done = set()
-    for path in (out / "points").glob("*.parquet"):
-        if path.name.startswith("."):
-            continue
+# A run folder's JSON files (manifest, summary) are a few KB; past this one is not ours.
+MAX_RUN_JSON_BYTES = 64 * 2**20
+POINT_COLUMNS = (*CONFIG_FIELDS, "key", "status")
+
+
+def _reason(exc: BaseException) -> str:
+    """A reader's error as a short clause for a one-line message (pyarrow's may span lines)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 160 else text[:159] + "…"
+
+
+def read_table(path: Path, error: type[Exception] = ValueError, columns: list[str] | None = None) -> pd.DataFrame:
+    """A Parquet table written by a run or a sweep, or ``error`` naming the file: not a regular file
+    (a FIFO, a device), over the size limit, truncated, not Parquet, or missing ``columns``."""
+    try:
+        regular_file(path, "Parquet table")
+        return pd.read_parquet(path, columns=columns)
+    except InputError as exc:
+        raise error(str(exc)) from None
+    except Exception as exc:  # pyarrow's ArrowInvalid, OSError, a missing column: all mean "not ours"
+        raise error(f"{path}: not a readable Parquet table ({_reason(exc)}); it is truncated or not a "
+                    "simrun output") from None
+
+
+def read_json(path: Path, error: type[Exception] = ValueError) -> dict:
+    """A run's JSON object (manifest.json, summary.json), or ``error`` naming the file: not a
+    regular file, larger than :data:`MAX_RUN_JSON_BYTES`, nested too deep, truncated, or not an object."""
+    try:
+        if regular_file(path, "JSON file").stat().st_size > MAX_RUN_JSON_BYTES:
+            raise error(f"{path}: {path.stat().st_size:,} bytes, larger than any simrun JSON file "
+                        f"({MAX_RUN_JSON_BYTES:,} bytes at most)")
+        doc = load_json(path.read_bytes(), path)
+    except InputError as exc:
+        raise error(str(exc)) from None
+    except (OSError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        if isinstance(exc, error):
+            raise
+        raise error(f"{path}: not valid JSON ({_reason(exc)}); it is truncated or not a simrun output") from None
+    if not isinstance(doc, dict):
+        raise error(f"{path}: expected a JSON object, got a {type(doc).__name__}")
+    return doc
+
+
+def read_point(path: Path) -> pd.DataFrame:
+    """One point row (OUT/points/<key>.parquet), checked to be a point of a sweep: one row, the
+    config fields, its own key, a known status. ValueError (one line naming the file) otherwise."""
+    row = read_table(path)
+    missing = [c for c in POINT_COLUMNS if c not in row]
+    if missing:
+        raise ValueError(f"{path}: not a sweep point (no column(s) {names(missing)})")
+    if len(row) != 1:
+        raise ValueError(f"{path}: not a sweep point ({len(row):,} rows, expected 1)")
+    if str(row["key"].iloc[0]) != path.stem:
+        raise ValueError(f"{path}: not a sweep point (it holds key {short(row['key'].iloc[0])})")
+    if row["status"].iloc[0] not in ("ok", "error"):
+        raise ValueError(f"{path}: not a sweep point (status {short(row['status'].iloc[0])})")
+    return row
+
+
+def _point_files(out: Path) -> list[Path]:
+    return sorted(p for p in (Path(out) / "points").glob("*.parquet") if not p.name.startswith("."))
+
+
+def _warn_unreadable(bad: list[str], what: str, warn: Callable[[str], None] | None) -> None:
+    """One warning line for all the point files that could not be read."""
+    if bad and warn is not None:
+        warn(f"warning: {len(bad):,} point file(s) unreadable or not sweep points, {what}; e.g. {bad[0]}")
+
+
+def done_keys(out: Path, warn: Callable[[str], None] | None = None) -> set[str]:
+    """Keys of the points already finished successfully in OUT. A truncated or foreign point file
+    is a point to run again (one warning line through ``warn`` for all of them)."""
+    done, bad = set(), []
+    for path in _point_files(out):
         try:
-            status = pd.read_parquet(path, columns=["status"])["status"]
-        except Exception:  # unreadable: recompute
+            row = read_point(path)
+        except ValueError as exc:
+            bad.append(str(exc))
             continue
-        if len(status) and status.iloc[0] == "ok":
+        if row["status"].iloc[0] == "ok":
             done.add(path.stem)
+    _warn_unreadable(bad, "so their points run again", warn)
     return done
 
 
-def load_results(out: str | Path) -> pd.DataFrame:
-    """All point rows in OUT/points (finished or failed), sorted by key."""
-    paths = sorted(p for p in (Path(out) / "points").glob("*.parquet") if not p.name.startswith("."))
-    if not paths:
+def load_results(out: str | Path, warn: Callable[[str], None] | None = None) -> pd.DataFrame:
+    """All point rows in OUT/points (finished or failed), sorted by key. Unreadable or foreign
+    point files are left out, with one warning line through ``warn``."""
+    frames, bad = [], []
+    for path in _point_files(Path(out)):
+        try:
+            frames.append(read_point(path).dropna(axis=1, how="all"))
+        except ValueError as exc:
+            bad.append(str(exc))
+    _warn_unreadable(bad, "left out (rerun the sweep to redo a point of its grid)", warn)
+    if not frames:
         return pd.DataFrame(columns=CONFIG_FIELDS + ["key", "status", "error"])
-    frames = [pd.read_parquet(p).dropna(axis=1, how="all") for p in paths]
     table = pd.concat(frames, ignore_index=True, sort=False)
     for col in CONFIG_FIELDS + ["key", "status", "error"]:
         if col not in table:

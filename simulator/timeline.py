@@ -14,16 +14,20 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
+from predictor.inputs import short
 from predictor.outputs import check_writable, write_text
 from simulator.cluster import Cluster
+from simulator.sweep_points import read_json, read_table
 
 US = 1e6
 
 
 class TimelineInputError(ValueError):
-    """A directory without jobs.parquet, or a jobs table missing a needed column."""
+    """A directory without jobs.parquet, or a run file that is unreadable (truncated, not ours) or
+    holds a bad value; the message names the file."""
 
 
 REQUIRED = ("job_id", "submit", "start", "end", "gpu_type", "num_gpus", "gpu_ids")
@@ -42,9 +46,13 @@ def _us(seconds: float) -> float:
 
 
 def _gpu_ids(text) -> list[int]:
-    if text is None or (isinstance(text, float) and math.isnan(text)):
+    """The GPU ids of a records row ("3,4"); TimelineInputError for anything else."""
+    if text is None or text is pd.NA or (isinstance(text, float) and math.isnan(text)):
         return []
-    return [int(g) for g in str(text).split(",") if g.strip()]
+    try:
+        return [int(g) for g in str(text).split(",") if g.strip()]
+    except ValueError:
+        raise TimelineInputError(f"field 'gpu_ids': {short(text)} is not a comma list of GPU ids") from None
 
 
 def chrome_trace(jobs: pd.DataFrame, cluster: Cluster | None = None, *, queue_counter: bool = True) -> dict:
@@ -123,11 +131,13 @@ def chrome_trace(jobs: pd.DataFrame, cluster: Cluster | None = None, *, queue_co
 
 
 def _cluster_of(run: Path) -> Cluster | None:
+    """The run's cluster from its manifest (None without one: a process per GPU type then)."""
     manifest = run / "manifest.json"
-    if not manifest.exists():
+    if not manifest.exists() and not manifest.is_symlink():
         return None
-    spec = json.loads(manifest.read_text()).get("config", {}).get("cluster")
-    if not spec:
+    config = read_json(manifest, TimelineInputError).get("config", {})
+    spec = config.get("cluster") if isinstance(config, dict) else None
+    if not spec or not isinstance(spec, str):
         return None
     from simulator.cluster import resolve
 
@@ -137,9 +147,39 @@ def _cluster_of(run: Path) -> Cluster | None:
         return None
 
 
+# Largest |time| in seconds a timeline can show: its events are in µs, and JSON has no infinity.
+MAX_TIME_S = 1e300
+
+
+def checked_records(jobs: pd.DataFrame, source: str | Path) -> pd.DataFrame:
+    """The records table with its needed columns present and its times finite numbers (a blank
+    start/end stays NaN: a job that never ran); TimelineInputError naming the file, row and field."""
+    missing = [c for c in REQUIRED if c not in jobs]
+    if missing:
+        raise TimelineInputError(f"{source}: jobs table lacks column(s) {missing}")
+    jobs = jobs.copy()
+    for col in ("submit", "start", "end", "num_gpus"):
+        values = pd.to_numeric(jobs[col], errors="coerce").astype(float)
+        bad = (values.isna() & jobs[col].notna()) | ~(values.abs() <= MAX_TIME_S) & values.notna()
+        if col in ("submit", "num_gpus"):
+            bad |= values.isna()
+        if bad.any():
+            i = int(np.argmax(bad.to_numpy()))
+            shown = f"{values.iloc[i]:g}" if pd.notna(values.iloc[i]) else short(jobs[col].iloc[i])
+            raise TimelineInputError(f"{source}: row {i + 1} (job {short(jobs['job_id'].iloc[i])}) field {col!r}: "
+                                     f"{shown} is not a finite number of at most {MAX_TIME_S:g}")
+        jobs[col] = values
+    for i, ids in enumerate(jobs["gpu_ids"]):
+        try:
+            _gpu_ids(ids)
+        except TimelineInputError as exc:
+            raise TimelineInputError(f"{source}: row {i + 1} (job {short(jobs['job_id'].iloc[i])}) {exc}") from None
+    return jobs
+
+
 def _jobs_file(run: Path) -> Path:
     path = run / "jobs.parquet"
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         raise TimelineInputError(f"{run}: no jobs.parquet here (expected a `simrun --out` directory or "
                                  "a sweep's runs/<key>)")
     return path
@@ -148,7 +188,8 @@ def _jobs_file(run: Path) -> Path:
 def run_timeline(run_dir: str | Path) -> dict:
     """The Chrome trace of a run directory (``simrun --out`` or a sweep's runs/<key>)."""
     run = Path(run_dir)
-    return chrome_trace(pd.read_parquet(_jobs_file(run)), _cluster_of(run))
+    path = _jobs_file(run)
+    return chrome_trace(checked_records(read_table(path, TimelineInputError), path), _cluster_of(run))
 
 
 def write_timeline(run_dir: str | Path, out: str | Path | None = None) -> Path:

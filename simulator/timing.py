@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -146,9 +147,10 @@ class ModelPredictor(RuntimePredictor):
     """A pretrained predictor (ETS or a baseline) through its iteration-time table over the bound
     workload's configs and the cluster's GPU types (built on first use, cached on disk)."""
 
-    def __init__(self, method: str, *, progress: bool = False):
+    def __init__(self, method: str, *, progress: bool = False, warn: Callable[[str], None] | None = None):
         self.name = self.method = method
         self.progress = progress  # a bar on stderr while the table is built (not when cached)
+        self.warn = warn  # gets the line saying a cache table was rebuilt [default: stderr]
         self.table: IterationTimeTable | None = None
 
     def check_devices(self, gpu_types: list[str]) -> None:
@@ -179,7 +181,7 @@ class ModelPredictor(RuntimePredictor):
                                          f"(column {col!r} is missing)")
         catalog = read_catalog()
         sequences = catalog[catalog["config_id"].isin(set(jobs["config_id"]))]
-        self.table = method_table(self.method, sequences, gpu_types, progress=self.progress)
+        self.table = method_table(self.method, sequences, gpu_types, progress=self.progress, warn=self.warn)
         return TablePredictor(self.name, self.table).runtimes(jobs, gpu_types, truth)
 
     def quantile_factors(self, q, jobs, gpu_types):
@@ -205,20 +207,27 @@ class ModelPredictor(RuntimePredictor):
         return out
 
     def describe(self) -> dict:
-        return {"name": self.name, "table": self.table.source if self.table is not None else None}
+        """Name and table source; ``table_warnings`` when its cache table was rebuilt (so the
+        run's manifest records it)."""
+        out = {"name": self.name, "table": self.table.source if self.table is not None else None}
+        if self.table is not None and self.table.warnings:
+            out["table_warnings"] = list(self.table.warnings)
+        return out
 
 
 MODEL_PREDICTORS = tuple(METHODS)
 PREDICTOR_HELP = "truth | noisy:<MRE> (e.g. noisy:0.1) | ets | habitat | dnnperf | opbased"
 
 
-def make_predictor(spec: str, seed: int = 0, *, progress: bool = False) -> RuntimePredictor:
-    """The predictor of a --predictor value; ``progress`` shows a model-based one's table building."""
+def make_predictor(spec: str, seed: int = 0, *, progress: bool = False,
+                   warn: Callable[[str], None] | None = None) -> RuntimePredictor:
+    """The predictor of a --predictor value; ``progress`` shows a model-based one's table building;
+    ``warn`` gets the line saying its cache table was rebuilt [default: stderr]."""
     name, _, arg = spec.partition(":")
     if name == "truth" and not arg:
         return TruthPredictor()
     if name in MODEL_PREDICTORS and not arg:
-        return ModelPredictor(name, progress=progress)
+        return ModelPredictor(name, progress=progress, warn=warn)
     if name == "noisy":
         try:
             return NoisyPredictor(float(arg), seed)

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from predictor.gpus import UnknownGpuTypeError, canonical_gpu_type
+from predictor.inputs import short
 from traces.schema import RUNTIME_PREFIX, JobTrace, TraceError, finalize, identifiers, numeric, read_csv_rows
 
 NON_TYPE_COLUMNS = ("", "Unnamed: 0", "job_name", "norm_job_submit_time", "ddl")
@@ -38,7 +39,7 @@ def load(path: str | Path) -> JobTrace:
             raise TraceError(path, f"column is not a GPU type: {exc}", line=1, field=col) from None
         if gpu in canon.values():
             first = next(c for c, g in canon.items() if g == gpu)
-            raise TraceError(path, f"names the same GPU type ({gpu}) as column {first!r}", line=1, field=col)
+            raise TraceError(path, f"names the same GPU type ({gpu}) as column {short(first)}", line=1, field=col)
         canon[col] = gpu
     runtimes = {col: numeric(rows[col], path, lines, col, min_value=0.0) for col in type_cols}
     submit = numeric(rows["norm_job_submit_time"], path, lines, "norm_job_submit_time", min_value=0.0)

@@ -19,6 +19,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+from predictor.inputs import short
 from traces.schema import (INT64_LIMIT, JobTrace, TraceError, canonical_types, finalize, gpu_counts, identifiers,
                            numeric, read_csv_rows)
 
@@ -308,7 +309,7 @@ def load_machine_spec(path: str | Path) -> pd.DataFrame:
     mismatch = cpu_kind & (gpus > 0)
     if mismatch.any():
         i = int(np.argmax(mismatch))
-        raise TraceError(path, f"gpu_type {kind.iloc[i]!r} but cap_gpu {gpus[i]:g}", line=int(lines[i]),
+        raise TraceError(path, f"gpu_type {short(kind.iloc[i])} but cap_gpu {gpus[i]:g}", line=int(lines[i]),
                          field="gpu_type")
     keep = ~cpu_kind & (gpus > 0)
     if not keep.any():

@@ -21,8 +21,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
+from predictor.inputs import InputError, load_json as load_json_text, short
 from traces.schema import (JobTrace, TraceError, finalize, gpu_counts, identifiers, numeric,
-                           read_csv_rows)
+                           read_csv_rows, read_trace_bytes)
 
 PHILLY_EPOCH = pd.Timestamp("2017-08-14 23:27:00")
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
@@ -103,16 +104,18 @@ class _Job(NamedTuple):
 
 def _read_records(path: str | Path) -> list:
     """The file's JSON list of job records: TraceError for a missing, undecodable or empty file."""
-    p = Path(path)
-    if not p.exists():
-        raise TraceError(path, "file not found")
+    raw = read_trace_bytes(path)
     try:
-        data = json.loads(p.read_text(encoding="utf-8-sig"))
+        data = load_json_text(raw.decode("utf-8-sig"), path)  # nesting checked before parsing
     except UnicodeDecodeError as exc:
         raise TraceError(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except json.JSONDecodeError as exc:
         raise TraceError(path, f"invalid JSON: {exc.msg} (text line {exc.lineno}, column {exc.colno})",
                          line=exc.lineno) from None
+    except InputError:
+        raise
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits, which Python will not parse
+        raise TraceError(path, f"invalid JSON: {str(exc).split(';')[0][:160]}") from None
     if not isinstance(data, list):
         raise TraceError(path, f"expected a JSON list of job objects, got a {type(data).__name__}")
     if not data:
@@ -212,7 +215,7 @@ def _job_times(jobs: list[_Job], path: str | Path) -> tuple[np.ndarray, np.ndarr
     bad = times.isna().to_numpy()
     if bad.any():
         rec_no, name, text = stamps[int(np.argmax(bad))]
-        raise TraceError(path, f"malformed time {text!r} (expected YYYY-MM-DD HH:MM:SS)",
+        raise TraceError(path, f"malformed time {short(text)} (expected YYYY-MM-DD HH:MM:SS)",
                          line=rec_no, field=name)
     secs = (times - PHILLY_EPOCH).dt.total_seconds().to_numpy()
     counts = np.array([len(job.times) for job in jobs])
@@ -225,7 +228,7 @@ def _check_unique_ids(jobs: list[_Job], ids: pd.Series, lines: np.ndarray, path:
     if dup.any():
         i = int(np.argmax(dup))
         first = int(lines[int(np.argmax((ids == ids.iloc[i]).to_numpy()))])
-        raise TraceError(path, f"duplicate job id {ids.iloc[i]!r} (first seen in record {first})",
+        raise TraceError(path, f"duplicate job id {short(ids.iloc[i])} (first seen in record {first})",
                          line=int(lines[i]), field=jobs[i].id_key)
 
 
@@ -304,7 +307,7 @@ def load_machine_list(path: str | Path) -> pd.DataFrame:
     unknown = gpu_type.isna().to_numpy()
     if unknown.any():
         i = int(np.argmax(unknown))
-        raise TraceError(path, f"GPU memory {mem_text.iloc[i]!r} maps to no GPU type (known: "
+        raise TraceError(path, f"GPU memory {short(mem_text.iloc[i])} maps to no GPU type (known: "
                          f"{', '.join(f'{m:g}GB → {t}' for m, t in MEMORY_GB_TO_TYPE.items())})",
                          line=int(kept_lines[i]), field="single GPU mem")
     out = pd.DataFrame({"node": node[keep].to_numpy(), "gpu_type": gpu_type.to_numpy(),

@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
+from predictor.inputs import short
 from traces import hydra_cases, itp, pai, philly
 from traces.schema import JobTrace, TraceError
 
@@ -41,15 +42,20 @@ def parse_spec(spec: str) -> tuple[str, str]:
     kind, sep, path = str(spec).partition(":")
     kind, path = kind.strip(), path.strip()
     if not sep or not kind or not path:
-        raise TraceSpecError(f"trace spec {spec!r} is not KIND:PATH; kinds: {', '.join(KINDS)}")
+        raise TraceSpecError(f"trace spec {short(spec)} is not KIND:PATH; kinds: {', '.join(KINDS)}")
     return kind, path
 
 
 def _check(kind: str, path: str, table: dict[str, Any], what: str) -> None:
     if kind not in table:
-        raise TraceSpecError(f"unknown {what} kind {kind!r}; known: {', '.join(table)}")
-    if not Path(path).exists():
-        raise TraceFileNotFoundError(path, f"file not found (for {what} kind {kind!r})")
+        raise TraceSpecError(f"unknown {what} kind {short(kind)}; known: {', '.join(table)}")
+    try:
+        found = Path(path).exists()
+    except OSError as exc:  # e.g. a name too long for the file system
+        raise TraceSpecError(f"{short(path)}: not a usable path for {what} kind {short(kind)} "
+                             f"({exc.strerror or exc})") from None
+    if not found:
+        raise TraceFileNotFoundError(path, f"file not found (for {what} kind {short(kind)})")
 
 
 def load_trace(spec: str, **options: Any) -> JobTrace:

@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from predictor.gpus import UnknownGpuTypeError, canonical_gpu_type
+from predictor.inputs import check_width, limit, names, read_bytes, short
 
 JOB_COLUMNS: dict[str, str] = {
     "job_id": "string",
@@ -55,7 +56,7 @@ class TraceError(ValueError):
     def __init__(self, path: str | Path, message: str, line: int | None = None, field: str | None = None):
         self.path, self.line, self.field = str(path), line, field
         where = self.path + (f":{line}" if line is not None else "")
-        what = f" field {field!r}:" if field else ""
+        what = f" field {short(field)}:" if field else ""
         super().__init__(f"{where}:{what} {message}")
 
 
@@ -93,7 +94,7 @@ class JobTrace:
 def require_columns(df: pd.DataFrame, needed: list[str], path: str | Path) -> None:
     missing = [c for c in needed if c not in df.columns]
     if missing:
-        raise TraceError(path, f"missing column(s) {missing}; found {list(df.columns)}", line=1)
+        raise TraceError(path, f"missing column(s) {missing}; found [{list_names(list(df.columns))}]", line=1)
 
 
 def numeric(values: pd.Series, path: str | Path, lines: pd.Series | np.ndarray, name: str,
@@ -110,13 +111,13 @@ def numeric(values: pd.Series, path: str | Path, lines: pd.Series | np.ndarray, 
     unparsable = np.isnan(parsed) & ~blank
     if unparsable.any():
         i = int(np.argmax(unparsable))
-        raise TraceError(path, f"not a number: {raw.iloc[i]!r}", line=int(lines[i]), field=name)
+        raise TraceError(path, f"not a number: {short(raw.iloc[i])}", line=int(lines[i]), field=name)
     if not allow_nan and np.isnan(parsed).any():
         i = int(np.argmax(np.isnan(parsed)))
         raise TraceError(path, "value is missing (NaN/empty)", line=int(lines[i]), field=name)
     if not allow_inf and np.isinf(parsed).any():
         i = int(np.argmax(np.isinf(parsed)))
-        raise TraceError(path, f"value is infinite: {raw.iloc[i]!r}", line=int(lines[i]), field=name)
+        raise TraceError(path, f"value is infinite: {short(raw.iloc[i])}", line=int(lines[i]), field=name)
     if min_value is not None:
         bad = parsed < min_value
         if bad.any():
@@ -189,7 +190,7 @@ def finalize(df: pd.DataFrame, path: str | Path, kind: str, excluded: dict[str, 
     if dup.any():
         i = int(np.argmax(dup.to_numpy()))
         first = int(lines[int(np.argmax((df["job_id"] == df["job_id"].iloc[i]).to_numpy()))])
-        raise TraceError(path, f"duplicate job id {df['job_id'].iloc[i]!r} (first seen on line {first})",
+        raise TraceError(path, f"duplicate job id {short(df['job_id'].iloc[i])} (first seen on line {first})",
                          line=int(lines[i]), field="job_id")
     for col in ("user", "workload"):
         df[col] = df[col].fillna("").astype(str)
@@ -197,6 +198,47 @@ def finalize(df: pd.DataFrame, path: str | Path, kind: str, excluded: dict[str, 
     df = df[list(JOB_COLUMNS) + extra].astype({k: v for k, v in JOB_COLUMNS.items()})
     df = df.sort_values(["submit_s", "line"], kind="stable").reset_index(drop=True)
     return JobTrace(df, path, kind, dict(excluded or {}))
+
+
+def read_trace_bytes(path: str | Path) -> bytes:
+    """The bytes of a trace file: TraceError for a missing file or a directory (as always), and
+    :class:`~predictor.inputs.InputError` (one line naming the file) for a FIFO, a device such as
+    ``/dev/zero`` or a file over the size limit, refused by ``stat`` before it is opened."""
+    p = Path(path)
+    try:
+        if not p.exists():
+            raise TraceError(path, "file not found")
+        if p.is_dir():
+            raise TraceError(path, "is a directory, expected a file")
+        return read_bytes(p, "trace file")
+    except FileNotFoundError:
+        raise TraceError(path, "file not found") from None
+    except OSError as exc:
+        raise TraceError(path, f"cannot read the file: {exc.strerror or exc}") from None
+
+
+def list_names(items: list[str]) -> str:
+    """Column names for a message, the first few only (a header may hold thousands)."""
+    return names(items, shown=8)
+
+
+def _first_repeat(items: list[str]) -> str:
+    """The first item seen twice (in one pass: a header may hold 10,000 names)."""
+    seen: set[str] = set()
+    for item in items:
+        if item in seen:
+            return item
+        seen.add(item)
+    raise ValueError("no repeated item")
+
+
+def csv_fields(text: str, path: str | Path, line: int) -> list[str]:
+    """The fields of one CSV line; a field past the csv module's size limit (128 KiB) is a
+    TraceError naming the line, not a traceback."""
+    try:
+        return next(csv.reader([text]))
+    except csv.Error as exc:
+        raise TraceError(path, f"cannot split the line into CSV fields ({exc})", line=line) from None
 
 
 def read_csv_rows(path: str | Path, *, names: list[str] | None = None,
@@ -213,12 +255,7 @@ def read_csv_rows(path: str | Path, *, names: list[str] | None = None,
     checked). Values are strings ("" when empty; leading spaces after a comma dropped). A file
     without data rows is an error. Returns (rows, all column names).
     """
-    p = Path(path)
-    if not p.exists():
-        raise TraceError(path, "file not found")
-    if p.is_dir():
-        raise TraceError(path, "is a directory, expected a file")
-    data = p.read_bytes()
+    data = read_trace_bytes(path)
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
     # Line and field layout, vectorised over the raw bytes (no per-line Python work).
@@ -241,33 +278,38 @@ def read_csv_rows(path: str | Path, *, names: list[str] | None = None,
     if has_header:
         if not len(ends) or not nonblank[0]:
             raise TraceError(path, "no header line (the file is empty or starts with a blank line)", line=1)
-        names = [c.strip() for c in next(csv.reader([line_text(0)]))]
+        header = data[starts[0]:starts[0] + lengths[0]]
+        check_width(header.count(b",") + 1, f"{path}:1 (the header)")  # before its names are listed
+        names = [c.strip() for c in csv_fields(line_text(0), path, 1)]
         if names and names[0].startswith("#"):
             names[0] = names[0][1:].strip()
         missing = [c for c in required if c not in names]
         if missing:
-            raise TraceError(path, f"missing column(s) {missing} in the header; found {names}",
+            raise TraceError(path, f"missing column(s) {missing} in the header; found [{list_names(names)}]",
                              line=1, field=missing[0])
         if len(set(names)) != len(names):
-            dup = next(c for c in names if names.count(c) > 1)
-            raise TraceError(path, f"duplicate column name {dup!r} in the header", line=1, field=dup)
+            dup = _first_repeat(names)
+            raise TraceError(path, f"duplicate column name {short(dup)} in the header", line=1, field=dup)
         nonblank[0] = False
     assert names is not None
     idx = np.flatnonzero(nonblank)
     lines = idx + 1
+    commas = np.flatnonzero(buf == 44)
+    counts = (np.searchsorted(commas, starts[idx] + lengths[idx]) - np.searchsorted(commas, starts[idx])) + 1
+    wide = counts > limit("columns")  # even where quotes hide some commas, the csv module must not split it
+    if wide.any():
+        i = int(np.argmax(wide))
+        check_width(int(counts[i]), f"{path}:{int(lines[i])}")
     if b'"' in data:  # quoted fields may hide commas: count fields with the csv module (slow, rare)
-        counts = np.array([len(next(csv.reader([line_text(i)]))) for i in idx], dtype="int64")
-    else:
-        commas = np.flatnonzero(buf == 44)
-        counts = (np.searchsorted(commas, starts[idx] + lengths[idx]) - np.searchsorted(commas, starts[idx])) + 1
+        counts = np.array([len(csv_fields(line_text(i), path, i + 1)) for i in idx], dtype="int64")
     bad = counts != len(names)
     if bad.any():
         i = int(np.argmax(bad))
         n = int(counts[i])
         if n < len(names):
-            raise TraceError(path, f"line has {n} field(s), expected {len(names)} ({', '.join(names)}); "
+            raise TraceError(path, f"line has {n} field(s), expected {len(names)} ({list_names(names)}); "
                              "this and later fields are missing", line=int(lines[i]), field=names[n])
-        raise TraceError(path, f"line has {n} fields, expected {len(names)} ({', '.join(names)}); "
+        raise TraceError(path, f"line has {n} fields, expected {len(names)} ({list_names(names)}); "
                          "unexpected extra value(s) after this field", line=int(lines[i]), field=names[-1])
     if len(lines) == 0:
         raise TraceError(path, "no data rows after the header" if has_header else "the file holds no rows",
@@ -302,6 +344,6 @@ def identifiers(values: pd.Series, path: str | Path, lines: pd.Series | np.ndarr
         if dup.any():
             i = int(np.argmax(dup))
             first = int(lines[int(np.argmax((ids == ids.iloc[i]).to_numpy()))])
-            raise TraceError(path, f"duplicate id {ids.iloc[i]!r} (first seen on line {first})",
+            raise TraceError(path, f"duplicate id {short(ids.iloc[i])} (first seen on line {first})",
                              line=int(lines[i]), field=name)
     return ids

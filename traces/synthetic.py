@@ -68,10 +68,12 @@ import math
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 
+from predictor.inputs import limit, over_limit, short
 from traces.schema import JobTrace, finalize
 from traces.seeding import scalar_exp, scalar_log
 
@@ -317,21 +319,70 @@ def offered_load_gpus(params: SyntheticParams, rate_per_hour: float | None = Non
 
 def _params(kind: str) -> SyntheticParams:
     if kind not in PARAMS:
-        raise ValueError(f"unknown synthetic trace kind {kind!r}; known kinds: {', '.join(KINDS)}")
+        raise ValueError(f"unknown synthetic trace kind {short(kind)}; known kinds: {', '.join(KINDS)}")
     return PARAMS[kind]
 
 
-def _arrivals(rng: np.random.Generator, n: int, rate: float, shape: tuple[float, ...]) -> np.ndarray:
-    """Job 0 at t = 0, then the first n-1 points of the NHPP (time-change of a unit-rate process)."""
+def _arrivals(gaps: np.ndarray, rate: float, shape: tuple[float, ...]) -> np.ndarray:
+    """Job 0 at t = 0, then the NHPP points (time-change of a unit-rate process) whose unit-rate
+    gaps are ``gaps``: one per job after the first."""
     m = np.asarray(shape, dtype=float)
     hourly = rate * m / m.mean()                      # expected jobs in each hour of the day
     cum = np.concatenate([[0.0], np.cumsum(hourly)])  # cum[24] = expected jobs per day
-    s = np.cumsum(rng.exponential(1.0, n - 1))
+    s = np.cumsum(gaps)
     days, rest = np.divmod(s, cum[-1])
     h = np.clip(np.searchsorted(cum, rest, side="right") - 1, 0, 23)
     within = np.where(hourly[h] > 0, (rest - cum[h]) / np.where(hourly[h] > 0, hourly[h], 1.0), 0.0)
     hours = days * 24.0 + h + np.clip(within, 0.0, 1.0)
     return np.concatenate([[0.0], hours * 3600.0])
+
+
+# Workloads of up to this many jobs draw all their random numbers from one generator stream, in
+# the order of every recorded result: the n - 1 arrival gaps, then n uniforms for the GPU counts,
+# n for the types, n for the durations. Larger ones draw each of the four from a stream of its own
+# (children of the seed's SeedSequence), so that their first K jobs cost K draws. The bound is a
+# constant, not a limit a user may raise: a workload is the same on every machine.
+ONE_STREAM_MAX_JOBS = 10_000_000
+_SKIP_CHUNK = 2**20  # arrival gaps drawn at a time when skipping past them (8 MiB)
+
+
+class _Draws(NamedTuple):
+    """The random numbers of the first ``count`` jobs of an n-job workload."""
+
+    gaps: np.ndarray  # count - 1 unit-rate exponential arrival gaps
+    u_count: np.ndarray
+    u_type: np.ndarray
+    u_dur: np.ndarray
+
+
+def _one_stream_draws(seed: int, n: int, count: int) -> _Draws:
+    """The first ``count`` jobs' numbers of the one-stream layout, exactly as drawing all n and
+    keeping the first ``count``: the gaps after them are drawn and dropped a chunk at a time
+    (their ziggurat draws take a variable number of 64-bit words, so the only way past them),
+    and the uniforms, one word each, are skipped by advancing the generator."""
+    rng = np.random.default_rng(seed)
+    gaps = rng.exponential(1.0, count - 1)
+    for done in range(0, n - count, _SKIP_CHUNK):
+        rng.exponential(1.0, min(_SKIP_CHUNK, n - count - done))
+    uniforms = []
+    for k in range(3):
+        uniforms.append(rng.random(count))
+        if k < 2 and n > count:
+            rng.bit_generator.advance(n - count)
+    return _Draws(gaps, *uniforms)
+
+
+def _stream_per_column_draws(seed: int, count: int) -> _Draws:
+    """The first ``count`` jobs' numbers of the layout of workloads over :data:`ONE_STREAM_MAX_JOBS`."""
+    gap_rng, *uniform_rngs = (np.random.default_rng(child) for child in np.random.SeedSequence(seed).spawn(4))
+    return _Draws(gap_rng.exponential(1.0, count - 1), *(rng.random(count) for rng in uniform_rngs))
+
+
+def _check_size(kind: str, n: int, count: int) -> None:
+    """Refuse to build more jobs than the limit (before any is drawn)."""
+    if count > limit("jobs"):
+        what = "synthetic workload" + (f" (its first {count:,} jobs)" if count < n else "")
+        raise over_limit("jobs", what, count)
 
 
 def _categorical(u: np.ndarray, counts: dict) -> np.ndarray:
@@ -341,24 +392,38 @@ def _categorical(u: np.ndarray, counts: dict) -> np.ndarray:
     return np.asarray(keys, dtype=object if isinstance(keys[0], str) else np.int64)[idx]
 
 
-def generate(kind: str, num_jobs: int, seed: int = 0, *, rate_per_hour: float | None = None) -> JobTrace:
+def generate(kind: str, num_jobs: int, seed: int = 0, *, rate_per_hour: float | None = None,
+             first: int | None = None) -> JobTrace:
     """A seeded synthetic job trace of ``num_jobs`` jobs of the given kind (see KINDS).
 
     ``rate_per_hour`` overrides the fitted mean arrival rate (to scale the load); the daily shape
-    and everything else stay as fitted. Same arguments -> identical table.
+    and everything else stay as fitted. ``first``: only the first ``first`` jobs (in submit
+    order), exactly the rows and source of the whole trace's ``head(first)`` but costing about
+    ``first`` jobs' memory, so ``pai-like:100000000000 --limit 10`` is instant (up to
+    :data:`ONE_STREAM_MAX_JOBS` jobs the generator still steps past the other jobs' arrival
+    gaps, ~10 ns each: 0.1 s at 10^7). More than ``limit("jobs")`` jobs to build are refused
+    before any is drawn.
+    Same arguments -> identical table.
     """
     params = _params(kind)
     if isinstance(num_jobs, bool) or not isinstance(num_jobs, (int, np.integer)):
-        raise ValueError(f"num_jobs must be an integer, got {num_jobs!r}")
+        raise ValueError(f"num_jobs must be an integer, got {short(num_jobs)}")
     if num_jobs < 1:
         raise ValueError(f"num_jobs must be >= 1, got {num_jobs}")
+    if first is not None and (isinstance(first, bool) or not isinstance(first, (int, np.integer)) or first < 1):
+        raise ValueError(f"first must be an integer >= 1, got {short(first)}")
     rate = params.rate_per_hour if rate_per_hour is None else float(rate_per_hour)
     if not (rate > 0 and math.isfinite(rate)):
-        raise ValueError(f"rate_per_hour must be a positive number, got {rate_per_hour!r}")
-    n = int(num_jobs)
-    rng = np.random.default_rng(seed)
-    submit = _arrivals(rng, n, rate, params.hourly_shape)
-    u_count, u_type, u_dur = rng.random(n), rng.random(n), rng.random(n)
+        raise ValueError(f"rate_per_hour must be a positive number, got {short(rate_per_hour)}")
+    total = int(num_jobs)
+    n = total if first is None else min(total, int(first))
+    _check_size(kind, total, n)
+    if total <= ONE_STREAM_MAX_JOBS:
+        u = _one_stream_draws(seed, total, n)
+    else:
+        u = _stream_per_column_draws(seed, n)
+    submit = _arrivals(u.gaps, rate, params.hourly_shape)
+    u_count, u_type, u_dur = u.u_count, u.u_type, u.u_dur
 
     num_gpus = _categorical(u_count, params.gpu_counts)
     bucket = params.bucket_of(num_gpus)
@@ -391,7 +456,7 @@ def generate(kind: str, num_jobs: int, seed: int = 0, *, rate_per_hour: float | 
         "workload": "",
         "line": np.arange(1, n + 1),
     })
-    source = f"synthetic:{kind}:{n}:seed={seed}"
+    source = f"synthetic:{kind}:{total}:seed={seed}"
     if rate_per_hour is not None:
         source += f":rate={rate:g}"
     return finalize(df, source, "synthetic")

@@ -315,7 +315,7 @@ def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: DnnPerfC
     for _ in stop.epochs():
         model.train()
         losses = []
-        for batch in loader:
+        for batch in stop.batches(loader):
             loss = (model(batch) - batch.y).abs().mean()
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

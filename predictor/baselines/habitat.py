@@ -422,7 +422,7 @@ def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: HabitatC
         model.train()
         order = torch.from_numpy(rng.permutation(len(x)))
         losses = []
-        for start in range(0, len(order), config.batch_size):
+        for start in stop.batches(range(0, len(order), config.batch_size)):
             rows = order[start:start + config.batch_size]
             loss = (model(x[rows]).squeeze(1) - y[rows]).abs().mean()
             optimizer.zero_grad(set_to_none=True)

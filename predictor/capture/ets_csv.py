@@ -25,6 +25,7 @@ Errors are :class:`TraceFormatError` naming file, line and CSV field.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import warnings
 from pathlib import Path
@@ -33,7 +34,8 @@ import numpy as np
 import pandas as pd
 
 from predictor.families import family_of
-from predictor.trace_table import TraceFormatError, validate
+from predictor.inputs import InputError, check_width, read_bytes, short
+from predictor.trace_table import TraceFormatError, refusing, validate
 
 OP_CODES_FILE = "op_codes.txt"
 ATEN = "aten::"  # two list names carry it (aten::index, aten::clone); trace tables use bare names
@@ -57,9 +59,12 @@ def load_op_codes(path: str | Path) -> list[str]:
     """Operator names of ``op_codes.txt``: line k (0-based) is the name of code k."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with refusing(path):
+            text = read_bytes(path, "op-code list").decode("utf-8")
     except OSError as e:
         raise TraceFormatError(path, f"cannot read op-code list: {e.strerror or e}") from e
+    except UnicodeDecodeError as e:
+        raise TraceFormatError(path, f"op-code list is not UTF-8 text: {e.reason} at byte {e.start:,}") from None
     names = [line.strip() for line in text.splitlines()]
     while names and not names[-1]:
         names.pop()
@@ -105,13 +110,13 @@ def _numeric(path: Path, raw: pd.DataFrame, field: str, integer: bool) -> np.nda
     bad = ~np.isfinite(values)
     if bad.any():
         i = _first(bad)
-        raise TraceFormatError(path, f"expected a finite number, got {text.iloc[i]!r}",
+        raise TraceFormatError(path, f"expected a finite number, got {short(text.iloc[i])}",
                                row=i + _HEADER_LINE + 1, field=field)
     if integer:
         bad = (values != np.round(values)) | (np.abs(values) > 2.0**53)
         if bad.any():
             i = _first(bad)
-            raise TraceFormatError(path, f"expected an integer, got {text.iloc[i]!r}",
+            raise TraceFormatError(path, f"expected an integer, got {short(text.iloc[i])}",
                                    row=i + _HEADER_LINE + 1, field=field)
         return values.astype("int64")
     return values
@@ -120,42 +125,61 @@ def _numeric(path: Path, raw: pd.DataFrame, field: str, integer: bool) -> np.nda
 def _params(path: Path, column: pd.Series) -> list[list[int]]:
     out = []
     for i, text in enumerate(column):
+        # A flat list has one "[": any other is refused unparsed (json.loads recurses per level,
+        # and 100,000 levels crash it).
         try:
-            value = json.loads(text)
+            value = json.loads(text) if text.count("[") <= 1 else None
         except ValueError:
             value = None
         if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            raise TraceFormatError(path, f"expected a JSON list of integers, got {text!r}",
+            raise TraceFormatError(path, f"expected a JSON list of integers, got {short(text)}",
                                    row=i + _HEADER_LINE + 1, field="params")
         out.append(value)
     return out
 
 
-def _longest_row_line(path: Path) -> int | None:
+def _longest_row_line(data: bytes) -> int | None:
     """First line whose record has more fields than the header (pandas would drop or shift them)."""
-    with path.open(newline="", encoding="utf-8") as fh:
-        reader = csv.reader(fh)
-        width = len(next(reader, []))
+    reader = csv.reader(io.StringIO(data.decode("utf-8", "replace"), newline=""))
+    width = len(next(reader, []))
+    start = reader.line_num + 1
+    for row in reader:
+        if len(row) > width:
+            return start  # where the record begins (a stray quote can make it span lines)
         start = reader.line_num + 1
-        for row in reader:
-            if len(row) > width:
-                return start  # where the record begins (a stray quote can make it span lines)
-            start = reader.line_num + 1
     return None
 
 
+def _file_bytes(path: Path) -> bytes:
+    """The file's bytes, checked first (:func:`predictor.inputs.read_bytes`: a FIFO, a device, an
+    over-size file are refused) and its header's width before pandas lists its names."""
+    try:
+        with refusing(path):
+            data = read_bytes(path, "ETS CSV file")
+    except OSError as e:
+        raise TraceFormatError(path, f"cannot read: {e.strerror or type(e).__name__}") from e
+    end = data.find(b"\n")
+    header = data if end < 0 else data[:end]
+    try:
+        check_width(header.count(b",") + 1, "header")
+    except InputError as exc:
+        raise TraceFormatError(path, str(exc), row=_HEADER_LINE) from None
+    return data
+
+
 def _read(path: Path) -> pd.DataFrame:
+    data = _file_bytes(path)
     try:
         with warnings.catch_warnings():
             # index_col=False: a row with an extra field must not silently turn column 1 into an index
             warnings.simplefilter("error", pd.errors.ParserWarning)
-            raw = pd.read_csv(path, dtype=str, keep_default_na=False, na_filter=False, index_col=False,
+            raw = pd.read_csv(io.BytesIO(data), dtype=str, keep_default_na=False, na_filter=False, index_col=False,
                               skip_blank_lines=False, encoding="utf-8")
     except pd.errors.EmptyDataError as e:
         raise TraceFormatError(path, "empty file (no header)") from e
     except (pd.errors.ParserError, pd.errors.ParserWarning) as e:
         raise TraceFormatError(path, "more fields than the header" if isinstance(e, pd.errors.ParserWarning)
-                               else f"malformed CSV: {str(e).strip()}", row=_longest_row_line(path)) from e
+                               else f"malformed CSV: {str(e).strip()}", row=_longest_row_line(data)) from e
     except (OSError, UnicodeDecodeError) as e:
         raise TraceFormatError(path, f"cannot read: {e}") from e
     raw.columns = [str(c).strip() for c in raw.columns]
@@ -194,17 +218,17 @@ def load(path: str | Path, *, device: str | None = None,
         bad = num[field] < 0
         if bad.any():
             i = _first(bad)
-            raise TraceFormatError(path, f"must be >= 0, got {raw[field].iloc[i]!r}", row=lines[i], field=field)
+            raise TraceFormatError(path, f"must be >= 0, got {short(raw[field].iloc[i])}", row=lines[i], field=field)
     for field in POSITIVE:
         bad = num[field] <= 0
         if bad.any():
             i = _first(bad)
-            raise TraceFormatError(path, f"must be > 0, got {raw[field].iloc[i]!r}", row=lines[i], field=field)
+            raise TraceFormatError(path, f"must be > 0, got {short(raw[field].iloc[i])}", row=lines[i], field=field)
     for field in CONSTANT:
         bad = num[field] != num[field][0]
         if bad.any():
             i = _first(bad)
-            raise TraceFormatError(path, f"is {raw[field].iloc[i]!r} but {raw[field].iloc[0]!r} on line "
+            raise TraceFormatError(path, f"is {short(raw[field].iloc[i])} but {short(raw[field].iloc[0])} on line "
                                          f"{lines[0]}; a file must hold one configuration",
                                    row=lines[i], field=field)
 
@@ -269,7 +293,7 @@ def zoo_config(trace: pd.DataFrame):
     where = str(first["source"]).rsplit(":", 1)[0]
     model, dtype = str(first["model"]), str(first["dtype"])
     if model not in MODELS:
-        raise ValueError(f"{where}: model {model!r} is not in the zoo")
+        raise ValueError(f"{where}: model {short(model)} is not in the zoo")
     if dtype not in ZOO_DTYPES:
         raise ValueError(f"{where}: dtype {dtype} (the zoo builds {', '.join(ZOO_DTYPES)})")
     h, _, w = str(first["config_id"]).split(":")[3].partition("x")
@@ -294,7 +318,7 @@ def load_many(path_or_dir: str | Path, *, device: str | None = None,
         raise TraceFormatError(root, "file or directory not found")
     if not root.is_dir():
         return load(root, device=device, op_codes=op_codes)
-    files = sorted(p for p in root.rglob("*.csv") if p.is_file())
+    files = sorted(p for p in root.rglob("*.csv") if not p.is_dir())  # a FIFO or link is refused, not skipped
     if not files:
         raise TraceFormatError(root, "no *.csv files in this directory")
     shared = None if op_codes is None else _resolve_op_codes(root, op_codes)
@@ -309,7 +333,7 @@ def load_many(path_or_dir: str | Path, *, device: str | None = None,
         table = load(f, device=device, op_codes=codes)
         key = (table["device"].iloc[0], table["config_id"].iloc[0])
         if key in seen:
-            raise TraceFormatError(f, f"same device and config_id {key} as {seen[key]}")
+            raise TraceFormatError(f, f"same device and config_id {short(key, 200)} as {seen[key]}")
         seen[key] = f
         tables.append(table)
     return pd.concat(tables, ignore_index=True)

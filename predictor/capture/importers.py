@@ -12,6 +12,7 @@ from typing import Callable
 
 import pandas as pd
 
+from predictor.inputs import short
 from predictor.trace_table import TraceFormatError
 
 
@@ -29,7 +30,15 @@ def _per_file(loader_name: str, patterns: tuple[str, ...]) -> Callable[[Path, st
         files = sorted({f for p in patterns for f in path.glob(p)}) if path.is_dir() else [path]
         if not files:
             raise TraceFormatError(path, f"no files matching {', '.join(patterns)} in this directory")
-        return pd.concat([loader(f, device=device) for f in files], ignore_index=True)
+        tables, seen = [], {}
+        for f in files:
+            table = loader(f, device=device)
+            key = (str(table["device"].iloc[0]), str(table["config_id"].iloc[0]))
+            if key in seen:  # e.g. a.json and a.json.gz: the one iteration would count twice
+                raise TraceFormatError(f, f"same device and config_id {short(key, 200)} as {seen[key]}")
+            seen[key] = f
+            tables.append(table)
+        return pd.concat(tables, ignore_index=True)
 
     return load
 
@@ -43,7 +52,7 @@ IMPORTERS: dict[str, tuple[Callable[[Path, str | None], pd.DataFrame], str]] = {
 
 def import_traces(kind: str, path: str | Path, device: str | None = None) -> pd.DataFrame:
     if kind not in IMPORTERS:
-        raise TraceFormatError(path, f"unknown importer {kind!r}; known: {', '.join(IMPORTERS)}")
+        raise TraceFormatError(path, f"unknown importer {short(kind)}; known: {', '.join(IMPORTERS)}")
     p = Path(path)
     if not p.exists():
         raise TraceFormatError(path, "file or directory not found")

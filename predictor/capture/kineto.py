@@ -65,10 +65,8 @@ Rules (the choices the format leaves open):
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -76,7 +74,8 @@ import pandas as pd
 
 from predictor import trace_table
 from predictor.families import family_of
-from predictor.trace_table import TraceFormatError
+from predictor.inputs import InputError, inflate, load_json, names, read_bytes, short
+from predictor.trace_table import TraceFormatError, refusing
 
 # Kinds of complete ("X") events this importer reads, by category (both schemas).
 OP, ANNOTATION, RUNTIME, DEVICE = "op", "annotation", "runtime", "device"
@@ -127,17 +126,16 @@ def default_model(path: str | Path) -> str:
 # -- reading ---------------------------------------------------------------------------------------
 
 def _read_json(path: Path) -> dict:
+    """The trace document: a regular file within the size limit, inflated within the gzip limits
+    and nested within the depth limit before it is parsed (:mod:`predictor.inputs`)."""
     try:
-        raw = path.read_bytes()
+        with refusing(path):
+            raw = inflate(read_bytes(path, "Kineto trace file"), path)
     except OSError as exc:
-        raise TraceFormatError(path, f"cannot read the file: {exc}") from exc
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (EOFError, OSError, zlib.error) as exc:
-            raise TraceFormatError(path, f"truncated or corrupt gzip data: {exc}") from exc
+        raise TraceFormatError(path, f"cannot read the file: {exc.strerror or type(exc).__name__}") from exc
     try:
-        data = json.loads(raw)
+        with refusing(path):
+            data = load_json(raw, path)
     except UnicodeDecodeError as exc:
         raise TraceFormatError(path, f"not UTF-8 JSON text: {exc}") from exc
     except json.JSONDecodeError as exc:
@@ -172,17 +170,17 @@ def _event_tables(path: Path, events: list) -> tuple[pd.DataFrame, pd.DataFrame]
         bad = values.isna().to_numpy() | ev[col].map(lambda v: isinstance(v, bool)).to_numpy(dtype=bool)
         if bad.any():
             j = int(np.argmax(bad))
-            raise TraceFormatError(path, f"must be a number, got {ev[col].iloc[j]!r}",
+            raise TraceFormatError(path, f"must be a number, got {short(ev[col].iloc[j])}",
                                    row=int(ev["event"].iloc[j]), field=col)
         ev[col] = values.astype("float64")
     if (ev["dur"] < 0).any():
         j = int(np.argmax((ev["dur"] < 0).to_numpy()))
-        raise TraceFormatError(path, f"must be >= 0, got {ev['dur'].iloc[j]!r}",
+        raise TraceFormatError(path, f"must be >= 0, got {short(ev['dur'].iloc[j])}",
                                row=int(ev["event"].iloc[j]), field="dur")
     bad_name = ~ev["name"].map(lambda v: isinstance(v, str)).astype(bool)
     if bad_name.any():
         j = int(np.argmax(bad_name.to_numpy()))
-        raise TraceFormatError(path, f"must be a string, got {ev['name'].iloc[j]!r}",
+        raise TraceFormatError(path, f"must be a string, got {short(ev['name'].iloc[j])}",
                                row=int(ev["event"].iloc[j]), field="name")
     ev["args"] = [a if isinstance(a, dict) else {} for a in ev["args"]]
     ev["pid"] = ev["pid"].astype(str)
@@ -257,10 +255,12 @@ def _nest(path: Path, cpu: pd.DataFrame) -> dict[str, np.ndarray | dict]:
             dims = a["Input Dims"]
             if isinstance(dims, str):
                 try:
-                    dims = json.loads(dims)
+                    dims = load_json(dims, "the shapes")
                 except json.JSONDecodeError as exc:
                     raise TraceFormatError(path, f"not a JSON list of shapes: {exc.msg}",
                                            row=int(cpu["event"].iloc[j]), field="Input Dims") from exc
+                except InputError as exc:
+                    raise TraceFormatError(path, str(exc), row=int(cpu["event"].iloc[j]), field="Input Dims") from None
             shapes[r] = dims
         if r not in types and "Input type" in a:
             types[r] = a["Input type"]
@@ -505,7 +505,7 @@ def _select_step(path: Path, steps: pd.DataFrame, roots: pd.DataFrame,
     if step is not None:
         chosen = steps[steps["n"] == int(step)]
         if chosen.empty:
-            have = ", ".join(str(n) for n in steps["n"])
+            have = names([int(n) for n in steps["n"]])
             raise TraceFormatError(path, f"no ProfilerStep#{step} in the trace (steps: {have})", field="step")
         s = chosen.iloc[0]
         return s["name"], roots[inside(s)]

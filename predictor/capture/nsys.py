@@ -65,7 +65,6 @@ Rules (PyProf's join, ETS's grouping):
 
 from __future__ import annotations
 
-import json
 import re
 import sqlite3
 from collections import Counter
@@ -75,7 +74,8 @@ from pathlib import Path
 import pandas as pd
 
 from predictor.families import family_of
-from predictor.trace_table import MAX_PARAMS, TraceFormatError, shapes_json, validate
+from predictor.inputs import InputError, load_json, names, regular_file, short
+from predictor.trace_table import MAX_PARAMS, TraceFormatError, refusing, shapes_json, validate
 
 KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
 RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
@@ -85,6 +85,9 @@ STRINGS_TABLE = "StringIds"
 NVTX_PUSH_POP = 59  # eventType of NvtxPushPopRange
 PID_DIV, PID_MOD = 0x1000000, 0x1000000
 UPDATE_RANGE_PREFIXES = ("Optimizer.step", "Optimizer.zero_grad")
+GPU_INFO_TABLES = (("TARGET_INFO_GPU", "id"), ("TARGET_INFO_CUDA_DEVICE", "cudaId"))
+READ_TABLES = frozenset({KERNEL_TABLE, RUNTIME_TABLE, DRIVER_TABLE, NVTX_TABLE, STRINGS_TABLE}
+                        | {table for table, _ in GPU_INFO_TABLES})
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _SEQ_MARKER = re.compile(r"^(?P<op>[^,]+?), seq = -?\d+(?P<rest>(?:, .*)?)$", re.S)
@@ -133,13 +136,33 @@ def load(path: str | Path, *, device: str | None = None, model: str | None = Non
 # -- reading ----------------------------------------------------------------------------------
 
 def _connect(path: Path) -> sqlite3.Connection:
-    if not path.is_file():
-        raise TraceFormatError(path, "no such file")
+    """A read-only connection to ``path``, checked by ``stat`` first (a FIFO would block the
+    magic read, ``/dev/zero`` is no file) and by its magic bytes."""
+    try:
+        with refusing(path):
+            regular_file(path, "Nsight Systems SQLite export")
+    except FileNotFoundError:
+        raise TraceFormatError(path, "no such file") from None
     with path.open("rb") as fh:
         if fh.read(len(_SQLITE_MAGIC)) != _SQLITE_MAGIC:
             raise TraceFormatError(path, "not an SQLite file: export the report with "
                                          "`nsys export --type sqlite`")
     return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+
+
+def _plain_tables(path: Path, con: sqlite3.Connection) -> set[str]:
+    """The names of the file's tables. A view or virtual table under a name this importer reads
+    is refused: it runs a query of the file's choosing (a recursive view never ends), and
+    ``nsys export`` writes plain tables only."""
+    tables = set()
+    for name, kind, sql in con.execute("SELECT name, type, sql FROM sqlite_master WHERE type IN ('table', 'view')"):
+        plain = kind == "table" and not str(sql or "").lstrip().upper().startswith("CREATE VIRTUAL")
+        if not plain and name in READ_TABLES:
+            raise TraceFormatError(path, f"{name} is a {'view' if kind == 'view' else 'virtual table'}, not a "
+                                         "plain table: an nsys export holds plain tables only", field=name)
+        if plain:
+            tables.add(name)
+    return tables
 
 
 def _columns(con: sqlite3.Connection, table: str) -> set[str]:
@@ -154,8 +177,7 @@ def _require(path: Path, table: str, have: set[str], needed: tuple[str, ...]) ->
 
 
 def _load(con, path, *, device, model, iteration) -> pd.DataFrame:
-    tables = {r[0] for r in con.execute(
-        "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+    tables = _plain_tables(path, con)
     if KERNEL_TABLE not in tables:
         raise TraceFormatError(path, "file has no kernel table: was the profile captured with CUDA "
                                      "tracing?", field=KERNEL_TABLE)
@@ -184,8 +206,8 @@ def _load(con, path, *, device, model, iteration) -> pd.DataFrame:
         f"SELECT k.rowid, k.{name_col} FROM {KERNEL_TABLE} k LEFT JOIN {STRINGS_TABLE} s "
         f"ON s.id = k.{name_col} WHERE s.id IS NULL LIMIT 1").fetchone()
     if missing is not None:
-        raise TraceFormatError(path, f"{KERNEL_TABLE} row {missing[0]}: kernel name id "
-                                     f"{missing[1]} is not in {STRINGS_TABLE}", row=missing[0],
+        raise TraceFormatError(path, f"{KERNEL_TABLE} row {short(missing[0])}: kernel name id "
+                                     f"{short(missing[1])} is not in {STRINGS_TABLE}", row=missing[0],
                                field=f"{KERNEL_TABLE}.{name_col}")
 
     launches = _launches(con, tables, kcols, name_col)
@@ -265,7 +287,7 @@ def _choose_iteration(path, iters, iteration):
     cands = [it for it in iters if it[0] == want]
     if not cands:
         raise TraceFormatError(path, f"iteration {want} not found; the file has iterations "
-                                     f"{numbers}",
+                                     f"[{names(numbers)}]",
                                field=f"{NVTX_TABLE}.text")
     return min(cands, key=lambda it: (it[1], it[2].start))
 
@@ -297,11 +319,25 @@ def _ranges(con, text_sql, pid, win) -> dict[int, list[_Range]]:
 # -- grouping ---------------------------------------------------------------------------------
 
 def _marker(text: str):
-    """(op name, shapes or None) when the range is an emit_nvtx op marker, else None."""
+    """(op name, shapes or None) when the range is an emit_nvtx op marker, else None.
+    InputError when its sizes are nested past the JSON depth limit."""
     m = _SEQ_MARKER.match(text) or _NS_MARKER.match(text)
     if not m:
         return None
     return m.group("op").strip(), _sizes(m.group("rest"))
+
+
+def _markers(path: Path, enclosing: list[_Range]) -> list[tuple]:
+    """(op name, shapes, range) of each op marker among the ranges enclosing a launch."""
+    out = []
+    for r in enclosing:
+        try:
+            found = _marker(r.text)
+        except InputError as exc:
+            raise TraceFormatError(path, str(exc), row=r.rowid, field=f"{NVTX_TABLE}.text") from None
+        if found is not None:
+            out.append(found + (r,))
+    return out
 
 
 def _sizes(rest: str):
@@ -314,7 +350,9 @@ def _sizes(rest: str):
         depth += {"[": 1, "]": -1}.get(rest[k], 0)
         if depth == 0:
             try:
-                shapes = json.loads(rest[j:k + 1])
+                shapes = load_json(rest[j:k + 1], "the op's sizes")
+            except InputError:
+                raise
             except ValueError:
                 return None
             return shapes if isinstance(shapes, list) else None
@@ -360,7 +398,7 @@ def _group(path: Path, launches: pd.DataFrame, ranges: dict[int, list[_Range]], 
         rows = rows.sort_values(["rstart", "krow"], kind="stable")
         encl = _enclosing(ranges.get(tid, []), list(zip(rows["rstart"], rows["rend"])))
         for rec, enc in zip(rows.itertuples(index=False), encl):
-            markers = [mk + (r,) for r in enc if (mk := _marker(r.text)) is not None]
+            markers = _markers(path, enc)
             if markers:
                 name, shapes, top = markers[0]
                 key, source = ("nvtx", top.rowid), f"{src}#{NVTX_TABLE}:{top.rowid}"
@@ -421,7 +459,7 @@ def _int(value: str | None) -> int | None:
 
 
 def _gpu_name(con, tables, device_id: int) -> str | None:
-    for table, id_col in (("TARGET_INFO_GPU", "id"), ("TARGET_INFO_CUDA_DEVICE", "cudaId")):
+    for table, id_col in GPU_INFO_TABLES:
         if table not in tables:
             continue
         cols = _columns(con, table)

@@ -54,7 +54,7 @@ from predictor.devices.measurements import SOURCES, load_measurements, workload_
 from predictor.devices.neusight_ops import LOSS_OPS
 from predictor.devices.specs import FITTED_FIELDS, DeviceParams, DeviceSpec, SPEC_SHEETS, prior_params
 from predictor.devices.timing import OpArrays, host_us, kernel_us, learned_us, timeline
-from predictor.trace_table import PHASES
+from predictor.trace_table import PHASES, read_trace_file
 from predictor.zoo.config import ModelConfig
 
 PRIOR_WEIGHT = 1.0  # residual weight of log(param / prior): a factor e (2.7x) off the prior costs as much as 100 % error
@@ -135,7 +135,7 @@ def op_sequences(configs: list[ModelConfig], cache: Path | None, progress: bool 
     """Meta-device op sequences by config_id; captured once, cached in ``cache`` (Parquet)."""
     from predictor.capture.opseq import capture
 
-    have = pd.read_parquet(cache) if cache is not None and cache.exists() else pd.DataFrame()
+    have = read_trace_file(cache) if cache is not None and cache.exists() else pd.DataFrame()  # checked, one line
     out = {cid: t.reset_index(drop=True) for cid, t in have.groupby("config_id")} if len(have) else {}
     todo = list({c.config_id: c for c in configs if c.config_id not in out}.values())
     new = []

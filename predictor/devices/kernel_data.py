@@ -30,6 +30,7 @@ the same T4, NeuSight's large convolutions take about 1.4x ETS's), ``measured_us
 
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 
@@ -37,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from predictor.capture.costs import _ELEMENTWISE_COST
+from predictor.inputs import InputError, check_width, read_bytes, short
 
 FLOOR_FACTOR = 2.0
 NEUSIGHT_DEVICES = {"Tesla_T4": "T4", "Tesla_P4": "P4", "Tesla_P100-PCIE-16GB": "P100",
@@ -62,9 +64,14 @@ class KernelDataError(ValueError):
 
 def _read_csv(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
     try:
-        raw = pd.read_csv(path)
+        data = read_bytes(path, "kernel-measurement file")  # a FIFO, a device, an over-size file refused
+        end = data.find(b"\n")
+        check_width((data if end < 0 else data[:end]).count(b",") + 1, f"{path}: line 1")
+        raw = pd.read_csv(io.BytesIO(data))
+    except InputError as exc:
+        raise KernelDataError(str(exc)) from None
     except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise KernelDataError(f"{path}: cannot read ({exc})") from None
+        raise KernelDataError(f"{path}: cannot read ({str(exc)[:200]})") from None
     missing = [c for c in columns if c not in raw.columns]
     if missing:
         raise KernelDataError(f"{path}: line 1: header lacks column(s) {', '.join(missing)}")
@@ -75,7 +82,7 @@ def _read_csv(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
     if bad.any():
         row, col = map(int, np.argwhere(bad)[0])
         raise KernelDataError(f"{path}: line {row + 2}: column {columns[col]!r}: expected a positive number, "
-                              f"got {raw[columns[col]].iloc[row]!r}")
+                              f"got {short(raw[columns[col]].iloc[row])}")
     out["origin"] = [f"{path}:{i + 2}" for i in range(len(out))]
     return out
 

@@ -43,6 +43,7 @@ import numpy as np
 import pandas as pd
 
 from predictor.devices.specs import DeviceSpec
+from predictor.inputs import InputError, load_json, read_bytes, short
 
 MODEL_FILE = Path(__file__).with_name("kernel_model.json")
 FORMAT = 1
@@ -151,22 +152,35 @@ def load(path: str | Path | None = None) -> KernelModel | None:
             return None
         raise KernelModelError(f"{path}: no such kernel-model file")
     try:
-        body = json.loads(path.read_text())
+        body = load_json(read_bytes(path, "kernel-model file"), path)
+    except InputError as exc:  # a FIFO, an over-size file, nesting past the depth limit
+        raise KernelModelError(str(exc)) from None
+    except OSError as exc:
+        raise KernelModelError(f"{path}: cannot read the kernel-model file ({exc.strerror or type(exc).__name__})") from None
+    except UnicodeDecodeError as exc:
+        raise KernelModelError(f"{path}: not UTF-8 JSON text ({exc.reason} at byte {exc.start:,})") from None
     except json.JSONDecodeError as exc:
         raise KernelModelError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(body, dict):
+        raise KernelModelError(f"{path}: a kernel-model file is one JSON object (refit with `ets devices calibrate`)")
     if body.get("format") != FORMAT:
-        raise KernelModelError(f"{path}: field 'format' is {body.get('format')!r}; this version reads {FORMAT} "
+        raise KernelModelError(f"{path}: field 'format' is {short(body.get('format'))}; this version reads {FORMAT} "
                                "(refit with `ets devices calibrate`)")
     if body.get("features") != list(FEATURES):
         raise KernelModelError(f"{path}: field 'features' does not match this code's feature list (refit)")
     for key in ("devices", "rows", "boosters"):
         if key not in body:
             raise KernelModelError(f"{path}: lacks field {key!r}")
+    if not isinstance(body["boosters"], dict) or not all(isinstance(t, str) for t in body["boosters"].values()):
+        raise KernelModelError(f"{path}: field 'boosters' must map op classes to LightGBM model texts")
     try:
         boosters = {g: lgb.Booster(model_str=text) for g, text in body["boosters"].items()}
+        return KernelModel(boosters, tuple(body["devices"]), dict(body["rows"]))
     except lgb.basic.LightGBMError as exc:
-        raise KernelModelError(f"{path}: field 'boosters' is not a LightGBM model ({exc})") from None
-    return KernelModel(boosters, tuple(body["devices"]), dict(body["rows"]))
+        raise KernelModelError(f"{path}: field 'boosters' is not a LightGBM model ({str(exc)[:200]})") from None
+    except (TypeError, ValueError) as exc:  # 'devices' or 'rows' of the wrong shape
+        raise KernelModelError(f"{path}: fields 'devices' and 'rows' must be a list and an object "
+                               f"({type(exc).__name__}: {short(str(exc), 120)})") from None
 
 
 @lru_cache(maxsize=1)

@@ -63,6 +63,7 @@ from typing import Iterator
 import pandas as pd
 
 from predictor.families import family_of
+from predictor.inputs import InputError, check_width, load_json, names, read_bytes, regular_file, short
 from predictor.zoo.config import ModelConfig
 
 COLUMNS = ("source", "device", "workload", "batch", "seconds", "origin")
@@ -135,7 +136,7 @@ class MeasurementError(ValueError):
         if where:
             parts.append(where)
         if field:
-            parts.append(f"field {field!r}")
+            parts.append(f"field {short(field)}")
         super().__init__(": ".join(parts) + f": {problem}")
 
 
@@ -154,7 +155,7 @@ def _frame(rows: list[dict], excluded: list[str], columns: tuple[str, ...] = COL
 
 
 def _gavel_key(path: Path, section: str, key: object) -> tuple[str, int]:
-    where = f"section {section!r} key {key!r}"
+    where = f"section {section!r} key {short(key)}"
     try:
         parsed = ast.literal_eval(key) if isinstance(key, str) else None
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
@@ -170,9 +171,9 @@ def _gavel_throughput(path: Path, where: str, entry: object) -> float:
         raise MeasurementError(path, "no isolated-throughput entry", where=where, field="null")
     value = entry["null"]
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise MeasurementError(path, f"not a number: {value!r}", where=where, field="null")
+        raise MeasurementError(path, f"not a number: {short(value)}", where=where, field="null")
     if not math.isfinite(value) or value < 0:
-        raise MeasurementError(path, f"throughput must be finite and >= 0, got {value!r}", where=where, field="null")
+        raise MeasurementError(path, f"throughput must be finite and >= 0, got {short(value)}", where=where, field="null")
     return float(value)
 
 
@@ -192,12 +193,9 @@ def load_gavel(path: str | Path) -> pd.DataFrame:
     raises ``MeasurementError``.
     """
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():  # a FIFO or device is refused by name when read, not called missing
         raise MeasurementError(path, "file not found")
-    try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise MeasurementError(path, f"not valid JSON: {exc}") from exc
+    data = _json_document(path)[1]
     if not isinstance(data, dict):
         raise MeasurementError(path, f"top level is a {type(data).__name__}, not an object")
     rows: list[dict] = []
@@ -212,14 +210,14 @@ def load_gavel(path: str | Path) -> pd.DataFrame:
             job_type, scale = _gavel_key(path, section, key)
             if scale != 1:
                 continue
-            where = f"section {section!r} key {key!r}"
+            where = f"section {section!r} key {short(key)}"
             match = _GAVEL_JOB.match(job_type)
             name = match["name"] if match else job_type
             if name in GAVEL_SKIPPED:
                 continue
             if name not in GAVEL_JOBS or match is None:
                 raise MeasurementError(
-                    path, f"unknown job type {job_type!r} (expected '<name> (batch size <n>)' with name in "
+                    path, f"unknown job type {short(job_type)} (expected '<name> (batch size <n>)' with name in "
                     f"{', '.join(GAVEL_JOBS)}; skipped: {', '.join(GAVEL_SKIPPED)})", where=where, field="job type")
             batch = int(match["batch"])
             if batch < 1:
@@ -240,7 +238,7 @@ def load_gavel(path: str | Path) -> pd.DataFrame:
 def _sia_int(path: Path, line: int, field: str, text: str | None) -> int:
     value = (text or "").strip()
     if not value.isdigit() or not value.isascii():
-        raise MeasurementError(path, f"not a non-negative integer: {text!r}", where=f"line {line}", field=field)
+        raise MeasurementError(path, f"not a non-negative integer: {short(text)}", where=f"line {line}", field=field)
     return int(value)
 
 
@@ -248,9 +246,9 @@ def _sia_seconds(path: Path, line: int, field: str, text: str | None) -> float:
     try:
         value = float((text or "").strip())
     except ValueError:
-        raise MeasurementError(path, f"not a number: {text!r}", where=f"line {line}", field=field) from None
+        raise MeasurementError(path, f"not a number: {short(text)}", where=f"line {line}", field=field) from None
     if not math.isfinite(value) or value <= 0:
-        raise MeasurementError(path, f"must be finite and > 0, got {text!r}", where=f"line {line}", field=field)
+        raise MeasurementError(path, f"must be finite and > 0, got {short(text)}", where=f"line {line}", field=field)
     return value
 
 
@@ -260,24 +258,67 @@ def csv_rows(path: Path, columns: tuple[str, ...], *, complete: bool = False
     row of a CSV file with a header holding ``columns`` (read by name: column order differs
     between files). ``complete``: a row shorter than the header is an error naming its first
     missing column. Errors name the file, the line and the column."""
+    try:
+        regular_file(path, "CSV file")  # a FIFO would block the open, /dev/zero never ends
+    except InputError as exc:
+        raise MeasurementError(path, _problem(exc, path)) from None
     with path.open(newline="") as handle:
         reader = csv.reader(handle)
-        header = next(reader, None)
-        if header is None:
-            raise MeasurementError(path, "empty file (no header)", where="line 1")
-        names = [name.strip() for name in header]
-        for column in columns:
-            if column not in names:
-                raise MeasurementError(path, f"column missing (header: {', '.join(names)})", where="line 1",
-                                       field=column)
-        index = {column: names.index(column) for column in columns}
-        for row in reader:
-            if not row or all(not field.strip() for field in row):
-                continue  # blank line: no measurement
-            if complete and len(row) < len(names):
-                raise MeasurementError(path, f"{len(row)} cells, the header has {len(names)}",
-                                       where=f"line {reader.line_num}", field=names[len(row)])
-            yield reader.line_num, {c: (row[i].strip() if i < len(row) else None) for c, i in index.items()}, row
+        try:
+            yield from _csv_records(path, reader, columns, complete)
+        except csv.Error as exc:  # a field past csv's size limit, a NUL byte
+            raise MeasurementError(path, f"malformed CSV: {exc}", where=f"line {reader.line_num}") from None
+
+
+def _csv_records(path: Path, reader, columns: tuple[str, ...], complete: bool
+                 ) -> Iterator[tuple[int, dict[str, str | None], list[str]]]:
+    """The records of :func:`csv_rows`, each line's width checked before it is used."""
+    header = next(reader, None)
+    if header is None:
+        raise MeasurementError(path, "empty file (no header)", where="line 1")
+    _check_width(path, len(header), 1)
+    header_names = [name.strip() for name in header]
+    for column in columns:
+        if column not in header_names:
+            raise MeasurementError(path, f"column missing (header: {names(header_names, 30)})", where="line 1",
+                                   field=column)
+    index = {column: header_names.index(column) for column in columns}
+    for row in reader:
+        _check_width(path, len(row), reader.line_num)
+        if not row or all(not field.strip() for field in row):
+            continue  # blank line: no measurement
+        if complete and len(row) < len(header_names):
+            raise MeasurementError(path, f"{len(row)} cells, the header has {len(header_names)}",
+                                   where=f"line {reader.line_num}", field=header_names[len(row)])
+        yield reader.line_num, {c: (row[i].strip() if i < len(row) else None) for c, i in index.items()}, row
+
+
+def _check_width(path: Path, count: int, line: int) -> None:
+    try:
+        check_width(count, "this line")
+    except InputError as exc:
+        raise MeasurementError(path, str(exc), where=f"line {line}") from None
+
+
+def _problem(exc: InputError, path: Path) -> str:
+    """An input-limit message without its leading file name (MeasurementError adds it)."""
+    text = str(exc)
+    return text.removeprefix(f"{path}: ")
+
+
+def _json_document(path: Path) -> tuple[str, object]:
+    """(text, document) of a JSON file, read within the input limits (:mod:`predictor.inputs`)."""
+    try:
+        text = read_bytes(path, "JSON file").decode("utf-8")
+        return text, load_json(text, path)
+    except InputError as exc:
+        raise MeasurementError(path, _problem(exc, path)) from None
+    except OSError as exc:
+        raise MeasurementError(path, f"cannot read: {exc.strerror or type(exc).__name__}") from None
+    except UnicodeDecodeError as exc:
+        raise MeasurementError(path, f"not valid JSON: not UTF-8 text ({exc.reason} at byte {exc.start:,})") from None
+    except json.JSONDecodeError as exc:
+        raise MeasurementError(path, f"not valid JSON: {exc.msg}", where=f"line {exc.lineno}") from None
 
 
 def _load_sia_file(path: Path, origin_name: str, device: str, workload: str) -> list[dict]:
@@ -352,7 +393,7 @@ def neusight_device_and_workload(path: Path) -> tuple[str, str]:
 
     gpu = path.parent.name
     if gpu not in NEUSIGHT_DEVICES:
-        raise MeasurementError(path, f"unknown GPU folder {gpu!r} for a single-GPU label (known: "
+        raise MeasurementError(path, f"unknown GPU folder {short(gpu)} for a single-GPU label (known: "
                                f"{', '.join(NEUSIGHT_DEVICES)})", field="GPU")
     try:
         return NEUSIGHT_DEVICES[gpu], canonical_model(neusight_label(path)[0])
@@ -372,7 +413,7 @@ def _neusight_ms(path: Path, text: str, data: dict, key: str) -> float:
         raise MeasurementError(path, "missing", where=f"line {line}", field=key)
     value = data[key]
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise MeasurementError(path, f"must be a finite number > 0 (ms), got {value!r}", where=f"line {line}",
+        raise MeasurementError(path, f"must be a finite number > 0 (ms), got {short(value)}", where=f"line {line}",
                                field=key)
     return float(value)
 
@@ -411,11 +452,7 @@ def load_neusight(directory: str | Path) -> pd.DataFrame:
     for path, origin in kept:
         device, workload = neusight_device_and_workload(path)
         _, seq, batch, _ = neusight_label(path)
-        text = path.read_text()
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise MeasurementError(path, f"not valid JSON: {exc.msg}", where=f"line {exc.lineno}") from None
+        text, data = _json_document(path)
         if not isinstance(data, dict):
             raise MeasurementError(path, f"top level is a {type(data).__name__}, not an object", where="line 1")
         row = {"source": "neusight", "device": device, "workload": workload, "batch": batch, "origin": origin,
@@ -438,7 +475,7 @@ def load_spread(path: str | Path) -> pd.DataFrame:
     non-numeric or non-positive value, or a missing column raise ``MeasurementError``.
     """
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():  # a FIFO or device is refused by name when read, not called missing
         raise MeasurementError(path, "file not found")
     origin_name = f"{path.parent.name}/{path.name}"
     rows: list[dict] = []
@@ -453,10 +490,10 @@ def load_spread(path: str | Path) -> pd.DataFrame:
             excluded.append(origin)
             continue
         if cell["model"] not in SPREAD_MODELS:
-            raise MeasurementError(path, f"unknown model {cell['model']!r} (known: {', '.join(SPREAD_MODELS)}; "
+            raise MeasurementError(path, f"unknown model {short(cell['model'])} (known: {', '.join(SPREAD_MODELS)}; "
                                    f"skipped: {', '.join(SPREAD_SKIPPED)})", where=f"line {line}", field="model")
         if cell["gpu"] not in SPREAD_DEVICES:
-            raise MeasurementError(path, f"unknown GPU {cell['gpu']!r} (known: {', '.join(SPREAD_DEVICES)})",
+            raise MeasurementError(path, f"unknown GPU {short(cell['gpu'])} (known: {', '.join(SPREAD_DEVICES)})",
                                    where=f"line {line}", field="gpu")
         batch = _sia_int(path, line, "batch", cell["batch"])
         if batch < 1:
@@ -494,7 +531,7 @@ def load_measurements(calibration_dir: str | Path, sources: tuple[str, ...] = DE
     sources = tuple(sources)
     unknown = [s for s in sources if s not in SOURCES]
     if unknown or len(set(sources)) != len(sources) or not sources:
-        raise ValueError(f"sources must be distinct names among {', '.join(SOURCES)}, got {sources!r}")
+        raise ValueError(f"sources must be distinct names among {', '.join(SOURCES)}, got {short(sources)}")
     calibration_dir = Path(calibration_dir)
     if not calibration_dir.is_dir():
         raise MeasurementError(calibration_dir, "calibration directory not found "
@@ -591,5 +628,5 @@ def _workload_config(workload: str, batch: int) -> ModelConfig:
     if workload == "bert_base_squad":
         return nlp.config_for("transformer_encoder", "base", batch, 384, optimizer="adam", num_classes=2)
     known = (*WORKLOADS, *SPREAD_WORKLOADS, *NEUSIGHT_WORKLOADS)
-    raise ValueError(f"unknown workload {workload!r}; known workloads: {', '.join(known)} "
+    raise ValueError(f"unknown workload {short(workload)}; known workloads: {', '.join(known)} "
                      f"(and the other predictor.zoo.llm models)")

@@ -33,6 +33,7 @@ from predictor.capture.costs import op_class
 from predictor.devices.measurements import (
     MeasurementError, csv_rows, neusight_device_and_workload, neusight_files, neusight_label,
 )
+from predictor.inputs import short
 
 CSV_COLUMNS = ("Name", "op", "target", "input_shapes", "output_shape", "dtype", "latency", "fw_latency", "bw_latency")
 COLUMNS = ("device", "workload", "seq", "batch", "node", "fx_op", "target", "input_shapes", "output_shape", "dtype",
@@ -43,7 +44,7 @@ _TIMES = {"latency": "latency_ms", "fw_latency": "fw_ms", "bw_latency": "bw_ms"}
 def _shape(path: Path, line: int, field: str, text: str) -> list[int]:
     dims = text if isinstance(text, (list, tuple)) else _literal(path, line, field, text)
     if not isinstance(dims, (list, tuple)) or not all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
-        raise MeasurementError(path, f"not a shape (a list of ints): {text!r}", where=f"line {line}", field=field)
+        raise MeasurementError(path, f"not a shape (a list of ints): {short(text)}", where=f"line {line}", field=field)
     return [int(d) for d in dims]
 
 
@@ -51,16 +52,16 @@ def _literal(path: Path, line: int, field: str, text: str) -> object:
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        raise MeasurementError(path, f"not a Python literal: {text!r}", where=f"line {line}", field=field) from None
+        raise MeasurementError(path, f"not a Python literal: {short(text)}", where=f"line {line}", field=field) from None
 
 
 def _ms(path: Path, line: int, field: str, text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise MeasurementError(path, f"not a number: {text!r}", where=f"line {line}", field=field) from None
+        raise MeasurementError(path, f"not a number: {short(text)}", where=f"line {line}", field=field) from None
     if not math.isfinite(value) or value < 0:
-        raise MeasurementError(path, f"must be finite and >= 0 (ms), got {text!r}", where=f"line {line}", field=field)
+        raise MeasurementError(path, f"must be finite and >= 0 (ms), got {short(text)}", where=f"line {line}", field=field)
     return value
 
 
@@ -71,7 +72,7 @@ def _load_file(path: Path, origin: str) -> list[dict]:
     for line, cell, _ in csv_rows(path, CSV_COLUMNS, complete=True):
         shapes = _literal(path, line, "input_shapes", cell["input_shapes"])
         if not isinstance(shapes, (list, tuple)):
-            raise MeasurementError(path, f"not a list of shapes: {cell['input_shapes']!r}", where=f"line {line}",
+            raise MeasurementError(path, f"not a list of shapes: {short(cell['input_shapes'])}", where=f"line {line}",
                                    field="input_shapes")
         out = {"device": device, "workload": workload, "seq": seq, "batch": batch, "node": cell["Name"],
                "fx_op": cell["op"], "target": cell["target"],

@@ -31,13 +31,13 @@ iteration).
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
 import pandas as pd
 
 from predictor.capture.costs import op_class
+from predictor.inputs import InputError, load_json
 
 COLUMNS = ("row", "cls", "flops", "bytes", "out", "red", "batches", "in_elems", "w_elems", "half", "training")
 COVERED = ("conv", "matmul", "elementwise", "norm", "softmax", "pool")
@@ -73,7 +73,9 @@ def backward_conv_problems(rows: pd.DataFrame) -> pd.DataFrame:
 
 def _shapes(text: str) -> list[list[int]]:
     try:
-        value = json.loads(text) if text else []
+        value = load_json(text, "input_shapes") if text else []
+    except InputError:
+        raise  # nested past the depth limit: refused, not read as "no shapes"
     except ValueError:
         return []
     return [s for s in value if isinstance(s, list)] if isinstance(value, list) else []

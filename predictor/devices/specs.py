@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from predictor.gpus import UnknownGpuTypeError, canonical_gpu_type
+from predictor.inputs import InputError, load_json, read_bytes, short
 
 FORMAT_VERSION = 1
 PARAMS_FILE = Path(__file__).with_name("params.json")
@@ -148,7 +149,7 @@ class DeviceParams:
             return spec.with_fitted(typical, f"median of {len(calibrated)} calibrated devices (spec file only)")
         key = device_key(name)
         if key not in self.devices:
-            raise DeviceParamsError(f"no emulated device {name!r}; known: "
+            raise DeviceParamsError(f"no emulated device {short(name)}; known: "
                                     + ", ".join(EMULATED_PREFIX + k for k in sorted(self.devices)))
         return self.devices[key]
 
@@ -164,7 +165,7 @@ def device_key(name: str) -> str:
     except UnknownGpuTypeError:
         key = raw
     if key not in SPEC_SHEETS:
-        raise DeviceParamsError(f"unknown GPU type {name!r} for emulation; known: "
+        raise DeviceParamsError(f"unknown GPU type {short(name)} for emulation; known: "
                                 + ", ".join(EMULATED_PREFIX + k for k in SPEC_SHEETS))
     return key
 
@@ -175,15 +176,33 @@ SPEC_FILE_FIELDS = {"Device": str, "Dev_Mem": float, "Mem_Bw": float, "Num_Sm": 
                     "SingleFLOPs": float, "L2Cache": float}
 
 
+def _json_file(path: Path, what: str):
+    """A JSON document from ``path``, read within the input limits (:mod:`predictor.inputs`: a FIFO,
+    a device, an over-size file or nesting past the depth limit refused); errors name the file."""
+    try:
+        return load_json(read_bytes(path, what), path)
+    except InputError as exc:
+        raise DeviceParamsError(str(exc)) from None
+    except OSError as exc:
+        raise DeviceParamsError(f"{path}: cannot read the {what} ({exc.strerror or type(exc).__name__})") from None
+    except UnicodeDecodeError as exc:
+        raise DeviceParamsError(f"{path}: not UTF-8 JSON text ({exc.reason} at byte {exc.start:,})") from None
+    except json.JSONDecodeError as exc:
+        raise DeviceParamsError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+
+
+def _finite(value: float) -> bool:
+    """Whether a number is finite as a float (``1e400`` reads as inf; a 4,000-digit int overflows)."""
+    try:
+        return bool(np.isfinite(float(value)))
+    except OverflowError:
+        return False
+
+
 def spec_from_file(path: str | Path) -> DeviceSpec:
     """A spec-only GPU from a NeuSight-style device file; errors name the file and the field."""
     path = Path(path)
-    try:
-        body = json.loads(path.read_text())
-    except OSError as exc:
-        raise DeviceParamsError(f"{path}: cannot read the spec file ({exc.strerror})") from None
-    except json.JSONDecodeError as exc:
-        raise DeviceParamsError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    body = _json_file(path, "spec file")
     if not isinstance(body, dict):
         raise DeviceParamsError(f"{path}: a spec file is one JSON object with fields {', '.join(SPEC_FILE_FIELDS)}")
     values = {}
@@ -193,14 +212,16 @@ def spec_from_file(path: str | Path) -> DeviceSpec:
                 continue
             raise DeviceParamsError(f"{path}: spec file lacks field {key!r} (needs {', '.join(SPEC_FILE_FIELDS)})")
         try:
+            if kind is not str and (isinstance(body[key], bool) or not isinstance(body[key], (int, float, str))):
+                raise TypeError
             values[key] = kind(body[key])
-        except (TypeError, ValueError):
-            raise DeviceParamsError(f"{path}: field {key!r} must be {kind.__name__}, got {body[key]!r}") from None
-        if kind is not str and not values[key] > 0:
-            raise DeviceParamsError(f"{path}: field {key!r} must be positive, got {body[key]!r}")
+        except (TypeError, ValueError, OverflowError):
+            raise DeviceParamsError(f"{path}: field {key!r} must be {kind.__name__}, got {short(body[key])}") from None
+        if kind is not str and not (values[key] > 0 and _finite(values[key])):
+            raise DeviceParamsError(f"{path}: field {key!r} must be a positive finite number, got {short(body[key])}")
     fp32 = values["SingleFLOPs"] / 1e3
     return DeviceSpec(path.stem, fp32, 0.0, values.get("HalfFLOPs", values["SingleFLOPs"]) / 1e3, values["Mem_Bw"],
-                      f"spec file {path} ({values['Device']})", values["Num_Sm"], values["Freq"], values["L2Cache"],
+                      f"spec file {path} ({values['Device'][:80]})", values["Num_Sm"], values["Freq"], values["L2Cache"],
                       values["Dev_Mem"])
 
 
@@ -211,7 +232,7 @@ def regime_host_factor(params: DeviceParams, regime: str) -> float:
     """Host-time multiplier of a measurement regime: ``plain`` (no profiler: the simulator's
     truth) or ``nsys`` (Nsight Systems with per-op NVTX ranges, as the ETS traces were taken)."""
     if regime not in REGIMES:
-        raise DeviceParamsError(f"unknown regime {regime!r}; known: {', '.join(REGIMES)}")
+        raise DeviceParamsError(f"unknown regime {short(regime)}; known: {', '.join(REGIMES)}")
     return params.nsys_host_factor if regime == "nsys" else 1.0
 
 
@@ -237,19 +258,21 @@ def load_params(path: str | Path | None = None) -> DeviceParams:
         if path == PARAMS_FILE:
             return prior_params()
         raise DeviceParamsError(f"{path}: no such device-parameter file")
-    try:
-        body = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise DeviceParamsError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    body = _json_file(path, "device-parameter file")
+    if not isinstance(body, dict):
+        raise DeviceParamsError(f"{path}: a device-parameter file is one JSON object (refit with `ets devices calibrate`)")
     if body.get("format") != FORMAT_VERSION:
-        raise DeviceParamsError(f"{path}: field 'format' is {body.get('format')!r}; this version reads "
+        raise DeviceParamsError(f"{path}: field 'format' is {short(body.get('format'))}; this version reads "
                                 f"{FORMAT_VERSION} (refit with `ets devices calibrate`)")
     names = FITTED_FIELDS + ("fitted",)
     devices = dict(SPEC_SHEETS)  # spec-sheet values live in code; the file holds what was fitted
-    for key, entry in (body.get("devices") or {}).items():
+    entries = body.get("devices") or {}
+    if not isinstance(entries, dict):
+        raise DeviceParamsError(f"{path}: field 'devices' must map device names to fitted fields")
+    for key, entry in entries.items():
         if key not in SPEC_SHEETS:
-            raise DeviceParamsError(f"{path}: device {key!r} has no spec sheet; known: {', '.join(SPEC_SHEETS)}")
-        missing = [n for n in names if n not in entry]
+            raise DeviceParamsError(f"{path}: device {short(key)} has no spec sheet; known: {', '.join(SPEC_SHEETS)}")
+        missing = [n for n in names if not isinstance(entry, dict) or n not in entry]
         if missing:
             raise DeviceParamsError(f"{path}: device {key!r} lacks field(s) {', '.join(missing)}")
         devices[key] = SPEC_SHEETS[key].with_fitted({n: entry[n] for n in FITTED_FIELDS}, str(entry["fitted"]))
@@ -258,5 +281,5 @@ def load_params(path: str | Path | None = None) -> DeviceParams:
         raise DeviceParamsError(f"{path}: field 'host_us' must map forward/backward/update to op-class costs")
     nsys = body.get("nsys_host_factor", 1.0)
     if not isinstance(nsys, (int, float)) or not nsys > 0:
-        raise DeviceParamsError(f"{path}: field 'nsys_host_factor' must be a positive number, got {nsys!r}")
+        raise DeviceParamsError(f"{path}: field 'nsys_host_factor' must be a positive number, got {short(nsys)}")
     return DeviceParams(devices, host, str(body.get("version", "?")), str(body.get("source", "?")), float(nsys))

@@ -174,7 +174,10 @@ def test_a_checkpoint_without_intervals_loads_and_says_so(trained, tmp_path):
                                              "--json"]).output)
     assert js["intervals"] is None and js["interval_coverage"] is None
     # ets calibrate adds them on the recorded held-out families, weights untouched
-    out = CliRunner().invoke(ets, ["calibrate", "--ckpt", str(bare), "--data", str(root / "data"), "--json"])
+    args = ["calibrate", "--ckpt", str(bare), "--data", str(root / "data"), "--json"]
+    kept = CliRunner().invoke(ets, args)  # in place only when asked: --overwrite
+    assert kept.exit_code == 1 and "--overwrite" in kept.output and load(bare).intervals is None, kept.output
+    out = CliRunner().invoke(ets, [*args, "--overwrite"])
     assert out.exit_code == 0, out.output
     again = load(bare)
     assert again.intervals.factor(0.7) == model_intervals_factor(ckpt, 0.7)

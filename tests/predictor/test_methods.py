@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 from click.testing import CliRunner
 
 from predictor import methods
+from predictor.training import write_body
 from predictor.cli import main as ets
 from predictor.ets import CheckpointError
 from predictor.trace_table import write_traces
@@ -72,7 +72,7 @@ def test_every_shipped_checkpoint_has_the_one_shape():
 
 def test_foreign_checkpoints_are_refused(tmp_path):
     path = tmp_path / "x.pt"
-    torch.save({"format": 1, "method": "oracle"}, path)
+    write_body(path, {"format": 1, "method": "oracle"})
     with pytest.raises(CheckpointError, match="method 'oracle'"):
         methods.load(path)
     with pytest.raises(CheckpointError, match="no such checkpoint"):

@@ -5,7 +5,7 @@ say the fix."""
 from __future__ import annotations
 
 import dataclasses
-import io
+import hashlib
 import json
 import subprocess
 import sys
@@ -15,16 +15,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import safetensors.torch
 import torch
 from click.testing import CliRunner
 
-from predictor import methods
+from predictor import checkpoint_file, methods
 from predictor.checkpoints import CHECKPOINT_DIR
 from predictor.cli import main as ets
 from predictor.memory import MemoryEstimate, activation_bytes, too_big_warning
 from predictor.model_cli import _Subject, _with_habitat_source
 from predictor.trace_table import TraceFormatError, read_dataset, validate, write_traces
-from predictor.training import ENVELOPE, CheckpointError, load_body
+from predictor.training import CheckpointError, load_body
+from tests.cli_checks import one_line_error
 
 SHIPPED = CHECKPOINT_DIR / "ets-V100.pt"
 
@@ -46,13 +48,8 @@ def invoke(*args: str):
 
 
 def assert_one_line_error(result, *fragments: str) -> str:
-    """Exit code 1, an `Error:` line without traceback, containing every fragment."""
-    assert result.exit_code == 1, result.output
-    assert "Traceback" not in result.output and result.output.startswith("Error:"), result.output
-    assert len(result.output.strip().splitlines()) == 1, result.output
-    for fragment in fragments:
-        assert fragment in result.output, (fragment, result.output)
-    return result.output
+    """Exit code 1, one `Error:` line and nothing else, containing every fragment."""
+    return one_line_error(result, *fragments, codes=(1,), alone=True)
 
 
 def dataset_with(tmp_path: Path, change) -> Path:
@@ -156,10 +153,14 @@ def flip_middle(source: Path, target: Path, count: int = 64) -> Path:
     return target
 
 
-def test_every_shipped_checkpoint_carries_its_hash():
+def test_every_shipped_checkpoint_is_data_sealed_by_its_hash():
     for path in sorted(CHECKPOINT_DIR.glob("*.pt")):
-        outer = torch.load(path, map_location="cpu", weights_only=True)  # the envelope is plain data
-        assert outer["envelope"] == ENVELOPE and len(outer["sha256"]) == 64, path
+        data = path.read_bytes()
+        assert data.startswith(checkpoint_file.MAGIC), path
+        stored = data[len(checkpoint_file.MAGIC):checkpoint_file.HEADER_BYTES - 1].decode()
+        assert stored == hashlib.sha256(data[checkpoint_file.HEADER_BYTES:]).hexdigest(), path
+        assert set(safetensors.torch.load(data[checkpoint_file.HEADER_BYTES:])) == {
+            f"state_dict/{k}" for k in load_body(path)["state_dict"]}, path  # the weights, by name
         assert load_body(path)["format"] == 1
 
 
@@ -172,33 +173,36 @@ def test_a_checkpoint_with_flipped_bytes_is_refused_in_one_line(tmp_path):
     assert_one_line_error(invoke("evaluate", "--ckpt", flipped, "--data", tmp_path), str(flipped))
 
 
-def test_a_consistent_archive_whose_content_was_changed_fails_the_hash(tmp_path):
-    outer = torch.load(SHIPPED, map_location="cpu", weights_only=True)
+def test_a_consistent_file_whose_content_was_changed_fails_the_hash(tmp_path):
     body = load_body(SHIPPED)
     name = next(iter(body["state_dict"]))
     body["state_dict"][name] = body["state_dict"][name] + 1e-3  # a slightly different model
-    buffer = io.BytesIO()
-    torch.save(body, buffer)
-    edited = torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)
-    torch.save({**outer, "payload": edited}, tmp_path / "edited.pt")  # a valid archive with a stale hash
+    data = checkpoint_file.encode(body)
+    stale = SHIPPED.read_bytes()[:checkpoint_file.HEADER_BYTES] + data[checkpoint_file.HEADER_BYTES:]
+    (tmp_path / "edited.pt").write_bytes(stale)  # valid safetensors content under the old hash
     with pytest.raises(CheckpointError, match="edited.pt: corrupted checkpoint: its content does not match the SHA-256"):
         methods.load(tmp_path / "edited.pt")
 
 
-def test_a_legacy_checkpoint_without_hash_loads_and_predicts_the_same(tmp_path):
+def test_a_pickled_checkpoint_is_refused_until_converted_then_predicts_the_same(tmp_path):
     legacy = tmp_path / "legacy.pt"
     torch.save(load_body(SHIPPED), legacy)  # how checkpoints were written before the hash
-    assert "envelope" not in torch.load(legacy, map_location="cpu", weights_only=False)
+    assert_one_line_error(invoke("predict", "--ckpt", legacy, "alexnet"), f"{legacy}: a pickled checkpoint",
+                          "ets checkpoint convert --trust FILE")
+    result = invoke("checkpoint", "convert", legacy)
+    assert result.exit_code == 2 and "--trust" in result.output  # never without saying it is trusted
+    result = invoke("checkpoint", "convert", "--trust", legacy)
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "legacy.pt.pickled").is_file()  # the original kept
     data = trace(device="emulated:V100", n=30)
     pd.testing.assert_frame_equal(methods.load(legacy).iteration_times(data), methods.load(SHIPPED).iteration_times(data))
-    with pytest.raises(CheckpointError, match="legacy-flipped.pt: corrupted checkpoint .*CRC"):
-        methods.load(flip_middle(legacy, tmp_path / "legacy-flipped.pt"))
+    assert_one_line_error(invoke("checkpoint", "convert", "--trust", legacy), "already in the current format")
 
 
-def test_a_saved_checkpoint_round_trips_through_the_envelope(tmp_path):
+def test_a_saved_checkpoint_round_trips(tmp_path):
     model = methods.load(SHIPPED)
     path = model.save(tmp_path / "sub" / "again.pt")
-    assert torch.load(path, weights_only=True)["envelope"] == ENVELOPE
+    assert path.read_bytes() == SHIPPED.read_bytes()  # the same body writes the same bytes
     assert not list(path.parent.glob(".*tmp*"))  # written atomically: no temporary left
     data = trace(device="emulated:V100", n=30)
     pd.testing.assert_frame_equal(methods.load(path).iteration_times(data), model.iteration_times(data))

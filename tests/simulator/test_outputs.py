@@ -22,7 +22,7 @@ from click.testing import CliRunner
 import simulator.cli
 from predictor.outputs import OutputError
 from simulator.cli import default_out_dir, main
-from simulator.run import RunConfig, RunOutput, execute
+from simulator.run import RunConfig, execute
 
 SMALL = ["--policy", "fifo", "--predictor", "truth", "--workload", "pai-like:20"]
 RUN_FILES = {"jobs.parquet", "summary.json", "manifest.json"}
@@ -245,6 +245,6 @@ def test_timeline_on_a_full_disk_keeps_the_old_file(run_dir, monkeypatch):
     assert simrun("timeline", str(run_dir)).exit_code == 0
     before = files(run_dir)
     full_disk_text(monkeypatch)
-    result = simrun("timeline", str(run_dir))
+    result = simrun("timeline", str(run_dir), "--overwrite")
     one_line_error(result, f"cannot write {run_dir / 'timeline.json'}: No space left on device")
     assert files(run_dir) == before  # no 0-byte or half file, no temporary file

@@ -8,13 +8,12 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 
 from predictor.baselines import habitat
 from predictor.baselines.opbased import run_mlp
 from predictor.devices.specs import SPEC_SHEETS
 from predictor.ets import CheckpointError, iteration_mre, sorted_traces, summarize
-from predictor.training import load_body
+from predictor.training import load_body, write_body
 from tests.predictor.baselines.multi_device_data import multi_device_traces
 
 FAST = dict(hidden=32, layers=2, lr=1e-2, batch_size=64, max_minutes=2.0)
@@ -210,21 +209,21 @@ def test_mismatched_and_foreign_checkpoints_are_refused(model, tmp_path):
     path = model.save(tmp_path / "habitat.pt")
     body = load_body(path)
     body["config"]["layers"] = 3
-    torch.save(body, tmp_path / "arch.pt")
+    write_body(tmp_path / "arch.pt", body)
     with pytest.raises(CheckpointError, match="arch.pt.*weights do not match"):
         habitat.load(tmp_path / "arch.pt")
     body["n_features"] = 7
-    torch.save(body, tmp_path / "layout.pt")
+    write_body(tmp_path / "layout.pt", body)
     with pytest.raises(CheckpointError, match="layout.pt.*reads 7 features.*incompatible"):
         habitat.load(tmp_path / "layout.pt")
     body["method"] = "opbased"
-    torch.save(body, tmp_path / "other.pt")
+    write_body(tmp_path / "other.pt", body)
     with pytest.raises(CheckpointError, match="other.pt: a 'opbased' checkpoint, not a 'habitat' one"):
         habitat.load(tmp_path / "other.pt")
     body["format"] = 2
-    torch.save(body, tmp_path / "new.pt")
+    write_body(tmp_path / "new.pt", body)
     with pytest.raises(CheckpointError, match="new.pt.*format 2"):
         habitat.load(tmp_path / "new.pt")
     (tmp_path / "junk.pt").write_bytes(b"\x00junk")
-    with pytest.raises(CheckpointError, match="junk.pt.*not a readable checkpoint"):
+    with pytest.raises(CheckpointError, match="junk.pt: not a checkpoint of this tool"):
         habitat.load(tmp_path / "junk.pt")

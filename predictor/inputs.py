@@ -1,0 +1,236 @@
+"""Reading what a stranger hands us — trace files, datasets, caches, option values — with every size
+bounded before the work and every error message short.
+
+Why one module: a file from the internet must never take the machine down or hang it. Each limit
+is checked *before* memory or time is spent: the file's kind and size from ``stat`` (a FIFO, a
+device such as ``/dev/zero`` or a directory is refused without opening it), a gzip stream while it
+is inflated (a bomb stops at the limit, not after it), a JSON document's nesting before it is
+parsed, a header's width before its names are listed. And a refusal must not become the attack:
+a value quoted in a message is cut to a few dozen characters (``short``), however large the value
+(a YAML alias "billion laughs" expands to gigabytes when ``repr``-ed whole).
+
+Every limit is generous for real data and can be raised for one run with an environment variable
+(``ETS_SIM_MAX_<NAME>``, e.g. ``ETS_SIM_MAX_FILE_BYTES=20e9``); :data:`LIMITS` is the one list, and
+the README's "Limits" table is written from it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import reprlib
+import stat
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+
+class InputError(ValueError):
+    """Input refused before it was read whole: too large, nested too deep, not a regular file.
+    The message names the file (or option), the limit and how to raise it."""
+
+
+@dataclass(frozen=True)
+class Limit:
+    name: str
+    default: float
+    unit: str
+    meaning: str
+
+    @property
+    def variable(self) -> str:
+        return f"ETS_SIM_MAX_{self.name.upper()}"
+
+
+# The one list of input limits (README "Limits" lists the same, with what each protects).
+LIMITS: dict[str, Limit] = {limit.name: limit for limit in (
+    Limit("file_bytes", 4 * 2**30, "bytes", "size of one input file read whole (trace, dataset, checkpoint, cache)"),
+    Limit("inflated_bytes", 4 * 2**30, "bytes", "bytes a gzip input may inflate to"),
+    Limit("inflate_ratio", 200, "x", "inflated / compressed size of a gzip input (real Kineto traces: 10-30x)"),
+    Limit("json_depth", 100, "levels", "nesting of a JSON or YAML document (real traces: at most 7)"),
+    Limit("json_containers", 5_000_000, "objects and arrays",
+          "JSON objects and arrays in one document (a 35 MB Kineto trace of 6 ResNet-50 steps: ~310,000)"),
+    Limit("columns", 10_000, "columns", "fields in a CSV header or line"),
+    Limit("jobs", 10_000_000, "jobs", "jobs in one simulated workload (the full Philly trace: 111,549)"),
+    Limit("grid_points", 100_000, "points", "points of one sweep grid"),
+)}
+
+
+def limit(name: str) -> float:
+    """The limit ``name`` (:data:`LIMITS`), or its ``ETS_SIM_MAX_<NAME>`` override."""
+    spec = LIMITS[name]
+    raw = os.environ.get(spec.variable)
+    if raw is None or not raw.strip():
+        return spec.default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise InputError(f"{spec.variable}={short(raw)}: not a number (the limit on {spec.meaning})") from None
+    if not value > 0 or not np.isfinite(value):
+        raise InputError(f"{spec.variable}={short(raw)}: must be a positive finite number")
+    return value
+
+
+def over_limit(name: str, what: str, amount: float) -> InputError:
+    """The error for ``what`` exceeding limit ``name`` by ``amount``: names the limit and its variable."""
+    spec = LIMITS[name]
+    return InputError(f"{what}: {amount:,.0f} {spec.unit} exceeds the limit of {limit(name):,.0f} "
+                      f"({spec.meaning}; raise it with {spec.variable}=N)")
+
+
+# -- values in messages ---------------------------------------------------------------------------
+
+_REPR = reprlib.Repr()  # Python 3.11's Repr takes its limits as attributes
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 3, 60, 60, 40
+_REPR.maxdict = _REPR.maxlist = _REPR.maxtuple = _REPR.maxset = _REPR.maxfrozenset = _REPR.maxdeque = 4
+_REPR.maxarray = 4
+
+
+def short(value: object, width: int = 80) -> str:
+    """``repr(value)`` cut to about ``width`` characters without building the whole repr (reprlib
+    stops at a few items per level), so a gigabyte-sized value quotes in microseconds."""
+    text = _REPR.repr(value)
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def names(items: list | tuple, shown: int = 5) -> str:
+    """Names for a message: the first ``shown``, each cut short, then how many more."""
+    head = ", ".join(short(x, 40) for x in items[:shown])
+    return head if len(items) <= shown else f"{head}, … ({len(items) - shown:,} more)"
+
+
+# -- files ----------------------------------------------------------------------------------------
+
+def regular_file(path: str | Path, what: str = "input file") -> Path:
+    """``path`` as an existing regular file within the size limit, checked by ``stat`` alone (a FIFO
+    would block an ``open``; a device such as ``/dev/zero`` never ends). FileNotFoundError is left
+    to the caller, who names the file as its format does."""
+    path = Path(path)
+    info = path.stat()  # follows symlinks: a link to a regular file is fine
+    if not stat.S_ISREG(info.st_mode):
+        kind = ("a directory" if stat.S_ISDIR(info.st_mode) else "a named pipe (FIFO)" if stat.S_ISFIFO(info.st_mode)
+                else "a device" if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode)
+                else "a socket" if stat.S_ISSOCK(info.st_mode) else "not a regular file")
+        raise InputError(f"{path}: is {kind}, not a regular {what}")
+    if info.st_size > limit("file_bytes"):
+        raise over_limit("file_bytes", str(path), info.st_size)
+    return path
+
+
+def read_bytes(path: str | Path, what: str = "input file") -> bytes:
+    """The bytes of a regular file within the size limit (a file growing while read stops there)."""
+    path = regular_file(path, what)
+    cap = int(limit("file_bytes"))
+    with path.open("rb") as handle:
+        parts = [handle.read(os.fstat(handle.fileno()).st_size + 1)]  # the whole file, one allocation
+        size = len(parts[0])
+        while parts[-1] and size <= cap:  # it grew while read: on, in chunks, to the limit
+            parts.append(handle.read(min(cap + 1 - size, 64 * 2**20)))
+            size += len(parts[-1])
+    if size > cap:
+        raise over_limit("file_bytes", str(path), size)
+    return b"".join(parts) if len(parts) > 1 else parts[0]
+
+
+def inflate(data: bytes, source: str | Path) -> bytes:
+    """``data`` gunzipped (``data`` itself when it is not gzip), stopping as soon as the output
+    passes the inflated-size limit or the ratio limit (from 64 MiB on): a 1 MB bomb costs at most
+    the limit, never its full expansion."""
+    if data[:2] != b"\x1f\x8b":
+        return data
+    by_ratio = max(64 * 2**20, limit("inflate_ratio") * len(data))
+    cap = int(min(limit("inflated_bytes"), by_ratio))
+    inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    parts, size, rest = [], 0, data
+    try:
+        while rest and not inflater.eof:
+            part = inflater.decompress(rest, 16 * 2**20)
+            parts.append(part)
+            size += len(part)
+            if size > cap:
+                if cap < limit("inflated_bytes"):
+                    raise over_limit("inflate_ratio", f"{source}: gzip data inflated past {size:,} bytes",
+                                     size / len(data))
+                raise over_limit("inflated_bytes", f"{source}: gzip data inflated past {size:,} bytes", size)
+            rest = inflater.unconsumed_tail
+    except zlib.error as exc:
+        raise InputError(f"{source}: corrupt gzip data ({exc})") from None
+    if not inflater.eof:
+        raise InputError(f"{source}: truncated gzip data (the stream ends early)")
+    return b"".join(parts)
+
+
+# -- nested documents -----------------------------------------------------------------------------
+
+_CHUNK = 8 * 2**20  # bytes scanned at a time: the scan's memory stays bounded for any input
+
+
+def json_depth(data: bytes | str) -> int:
+    """The deepest bracket nesting of a JSON text, brackets inside strings excluded; vectorised and
+    chunked (a few ms per MB). Where a backslash stands outside a string (invalid JSON: the parser
+    stops there) the count may differ from the parser's after it, never before."""
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    buf = np.frombuffer(raw, dtype=np.uint8)
+    depth, deepest, in_string, slash_run = 0, 0, 0, 0
+    for at in range(0, len(buf), _CHUNK):
+        chunk = buf[at:at + _CHUNK]
+        quotes = np.flatnonzero(chunk == ord('"'))
+        if len(quotes):
+            quotes = quotes[~_escaped(chunk, quotes, slash_run)]
+        folded = chunk | 0x20  # "[" -> "{", "]" -> "}"
+        opening = folded == ord("{")
+        brackets = np.flatnonzero(opening | (folded == ord("}")))
+        if len(brackets):
+            outside = (np.searchsorted(quotes, brackets) + in_string) % 2 == 0
+            steps = np.where(opening[brackets], 1, -1) * outside
+            levels = np.cumsum(steps, dtype=np.int64) + depth
+            deepest, depth = max(deepest, int(levels.max())), int(levels[-1])
+        in_string = (len(quotes) + in_string) % 2
+        tail = len(chunk) - 1 - int(np.flatnonzero(chunk != ord("\\")).max(initial=-1))
+        slash_run = slash_run + tail if tail == len(chunk) else tail
+    return deepest
+
+
+def _escaped(chunk: np.ndarray, quotes: np.ndarray, carried: int) -> np.ndarray:
+    """Whether each quote of ``chunk`` is escaped: preceded by an odd run of backslashes
+    (``carried`` backslashes end the previous chunk)."""
+    after_slash = np.zeros(len(quotes), dtype=bool)
+    inner = quotes > 0
+    after_slash[inner] = chunk[quotes[inner] - 1] == ord("\\")
+    escaped = np.zeros(len(quotes), dtype=bool)
+    escaped[~inner] = carried % 2 == 1
+    if not after_slash.any():
+        return escaped
+    slashes = np.flatnonzero(chunk == ord("\\"))
+    breaks = np.flatnonzero(np.diff(slashes) != 1)  # runs of consecutive backslashes
+    first = np.concatenate(([0], breaks + 1))
+    last = np.concatenate((breaks, [len(slashes) - 1]))
+    run_end, run_len = slashes[last], last - first + 1
+    if slashes[0] == 0:
+        run_len[0] += carried
+    candidates = quotes[after_slash]
+    k = np.searchsorted(run_end, candidates - 1)  # the run ending right before each candidate
+    escaped[after_slash] = run_len[k] % 2 == 1
+    return escaped
+
+
+def load_json(data: bytes | str, source: str | Path):
+    """A JSON document, its nesting and its number of objects and arrays checked first (Python's
+    parser recurses: 100,000 levels crash it; and each parsed object costs ~100 bytes). ValueError (``json.JSONDecodeError``) for bad JSON is left
+    to the caller, who names its format."""
+    depth = json_depth(data)
+    if depth > limit("json_depth"):
+        raise over_limit("json_depth", f"{source}: JSON nested {depth:,} levels deep", depth)
+    opening = (b"{", b"[") if isinstance(data, bytes) else ("{", "[")
+    containers = data.count(opening[0]) + data.count(opening[1])  # an upper bound: brackets in strings count too
+    if containers > limit("json_containers"):  # each costs ~100 bytes parsed: 60 MB of "{}," is 2 GB
+        raise over_limit("json_containers", str(source), containers)
+    return json.loads(data)
+
+
+def check_width(count: int, source: str | Path) -> None:
+    """Refuse a header or line of more than the column limit before its names are listed."""
+    if count > limit("columns"):
+        raise over_limit("columns", f"{source}: {count:,} fields in one line", count)

@@ -1,0 +1,125 @@
+"""The input limits (predictor/inputs.py): each checked before the work it bounds, each message
+one short line naming the limit and how to raise it, and the README's table in step with them."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import random
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from predictor import inputs
+from predictor.inputs import LIMITS, InputError, inflate, json_depth, load_json, read_bytes, short
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def reference_depth(text: str) -> int:
+    """Bracket depth outside strings, one character at a time (a quote after an odd run of
+    backslashes does not open or close a string)."""
+    depth = deepest = 0
+    inside, run = False, 0
+    for ch in text:
+        if ch == '"' and run % 2 == 0:
+            inside = not inside
+        elif not inside and ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif not inside and ch in "]}":
+            depth -= 1
+        run = run + 1 if ch == "\\" else 0
+    return deepest
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet='[]{}"\\a', max_size=60), st.sampled_from([1, 2, 3, 7, 1 << 20]))
+def test_json_depth_agrees_with_a_character_by_character_count(text, chunk):
+    old = inputs._CHUNK
+    inputs._CHUNK = chunk  # chunk borders inside strings and backslash runs
+    try:
+        assert json_depth(text) == reference_depth(text)
+    finally:
+        inputs._CHUNK = old
+
+
+def test_json_depth_of_real_json_and_of_escaped_brackets():
+    doc = [{"name": 'aten::conv "x" [1]\\', "args": {"Input Dims": [[1, 2], [3]]}}]
+    assert json_depth(json.dumps(doc)) == 5 == reference_depth(json.dumps(doc))
+    assert json_depth('["[[[[", "\\"[[["]') == 1
+
+
+def test_deep_json_is_refused_before_parsing(monkeypatch):
+    deep = "[" * 100_000 + "]" * 100_000  # Python's parser would raise RecursionError
+    with pytest.raises(InputError, match=r"^x.json: JSON nested 100,000 levels deep: .* limit of 100 .*"
+                                         r"ETS_SIM_MAX_JSON_DEPTH=N"):
+        load_json(deep, "x.json")
+    monkeypatch.setenv("ETS_SIM_MAX_JSON_DEPTH", "200000")
+    assert json_depth(deep) == 100_000  # raised: the limit is the user's to move
+    with pytest.raises(InputError, match="JSON objects and arrays"):
+        load_json(b"{}," * 5_000_001, "y.json")
+
+
+def test_a_gzip_bomb_stops_at_the_limit_not_at_its_size():
+    bomb = gzip.compress(b" " * 300 * 2**20, compresslevel=9)  # 300 MiB of spaces in ~300 KB
+    started = time.perf_counter()
+    with pytest.raises(InputError, match=r"bomb.gz: gzip data inflated past .* limit of 200 .*ETS_SIM_MAX_INFLATE_RATIO"):
+        inflate(bomb, "bomb.gz")
+    assert time.perf_counter() - started < 10
+    text = b'{"traceEvents": []}' * 1000
+    assert inflate(gzip.compress(text), "ok.gz") == text and inflate(text, "plain") == text
+    with pytest.raises(InputError, match="truncated gzip data"):
+        inflate(gzip.compress(text)[:-12], "cut.gz")
+
+
+def test_only_regular_files_within_the_size_limit_are_read(tmp_path, monkeypatch):
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    with pytest.raises(InputError, match=f"^{pipe}: is a named pipe \\(FIFO\\), not a regular trace file$"):
+        read_bytes(pipe, "trace file")
+    with pytest.raises(InputError, match="^/dev/zero: is a device"):
+        read_bytes("/dev/zero")
+    with pytest.raises(InputError, match="is a directory"):
+        read_bytes(tmp_path)
+    big = tmp_path / "big"
+    big.write_bytes(b"x" * 1000)
+    monkeypatch.setenv("ETS_SIM_MAX_FILE_BYTES", "999")
+    with pytest.raises(InputError, match="1,000 bytes exceeds the limit of 999"):
+        read_bytes(big)
+    monkeypatch.setenv("ETS_SIM_MAX_FILE_BYTES", "lots")
+    with pytest.raises(InputError, match="ETS_SIM_MAX_FILE_BYTES='lots': not a number"):
+        read_bytes(big)
+
+
+def test_a_quoted_value_stays_short_however_large():
+    laughs: list = ["lol"]
+    for _ in range(30):
+        laughs = [laughs] * 9  # 9**30 leaves when expanded: repr would never end
+    started = time.perf_counter()
+    assert len(short(laughs)) <= 80 and len(short("x" * 10**7)) <= 80
+    assert time.perf_counter() - started < 0.1
+    assert short({"a": 1}) == "{'a': 1}"
+
+
+def test_the_readme_lists_every_limit_with_its_default():
+    text = README.read_text()
+    for spec in LIMITS.values():
+        default = f"{spec.default:,.0f}"
+        assert f"`{spec.variable}`" in text and default in text.split(spec.variable, 1)[1][:200], spec.name
+
+
+def test_limits_are_checked_quickly_on_large_real_sized_input():
+    rng = random.Random(0)
+    doc = json.dumps([{"name": f"op{rng.random()}", "args": {"dims": [[1, 2], [3]]}} for _ in range(200_000)])
+    started = time.perf_counter()
+    json_depth(doc)
+    scan = time.perf_counter() - started
+    started = time.perf_counter()
+    json.loads(doc)
+    parse = time.perf_counter() - started
+    assert scan < 2 * parse + 0.5  # the check costs no more than the parse it protects
