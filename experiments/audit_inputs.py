@@ -34,8 +34,10 @@ from typing import Callable
 import click
 import pandas as pd
 
+from experiments.shared_data import shared_dir
+
 REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("ETS_SHARED", REPO.parent / "shared"))
+SHARED = shared_dir()
 MAX_RSS_MB, MAX_SECONDS, MAX_LINE = 1024, 30.0, 1000
 # Each case runs in a child that reports its own peak RSS (and its children's) when it exits; a
 # 6 GB address-space cap keeps a regression from taking the machine down (torch maps ~3 GB). The
@@ -54,6 +56,11 @@ CHILD = ("import atexit, os, re, resource, sys\n"
          "from {module} import main\n"
          "main()\n")
 TOOLS = {"ets": "predictor.cli", "simrun": "simulator.cli"}
+
+
+def child(argv: list[str]) -> list[str]:
+    """The command line running ``argv`` (``ets ...`` or ``simrun ...``) in a measured child."""
+    return [sys.executable, "-c", CHILD.format(module=TOOLS[argv[0]]), *argv]
 
 
 @dataclass
@@ -110,7 +117,7 @@ def common_fixtures(c: Path) -> None:
 
 def run_tool(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> None:
     """Run a fixture's command line (``env`` added to this process's), or stop the audit naming it."""
-    done = subprocess.run([sys.executable, "-c", CHILD.format(module=TOOLS[argv[0]]), *argv], cwd=cwd,
+    done = subprocess.run(child(argv), cwd=cwd,
                           capture_output=True, text=True, env={**os.environ, **(env or {}), "AUDIT_RSS_FILE": os.devnull})
     if done.returncode:
         raise click.ClickException(f"fixture {' '.join(argv)} failed: {done.stderr.strip()[-500:]}")
@@ -219,14 +226,29 @@ def truncate(table: Path) -> None:
 
 def long_run(d: Path, _c: Path) -> subprocess.Popen:
     """A real run into {d}/out that lasts minutes (killed after the case)."""
-    run = subprocess.Popen([sys.executable, "-c", CHILD.format(module="simulator.cli"), "simrun", "--policy", "fifo",
-                            "--predictor", "truth", "--workload", "pai-like:1000000", "--out", str(d / "out"), "--quiet"],
+    run = subprocess.Popen(child(["simrun", "--policy", "fifo", "--predictor", "truth", "--workload", "pai-like:1000000",
+                                  "--out", str(d / "out"), "--quiet"]),
                            cwd=d, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                            env={**os.environ, "AUDIT_RSS_FILE": os.devnull})
+    lock, pid = d / "out" / ".lock", f"{run.pid}\n"
     deadline = time.monotonic() + 60
-    while not (d / "out").is_dir() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    while not (lock.exists() and lock.read_text() == pid) and time.monotonic() < deadline:
+        time.sleep(0.05)  # the folder exists before the lock is taken: wait for the PID in it
     return run
+
+
+def jobs_ran(count: int) -> Callable[[Path, Path], str | None]:
+    def check(d: Path, _c: Path) -> str | None:
+        got = len(pd.read_parquet(d / "out" / "jobs.parquet"))
+        return None if got == count else f"{got:,} jobs ran, expected {count:,}"
+    return check
+
+
+def same_records_as_first(d: Path, _c: Path) -> str | None:
+    """The run on the spoilt cache gave the records of the setup's run on the clean one: the
+    rebuilt table was used, not the spoilt one."""
+    first, again = (pd.read_parquet(d / run / "jobs.parquet") for run in ("first", "out"))
+    return None if first.equals(again) else "records differ from the clean run's: the spoilt table was used"
 
 
 def tardiness(expected: float) -> Callable[[Path, Path], str | None]:
@@ -259,13 +281,13 @@ CASES: list[Case] = [
     Case(2, "sweep --seeds 100000000", [*SWEEP, "--seeds", "100000000", "--out", "{d}/s"], "refused", "--seeds"),
     Case(2, "workload 10^11 jobs --limit 10", ["simrun", "--policy", "fifo", "--predictor", "truth", "--workload",
                                                "pai-like:100000000000", "--limit", "10", "--out", "{d}/out",
-                                               "--quiet"], "done"),
+                                               "--quiet"], "done", check=jobs_ran(10)),
     Case(2, "gzip bomb (1 MB -> 1 GB) as a Kineto trace", ["ets", "import", "kineto", "{d}/bomb.json.gz", "--out",
                                                            "{d}/o"], "refused", "inflated past", setup=gzip_bomb),
     Case(2, "/dev/zero as a Kineto trace", ["ets", "import", "kineto", "/dev/zero", "--out", "{d}/o"], "refused",
          "is a device"),
     Case(2, "/dev/zero as a Philly trace", ["simrun", "--policy", "fifo", "--predictor", "truth", "--trace",
-                                            "philly:/dev/zero", "--out", "{d}/o"], "refused", "/dev/zero"),
+                                            "philly:/dev/zero", "--out", "{d}/o"], "refused", "is a device"),
     Case(2, "/dev/zero as a checkpoint", ["ets", "predict", "--ckpt", "/dev/zero", "{c}/data/emulated_T4.parquet"],
          "refused", "is a device"),
     Case(2, "a FIFO as a Kineto trace", ["ets", "import", "kineto", "{d}/p.json", "--out", "{d}/o"], "refused",
@@ -280,10 +302,10 @@ CASES: list[Case] = [
          setup=fifo("p.yaml")),
     # 3. an error message is never the attack
     Case(3, "YAML billion laughs as a cluster", ["simrun", "--policy", "fifo", "--predictor", "truth", "--cluster",
-                                                 "{d}/laughs.yaml", "--out", "{d}/o"], "refused", "laughs.yaml",
+                                                 "{d}/laughs.yaml", "--out", "{d}/o"], "refused", "YAML aliases expand",
          setup=billion_laughs),
     Case(3, "10^6-column Philly header", ["simrun", "--policy", "fifo", "--predictor", "truth", "--trace",
-                                          "philly:{d}/wide.csv", "--out", "{d}/o"], "refused", "wide.csv",
+                                          "philly:{d}/wide.csv", "--out", "{d}/o"], "refused", "fields in one line",
          setup=wide_philly),
     Case(3, "10^6-column ETS CSV header", ["ets", "import", "ets-csv", "{d}/wide", "--features", "recorded",
                                            "--out", "{d}/o"], "refused", "fields in one line", setup=wide_ets_csv,
@@ -304,7 +326,8 @@ CASES: list[Case] = [
          setup=dataset_variant(split_devices)),
     Case(5, "the cached truth x10", ["simrun", "--policy", "fifo", "--predictor", "truth", "--bind", "--workload",
                                      "pai-like:20", "--out", "{d}/out"], "warned", "does not match its hash: rebuilt",
-         setup=with_cache(times_ten), env={"ETS_SIM_CACHE": "{d}/cache"}, costs_a_clean_run=True),
+         setup=with_cache(times_ten), env={"ETS_SIM_CACHE": "{d}/cache"}, costs_a_clean_run=True,
+         check=same_records_as_first),
     Case(5, "--load-scale 1e-308", ["simrun", "--policy", "fifo", "--predictor", "truth", "--workload", "pai-like:20",
                                     "--load-scale", "1e-308", "--out", "{d}/o"], "refused", "--load-scale"),
     # 6. ordinary corruption: one line, or a warning and a rebuild
@@ -320,10 +343,10 @@ CASES: list[Case] = [
     Case(6, "a 100,000-deep Kineto JSON", ["ets", "import", "kineto", "{d}/deep.json", "--out", "{d}/o"], "refused",
          "levels deep", setup=deep_json("deep.json")),
     Case(6, "a 100,000-deep Philly JSON", ["simrun", "--policy", "fifo", "--predictor", "truth", "--trace",
-                                           "philly-json:{d}/deep.json", "--out", "{d}/o"], "refused", "deep.json",
+                                           "philly-json:{d}/deep.json", "--out", "{d}/o"], "refused", "levels deep",
          setup=deep_json("deep.json")),
     Case(6, "a 100,000-deep cluster JSON", ["simrun", "--policy", "fifo", "--predictor", "truth", "--cluster",
-                                            "{d}/deep.json", "--out", "{d}/o"], "refused", "deep.json",
+                                            "{d}/deep.json", "--out", "{d}/o"], "refused", "levels deep",
          setup=deep_json("deep.json")),
     Case(6, "sweep --ray foo", [*SWEEP, "--ray", "foo", "--out", "{d}/s"], "refused", "--ray"),
     # 7. limits kept
@@ -362,7 +385,7 @@ def run_child(case: Case, d: Path, c: Path, setup: bool = True) -> tuple[int | N
     env = {**os.environ, **{k: fill(v) for k, v in case.env.items()}, "AUDIT_RSS_FILE": str(rss_file)}
     started = time.perf_counter()
     try:
-        done = subprocess.run([sys.executable, "-c", CHILD.format(module=TOOLS[argv[0]]), *argv], cwd=d, env=env,
+        done = subprocess.run(child(argv), cwd=d, env=env,
                               capture_output=True, text=True, timeout=120)
         code, out = done.returncode, done.stdout + done.stderr
     except subprocess.TimeoutExpired as exc:

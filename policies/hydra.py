@@ -265,7 +265,7 @@ class QueueOrderer:
         self.stopped = dict.fromkeys(BOUNDS, 0)  # searches cut short (work, time: or skipped, budget spent)
         self.decisions_cut = {"work": 0, "time": 0}  # decisions whose budget ran out
         self.stop_at = math.inf
-        self.work = 0  # this decision's work units: (job, GPU) pairs scored + search work
+        self.pairs = 0  # this decision's (job, GPU) pairs scored (counted, not budgeted)
         self.search_work = 0  # this decision's budgeted work: heuristic positions + search nodes
         self._cut = ""  # the bound this decision has used up, if any
 
@@ -273,9 +273,14 @@ class QueueOrderer:
         """A new decision: its budget starts, its work count and the memo are reset (the memo's keys
         hold absolute times; a new decision rarely reuses them)."""
         self.stop_at = math.inf if self.budget_s is None else time.perf_counter() + self.budget_s
-        self.work = self.search_work = 0
+        self.pairs = self.search_work = 0
         self._cut = ""
         self.memo.clear()
+
+    @property
+    def work(self) -> int:
+        """This decision's work units: (job, GPU) pairs scored + search work."""
+        return self.pairs + self.search_work
 
     def spent(self) -> str:
         """The bound of this decision that is used up ("work", checked first, or "time"); "" while
@@ -308,7 +313,6 @@ class QueueOrderer:
             if cut:
                 self.stopped[cut] += 1  # SRTF only
                 return seq, cost  # not memoised: a memo hit must not depend on when it was made
-            self.work += len(seq)
             self.search_work += len(seq)
             seq, cost = swap_heuristic(seq, t0, jobs, t0_due)
             if self.bnb and len(seq) > 1:
@@ -331,7 +335,6 @@ class QueueOrderer:
         b_seq, b_cost, stats = branch_and_bound(job_set, t0, jobs, t0_due=t0_due, stop_at=self.stop_at,
                                                 max_nodes=limit, incumbent=heuristic)
         self.searches += 1
-        self.work += stats.nodes
         self.search_work += stats.nodes
         if stats.stopped_by:
             self.stopped[limited_by if stats.stopped_by == "nodes" else stats.stopped_by] += 1
@@ -424,7 +427,7 @@ def greedy_assign(waiting: list[int], gpus: list[GpuState], per_type: list[Jobs]
                                  *due)
         ordered[target] = seq
         g_srtf[target] = False
-    orderer.work += int(counters[kernels.WORK])
+    orderer.pairs += int(counters[kernels.WORK])
     out = list(gpus)
     for u in range(m, int(counters[kernels.USED])):  # in the order they split off their group
         out.append(GpuState(int(g_type[u]), float(g_t0[u]), [gpus[g_parent[u]].members.pop(0)], [],

@@ -42,17 +42,18 @@ def info_cmd(path: Path, as_json: bool) -> None:
 
 
 def describe(body: dict, path: Path) -> dict:
-    import hashlib
-
+    """What ``info`` prints of a checkpoint ``read`` has verified (so its first line holds the
+    SHA-256 of its content)."""
     import torch
 
     weights = [v for v in (body.get("state_dict") or {}).values() if isinstance(v, torch.Tensor)]
-    content = path.read_bytes()[checkpoint_file.HEADER_BYTES:]
+    with path.open("rb") as handle:
+        sha256 = handle.read(checkpoint_file.HEADER_BYTES)[len(checkpoint_file.MAGIC):-1].decode("ascii")
     return {"checkpoint": str(path), "method": body.get("method"), "device": body.get("device"),
             "version": body.get("version"), "format": body.get("format"),
             "tensors": len(weights), "parameters": int(sum(w.numel() for w in weights)),
             "epochs": len(body.get("history") or []), "test_units": list((body.get("split") or {}).get("test_units") or []),
-            "intervals": bool(body.get("intervals")), "sha256": hashlib.sha256(content).hexdigest()}
+            "intervals": bool(body.get("intervals")), "sha256": sha256}
 
 
 @checkpoint.command("convert")

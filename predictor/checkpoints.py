@@ -48,9 +48,10 @@ def interval_calibration(gpu: str, directory: str | Path = CHECKPOINT_DIR,
                          method: str = "ets") -> IntervalCalibration | None:
     """The interval calibration stored in the shipped ``method`` checkpoint for ``gpu`` (None when
     it has none), read without building the model."""
-    from predictor.training import load_body, stored_intervals
+    from predictor.checkpoint_file import read
+    from predictor.training import stored_intervals
 
     path = checkpoint_path(gpu, directory, method)
     if not path.exists():
         pretrained(gpu, directory, method)  # raises, naming the GPUs that have one
-    return stored_intervals(load_body(path))
+    return stored_intervals(read(path))

@@ -22,7 +22,7 @@ kernels leaves the GPU idle; the same kernel between big ones does not).
 * Inference: every window of every trace in one batched pass (chunked), normalisation undone,
   each op's predictions averaged over its windows (padding masked), then summed: iteration time
   with its per-phase and duration/gap breakdown.
-* Checkpoint (``torch.save``, sealed with its SHA-256 by :func:`predictor.training.write_body`):
+* Checkpoint (:mod:`predictor.checkpoint_file`: safetensors and JSON, sealed with its SHA-256):
   weights, feature spec with scalers, training config, device, package version, dataset
   fingerprint, split and history. :func:`load` checks the hash, the format and that the weights
   match the spec, and names what does not.

@@ -220,11 +220,12 @@ def load_json(data: bytes | str, source: str | Path):
     """A JSON document, its nesting and its number of objects and arrays checked first (Python's
     parser recurses: 100,000 levels crash it; and each parsed object costs ~100 bytes). ValueError (``json.JSONDecodeError``) for bad JSON is left
     to the caller, who names its format."""
-    depth = json_depth(data)
-    if depth > limit("json_depth"):
-        raise over_limit("json_depth", f"{source}: JSON nested {depth:,} levels deep", depth)
     opening = (b"{", b"[") if isinstance(data, bytes) else ("{", "[")
     containers = data.count(opening[0]) + data.count(opening[1])  # an upper bound: brackets in strings count too
+    if containers > limit("json_depth"):  # else it cannot nest deeper: the scan is skipped (small documents)
+        depth = json_depth(data)
+        if depth > limit("json_depth"):
+            raise over_limit("json_depth", f"{source}: JSON nested {depth:,} levels deep", depth)
     if containers > limit("json_containers"):  # each costs ~100 bytes parsed: 60 MB of "{}," is 2 GB
         raise over_limit("json_containers", str(source), containers)
     return json.loads(data)

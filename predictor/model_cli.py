@@ -73,6 +73,8 @@ def _check_out(out: Path, overwrite: bool) -> None:
 
 
 OVERWRITE_HELP = "Let --out replace an existing checkpoint file."
+
+
 class PositiveMinutes(click.ParamType):
     """A time limit: a finite number of minutes > 0 (0, negative and NaN would never stop, or stop at once)."""
 

@@ -50,7 +50,7 @@ class IterationTimeTable:
         self._index = {(str(c), str(d)): float(s) for c, d, s in
                        zip(table["config_id"], table["device"], seconds)}
         if len(self._index) < len(table):
-            twice = table.duplicated(["config_id", "device"]).to_numpy()
+            twice = (table["config_id"].astype(str) + "\0" + table["device"].astype(str)).duplicated().to_numpy()
             row = table.iloc[int(np.argmax(twice))]
             raise ValueError(f"{source}: config {short(row.config_id)} on {short(row.device)} appears more than once "
                              f"({int(twice.sum()):,} repeated row(s)); a table has one time per config and device")
@@ -128,7 +128,9 @@ def read_table(path: str | Path) -> tuple[pd.DataFrame | None, str | None]:
         frame = arrow.to_pandas()
     except FileNotFoundError:
         raise
-    except (InputError, pa.ArrowException, OSError, ValueError) as exc:
+    except InputError as exc:  # a FIFO, a device, an over-size file
+        return None, str(exc)
+    except (pa.ArrowException, OSError, ValueError) as exc:
         first = (str(exc).splitlines() or [type(exc).__name__])[0]
         return None, f"unreadable: truncated, or not Parquet ({type(exc).__name__}: {short(first, 200)})"
     missing = [c for c in IterationTimeTable.COLUMNS if c not in frame.columns]
@@ -207,11 +209,11 @@ def _cached(key: str, build, source: str, warn: Callable[[str], None] | None = N
     if problem is not None:
         line = f"cache table {path} does not match its hash: rebuilt ({problem})"
         result.warnings.append(line)
-        (warn or _stderr_warning)(line)
+        (warn or stderr_warning)(line)
     return result
 
 
-def _stderr_warning(line: str) -> None:
+def stderr_warning(line: str) -> None:
     """A warning as ``simrun`` prints its own: one ``warning:`` line on stderr."""
     print(f"warning: {line}", file=sys.stderr, flush=True)
 

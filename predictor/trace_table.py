@@ -128,6 +128,10 @@ def check(df: pd.DataFrame, source: str | Path, *, ceiling_us: float = OP_CEILIN
             _refuse(df, source, bad, col, f"must be a finite number {rule}, got {_shown(df[col].iloc[int(np.argmax(bad))])}")
     for col in NUMERIC_COLUMNS:
         _check_numbers(df, source, col)
+    for col in ("config_id", "device"):
+        bad = df[col].isna().to_numpy()
+        if bad.any():
+            _refuse(df, source, bad, col, "missing: every row names its config and device")
     _check_unique_ops(df, source)
 
 
@@ -155,7 +159,7 @@ def _codes(values: pd.Series) -> tuple[np.ndarray, pd.Index]:
     file holds one device)."""
     if len(values) and bool((values == values.iloc[0]).all()):
         return np.zeros(len(values), dtype=np.int64), pd.Index([values.iloc[0]])
-    codes, uniques = pd.factorize(values)
+    codes, uniques = pd.factorize(values, use_na_sentinel=False)  # a missing value is a value: no -1 codes
     return codes, pd.Index(uniques)
 
 
@@ -163,7 +167,7 @@ def _check_unique_ops(df: pd.DataFrame, source: str | Path) -> None:
     """Refuse an op that appears twice in one iteration (same device, config and idx): the
     iteration time is a sum over rows, so a file appended twice would double it unnoticed."""
     device = _codes(df["device"])[0].astype(np.int64)
-    config = pd.factorize(df["config_id"])[0].astype(np.int64)
+    config = _codes(df["config_id"])[0]
     idx = pd.to_numeric(df["idx"], errors="coerce").to_numpy(dtype="float64")
     key = (device * (config.max() + 1) + config).astype("float64")  # exact below 2**53 pairs
     step, next_idx = np.diff(key), np.diff(idx)
@@ -293,7 +297,7 @@ def _check_one_device_per_config(df: pd.DataFrame, path: str | Path) -> None:
     device, devices = _codes(df["device"])
     if len(devices) < 2:
         return
-    config = pd.factorize(df["config_id"])[0]
+    config = _codes(df["config_id"])[0]
     pairs = np.unique(config.astype(np.int64) * len(devices) + device)
     split = np.flatnonzero(np.diff(pairs // len(devices)) == 0)
     if len(split):

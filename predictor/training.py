@@ -34,12 +34,12 @@ def write_checkpoint(path: str | Path, predictor, method: str, **extra) -> Path:
     SHA-256 of the whole body (weights and metadata), written atomically."""
     from predictor import __version__
 
-    return write_body(path, {"format": CHECKPOINT_FORMAT, "method": method, "version": __version__,
-                             "device": predictor.device, "config": asdict(predictor.config),
-                             "state_dict": predictor.model.state_dict(), "history": predictor.history,
-                             "split": predictor.split, "fingerprint": predictor.fingerprint,
-                             "intervals": intervals.to_dict() if (intervals := getattr(predictor, "intervals", None))
-                             else None, **extra})
+    intervals = getattr(predictor, "intervals", None)
+    return checkpoint_file.write(path, {
+        "format": CHECKPOINT_FORMAT, "method": method, "version": __version__, "device": predictor.device,
+        "config": asdict(predictor.config), "state_dict": predictor.model.state_dict(), "history": predictor.history,
+        "split": predictor.split, "fingerprint": predictor.fingerprint,
+        "intervals": intervals.to_dict() if intervals else None, **extra})
 
 
 def with_intervals(body: dict, predictor):
@@ -57,21 +57,9 @@ def stored_intervals(body: dict) -> "IntervalCalibration | None":
     return IntervalCalibration.from_dict(data) if data else None
 
 
-def write_body(path: str | Path, body: dict) -> Path:
-    """``body`` as a checkpoint file (:mod:`predictor.checkpoint_file`: data only, sealed by its
-    SHA-256, written atomically)."""
-    return checkpoint_file.write(path, body)
-
-
-def load_body(path: str | Path) -> dict:
-    """The verified content of a checkpoint file; CheckpointError for a missing, unreadable,
-    corrupted or pickled (old-format) one."""
-    return checkpoint_file.read(path)
-
-
 def read_checkpoint(path: str | Path, method: str) -> dict:
     """The body of a checkpoint written by ``method``; CheckpointError naming the path and the reason."""
-    body = load_body(path)
+    body = checkpoint_file.read(path)
     if not isinstance(body, dict) or body.get("format") != CHECKPOINT_FORMAT:
         found = body.get("format") if isinstance(body, dict) else type(body).__name__
         raise CheckpointError(f"{path}: checkpoint format {found!r}, this version reads {CHECKPOINT_FORMAT}")

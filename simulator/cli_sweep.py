@@ -169,12 +169,11 @@ def timeline_cmd(run_dir, out, overwrite) -> None:
 
     One track per GPU (grouped by node), one slice per job per GPU, and a waiting-jobs counter.
     """
-    from predictor.outputs import OutputError, claim_file
+    from predictor.outputs import OutputError
     from simulator.timeline import TimelineInputError, write_timeline
 
     try:
-        claim_file(out or run_dir / "timeline.json", overwrite)
-        path = write_timeline(run_dir, out)
+        path = write_timeline(run_dir, out, overwrite)
     except (TimelineInputError, OutputError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(path)

@@ -395,11 +395,11 @@ def _total_gpus(run: Path) -> int:
         config = info.get("config")
         spec = config.get("cluster") if isinstance(config, dict) else None
         if isinstance(spec, str) and spec:
-            from simulator.cluster import ClusterError, resolve
+            from simulator.cluster import resolve
 
             try:
                 return resolve(spec).total_gpus
-            except (ClusterError, ValueError, OSError) as exc:
+            except (ValueError, OSError) as exc:  # ClusterError included
                 raise PlotInputError(f"{run / 'manifest.json'}: its cluster {short(spec)} cannot be read: {exc}") from None
     raise PlotInputError(f"{run}: manifest.json with the cluster size is missing")
 

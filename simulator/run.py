@@ -23,6 +23,7 @@ from policies.registry import make_policy
 from predictor.gpus import SPEEDS, canonical_gpu_type
 from predictor.inputs import InputError, short
 from predictor.outputs import atomic_file
+from predictor.tables import stderr_warning
 from simulator.cluster import Cluster, resolve
 from simulator.engine import Simulation
 from simulator.metrics import summarize
@@ -368,7 +369,7 @@ def execute(config: RunConfig, *, trace: JobTrace | None = None, cluster: Cluste
 
     def note(line: str) -> None:  # a cache table rebuilt: said now, and kept in the manifest
         table_warnings.append(line)
-        (warn or (lambda m: print(f"warning: {m}", file=sys.stderr, flush=True)))(line)
+        (warn or stderr_warning)(line)
 
     predictor = make_predictor(config.predictor, seed=config.seed, progress=progress, warn=note)
     reference = canonical_gpu_type(config.reference_gpu) if config.reference_gpu else None

@@ -63,9 +63,9 @@ def seed_values(text: str | int | Sequence[int], option: str = "--seeds") -> ran
                 raise SweepSpecError(f"{option} {short(text)}: a count of seeds must be at most {INT64_MAX:,}")
             return range(count)
         return [_seed(s, option) for s in dict.fromkeys(int(p) for p in parts if p)]
-    except ValueError as exc:
-        if isinstance(exc, SweepSpecError):
-            raise
+    except SweepSpecError:
+        raise
+    except ValueError:
         raise SweepSpecError(f"{option} {short(text)}: expected a count N (seeds 0..N-1) or a comma list "
                              "of integers") from None
 

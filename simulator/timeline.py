@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from predictor.inputs import short
-from predictor.outputs import check_writable, write_text
+from predictor.outputs import claim_file, write_text
 from simulator.cluster import Cluster
 from simulator.sweep_points import read_json, read_table
 
@@ -192,14 +192,16 @@ def run_timeline(run_dir: str | Path) -> dict:
     return chrome_trace(checked_records(read_table(path, TimelineInputError), path), _cluster_of(run))
 
 
-def write_timeline(run_dir: str | Path, out: str | Path | None = None) -> Path:
+def write_timeline(run_dir: str | Path, out: str | Path | None = None, overwrite: bool = False) -> Path:
     """Write the trace (default RUN_DIR/timeline.json) and return its path.
 
-    The folder of ``out`` is checked before the trace is built, and the file is written
-    atomically: an unwritable place or a full disk raises a one-line
-    :class:`~predictor.outputs.OutputError` and leaves no empty or truncated file (an old one stays)."""
+    ``out`` is checked before the trace is built (an existing file is replaced only with
+    ``overwrite``), and the file is written atomically: an
+    unwritable place or a full disk raises a one-line :class:`~predictor.outputs.OutputError`
+    and leaves no empty or truncated file (an old one stays)."""
     out = Path(out) if out is not None else Path(run_dir) / "timeline.json"
     _jobs_file(Path(run_dir))  # a wrong RUN_DIR is reported first, and creates nothing
-    check_writable(out.parent)
+    claim_file(out, overwrite)
     doc = run_timeline(run_dir)
     return write_text(out, json.dumps(doc, separators=(",", ":")))
+

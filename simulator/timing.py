@@ -207,12 +207,7 @@ class ModelPredictor(RuntimePredictor):
         return out
 
     def describe(self) -> dict:
-        """Name and table source; ``table_warnings`` when its cache table was rebuilt (so the
-        run's manifest records it)."""
-        out = {"name": self.name, "table": self.table.source if self.table is not None else None}
-        if self.table is not None and self.table.warnings:
-            out["table_warnings"] = list(self.table.warnings)
-        return out
+        return {"name": self.name, "table": self.table.source if self.table is not None else None}
 
 
 MODEL_PREDICTORS = tuple(METHODS)

@@ -378,7 +378,7 @@ def _stream_per_column_draws(seed: int, count: int) -> _Draws:
     return _Draws(gap_rng.exponential(1.0, count - 1), *(rng.random(count) for rng in uniform_rngs))
 
 
-def _check_size(kind: str, n: int, count: int) -> None:
+def _check_size(n: int, count: int) -> None:
     """Refuse to build more jobs than the limit (before any is drawn)."""
     if count > limit("jobs"):
         what = "synthetic workload" + (f" (its first {count:,} jobs)" if count < n else "")
@@ -417,7 +417,7 @@ def generate(kind: str, num_jobs: int, seed: int = 0, *, rate_per_hour: float | 
         raise ValueError(f"rate_per_hour must be a positive number, got {short(rate_per_hour)}")
     total = int(num_jobs)
     n = total if first is None else min(total, int(first))
-    _check_size(kind, total, n)
+    _check_size(total, n)
     if total <= ONE_STREAM_MAX_JOBS:
         u = _one_stream_draws(seed, total, n)
     else:

@@ -125,10 +125,10 @@ def _numeric(path: Path, raw: pd.DataFrame, field: str, integer: bool) -> np.nda
 def _params(path: Path, column: pd.Series) -> list[list[int]]:
     out = []
     for i, text in enumerate(column):
-        # A flat list has one "[": any other is refused unparsed (json.loads recurses per level,
-        # and 100,000 levels crash it).
+        # A flat list of ints has one "[" and no "{": any other is refused unparsed (json.loads
+        # recurses per level, and 100,000 levels crash it).
         try:
-            value = json.loads(text) if text.count("[") <= 1 else None
+            value = json.loads(text) if text.count("[") <= 1 and "{" not in text else None
         except ValueError:
             value = None
         if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):

@@ -63,7 +63,7 @@ from typing import Iterator
 import pandas as pd
 
 from predictor.families import family_of
-from predictor.inputs import InputError, check_width, load_json, names, read_bytes, regular_file, short
+from predictor.inputs import InputError, check_width, limit, load_json, names, read_bytes, regular_file, short
 from predictor.zoo.config import ModelConfig
 
 COLUMNS = ("source", "device", "workload", "batch", "seconds", "origin")
@@ -283,8 +283,10 @@ def _csv_records(path: Path, reader, columns: tuple[str, ...], complete: bool
             raise MeasurementError(path, f"column missing (header: {names(header_names, 30)})", where="line 1",
                                    field=column)
     index = {column: header_names.index(column) for column in columns}
+    width = limit("columns")
     for row in reader:
-        _check_width(path, len(row), reader.line_num)
+        if len(row) > width:
+            _check_width(path, len(row), reader.line_num)
         if not row or all(not field.strip() for field in row):
             continue  # blank line: no measurement
         if complete and len(row) < len(header_names):

@@ -6,13 +6,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictor import ets
+from predictor import checkpoint_file, ets
 from predictor.dataset import split_by_family, unit_of
 from predictor.evaluate import evaluate, headline_metrics
 from predictor.features import (CONTEXT_COLUMNS, OPTIMIZERS, encode, encode_targets, fit_features, heavy_ops,
                                 iteration_context)
 from predictor.trace_table import DTYPES, PHASES
-from predictor.training import load_body, write_body
 from tests.predictor.ets_data import tiny_traces
 
 FAST = dict(hidden=16, layers=2, lr=1e-2, batch_size=64, max_minutes=2.0)
@@ -150,18 +149,18 @@ def test_checkpoint_round_trip_gives_identical_predictions(overfit, tmp_path):
 def test_mismatched_checkpoints_are_refused_with_a_reason(overfit, tmp_path):
     model, _ = overfit
     path = model.save(tmp_path / "m.pt")
-    body = load_body(path)
+    body = checkpoint_file.read(path)
     body["spec"]["ops"] = body["spec"]["ops"][:-1]  # one op type fewer: the weights no longer fit
-    write_body(tmp_path / "spec.pt", body)
+    checkpoint_file.write(tmp_path / "spec.pt", body)
     with pytest.raises(ets.CheckpointError, match="spec.pt.*incompatible"):
         ets.load(tmp_path / "spec.pt")
-    body = load_body(path)
+    body = checkpoint_file.read(path)
     body["config"]["hidden"] = 8
-    write_body(tmp_path / "arch.pt", body)
+    checkpoint_file.write(tmp_path / "arch.pt", body)
     with pytest.raises(ets.CheckpointError, match="arch.pt.*weights do not match"):
         ets.load(tmp_path / "arch.pt")
     body["format"] = 0
-    write_body(tmp_path / "old.pt", body)
+    checkpoint_file.write(tmp_path / "old.pt", body)
     with pytest.raises(ets.CheckpointError, match="old.pt.*format 0"):
         ets.load(tmp_path / "old.pt")
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
@@ -172,9 +171,9 @@ def test_mismatched_checkpoints_are_refused_with_a_reason(overfit, tmp_path):
 def test_checkpoints_from_before_the_context_columns_still_load(traces, tmp_path):
     data = traces[traces["family"] == "squeezenet"]
     model = ets.train(data, data, ets.TrainConfig(max_epochs=1, patience=1, context=False, **FAST), progress=False)
-    body = load_body(model.save(tmp_path / "m.pt"))
+    body = checkpoint_file.read(model.save(tmp_path / "m.pt"))
     del body["spec"]["context"], body["config"]["context"]  # what older versions wrote
-    write_body(tmp_path / "old.pt", body)
+    checkpoint_file.write(tmp_path / "old.pt", body)
     again = ets.load(tmp_path / "old.pt")
     assert not again.spec.context and not again.config.context
     pd.testing.assert_frame_equal(again.iteration_times(data), model.iteration_times(data))

@@ -7,8 +7,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from predictor import methods
-from predictor.training import write_body
+from predictor import checkpoint_file, methods
 from predictor.cli import main as ets
 from predictor.ets import CheckpointError
 from predictor.trace_table import write_traces
@@ -72,7 +71,7 @@ def test_every_shipped_checkpoint_has_the_one_shape():
 
 def test_foreign_checkpoints_are_refused(tmp_path):
     path = tmp_path / "x.pt"
-    write_body(path, {"format": 1, "method": "oracle"})
+    checkpoint_file.write(path, {"format": 1, "method": "oracle"})
     with pytest.raises(CheckpointError, match="method 'oracle'"):
         methods.load(path)
     with pytest.raises(CheckpointError, match="no such checkpoint"):

@@ -25,7 +25,7 @@ from predictor.cli import main as ets
 from predictor.memory import MemoryEstimate, activation_bytes, too_big_warning
 from predictor.model_cli import _Subject, _with_habitat_source
 from predictor.trace_table import TraceFormatError, read_dataset, validate, write_traces
-from predictor.training import CheckpointError, load_body
+from predictor.training import CheckpointError
 from tests.cli_checks import one_line_error
 
 SHIPPED = CHECKPOINT_DIR / "ets-V100.pt"
@@ -160,8 +160,8 @@ def test_every_shipped_checkpoint_is_data_sealed_by_its_hash():
         stored = data[len(checkpoint_file.MAGIC):checkpoint_file.HEADER_BYTES - 1].decode()
         assert stored == hashlib.sha256(data[checkpoint_file.HEADER_BYTES:]).hexdigest(), path
         assert set(safetensors.torch.load(data[checkpoint_file.HEADER_BYTES:])) == {
-            f"state_dict/{k}" for k in load_body(path)["state_dict"]}, path  # the weights, by name
-        assert load_body(path)["format"] == 1
+            f"state_dict/{k}" for k in checkpoint_file.read(path)["state_dict"]}, path  # the weights, by name
+        assert checkpoint_file.read(path)["format"] == 1
 
 
 def test_a_checkpoint_with_flipped_bytes_is_refused_in_one_line(tmp_path):
@@ -174,7 +174,7 @@ def test_a_checkpoint_with_flipped_bytes_is_refused_in_one_line(tmp_path):
 
 
 def test_a_consistent_file_whose_content_was_changed_fails_the_hash(tmp_path):
-    body = load_body(SHIPPED)
+    body = checkpoint_file.read(SHIPPED)
     name = next(iter(body["state_dict"]))
     body["state_dict"][name] = body["state_dict"][name] + 1e-3  # a slightly different model
     data = checkpoint_file.encode(body)
@@ -186,7 +186,7 @@ def test_a_consistent_file_whose_content_was_changed_fails_the_hash(tmp_path):
 
 def test_a_pickled_checkpoint_is_refused_until_converted_then_predicts_the_same(tmp_path):
     legacy = tmp_path / "legacy.pt"
-    torch.save(load_body(SHIPPED), legacy)  # how checkpoints were written before the hash
+    torch.save(checkpoint_file.read(SHIPPED), legacy)  # how checkpoints were written before the hash
     assert_one_line_error(invoke("predict", "--ckpt", legacy, "alexnet"), f"{legacy}: a pickled checkpoint",
                           "ets checkpoint convert --trust FILE")
     result = invoke("checkpoint", "convert", legacy)

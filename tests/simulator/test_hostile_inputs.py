@@ -25,8 +25,6 @@ def simrun(*args, env: dict | None = None):
     return CliRunner().invoke(main, [str(a) for a in args], env=env)
 
 
-
-
 def test_a_grid_of_a_hundred_million_seeds_is_refused_before_it_is_built(tmp_path):
     started = time.perf_counter()
     one_line_error(simrun(*SWEEP, "--seeds", "100000000", "--out", tmp_path / "s"), "--seeds",

@@ -26,8 +26,6 @@ def simrun(*args) -> object:
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
-
-
 @pytest.fixture
 def no_work(monkeypatch):
     """Fail the test if a simulation or sweep starts: the refusal must come before any work."""
@@ -43,10 +41,11 @@ def start_long_run(out: Path) -> subprocess.Popen:
     run = subprocess.Popen([sys.executable, "-c", "from simulator.cli import main; main()", *SMALL[:4],
                             "--workload", "pai-like:1000000", "--out", str(out), "--quiet"],
                            cwd=Path(__file__).resolve().parents[2], stderr=subprocess.DEVNULL)
+    lock, pid = out / ".lock", f"{run.pid}\n"
     deadline = time.monotonic() + 60
-    while not out.is_dir() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert out.is_dir() and run.poll() is None, "the first run did not start"
+    while not (lock.exists() and lock.read_text() == pid) and time.monotonic() < deadline:
+        time.sleep(0.05)  # the folder exists before the lock is taken: wait for the PID in it
+    assert lock.exists() and lock.read_text() == pid and run.poll() is None, "the first run did not take its lock"
     return run
 
 
@@ -63,7 +62,7 @@ def test_a_second_run_or_sweep_into_a_folder_in_use_is_refused_at_once(tmp_path,
         first.wait()
 
 
-def test_a_lock_dies_with_its_holder_and_is_removed_when_a_run_ends(tmp_path, monkeypatch):
+def test_a_lock_dies_with_its_holder_and_is_removed_when_a_run_ends(tmp_path):
     out = tmp_path / "run"
     first = start_long_run(out)
     first.kill()

@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from predictor import checkpoint_file
 from predictor.baselines import dnnperf
 from predictor.ets import CheckpointError
-from predictor.training import load_body, write_body
 from tests.predictor.ets_data import tiny_traces
 
 FAST = dict(hidden=32, layers=2, heads=2, lr=5e-3, batch_size=4, max_minutes=2.0)
@@ -88,23 +88,23 @@ def test_checkpoint_round_trip_gives_identical_predictions(overfit, tmp_path, tr
 def test_mismatched_and_foreign_checkpoints_are_refused_with_a_reason(overfit, tmp_path):
     model, _, _ = overfit
     path = model.save(tmp_path / "m.pt")
-    body = load_body(path)
+    body = checkpoint_file.read(path)
     body["spec"]["ops"] = body["spec"]["ops"][:-1]  # one op type fewer: the weights no longer fit
-    write_body(tmp_path / "spec.pt", body)
+    checkpoint_file.write(tmp_path / "spec.pt", body)
     with pytest.raises(CheckpointError, match="spec.pt.*incompatible"):
         dnnperf.load(tmp_path / "spec.pt")
-    body = load_body(path)
+    body = checkpoint_file.read(path)
     body["config"]["hidden"] = 16
-    write_body(tmp_path / "arch.pt", body)
+    checkpoint_file.write(tmp_path / "arch.pt", body)
     with pytest.raises(CheckpointError, match="arch.pt.*weights do not match"):
         dnnperf.load(tmp_path / "arch.pt")
-    body = load_body(path)
+    body = checkpoint_file.read(path)
     body["method"] = "ets"
-    write_body(tmp_path / "ets.pt", body)
+    checkpoint_file.write(tmp_path / "ets.pt", body)
     with pytest.raises(CheckpointError, match="ets.pt: a 'ets' checkpoint, not a 'dnnperf' one"):
         dnnperf.load(tmp_path / "ets.pt")
     body["method"], body["format"] = "dnnperf", 0
-    write_body(tmp_path / "old.pt", body)
+    checkpoint_file.write(tmp_path / "old.pt", body)
     with pytest.raises(CheckpointError, match="old.pt.*format 0"):
         dnnperf.load(tmp_path / "old.pt")
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")

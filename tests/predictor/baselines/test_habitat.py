@@ -9,11 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from predictor import checkpoint_file
 from predictor.baselines import habitat
 from predictor.baselines.opbased import run_mlp
 from predictor.devices.specs import SPEC_SHEETS
 from predictor.ets import CheckpointError, iteration_mre, sorted_traces, summarize
-from predictor.training import load_body, write_body
 from tests.predictor.baselines.multi_device_data import multi_device_traces
 
 FAST = dict(hidden=32, layers=2, lr=1e-2, batch_size=64, max_minutes=2.0)
@@ -207,21 +207,21 @@ def test_checkpoint_round_trip_gives_identical_predictions(model, traces, tmp_pa
 
 def test_mismatched_and_foreign_checkpoints_are_refused(model, tmp_path):
     path = model.save(tmp_path / "habitat.pt")
-    body = load_body(path)
+    body = checkpoint_file.read(path)
     body["config"]["layers"] = 3
-    write_body(tmp_path / "arch.pt", body)
+    checkpoint_file.write(tmp_path / "arch.pt", body)
     with pytest.raises(CheckpointError, match="arch.pt.*weights do not match"):
         habitat.load(tmp_path / "arch.pt")
     body["n_features"] = 7
-    write_body(tmp_path / "layout.pt", body)
+    checkpoint_file.write(tmp_path / "layout.pt", body)
     with pytest.raises(CheckpointError, match="layout.pt.*reads 7 features.*incompatible"):
         habitat.load(tmp_path / "layout.pt")
     body["method"] = "opbased"
-    write_body(tmp_path / "other.pt", body)
+    checkpoint_file.write(tmp_path / "other.pt", body)
     with pytest.raises(CheckpointError, match="other.pt: a 'opbased' checkpoint, not a 'habitat' one"):
         habitat.load(tmp_path / "other.pt")
     body["format"] = 2
-    write_body(tmp_path / "new.pt", body)
+    checkpoint_file.write(tmp_path / "new.pt", body)
     with pytest.raises(CheckpointError, match="new.pt.*format 2"):
         habitat.load(tmp_path / "new.pt")
     (tmp_path / "junk.pt").write_bytes(b"\x00junk")

@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from predictor import checkpoint_file
 from predictor.baselines import opbased
 from predictor.ets import CheckpointError, iteration_mre
 from predictor.features import fit_features
-from predictor.training import load_body, write_body
 from tests.predictor.ets_data import tiny_traces
 
 FAST = dict(hidden=32, layers=2, lr=1e-2, batch_size=64, max_minutes=2.0)
@@ -75,22 +75,22 @@ def test_checkpoint_round_trip_gives_identical_predictions(overfit, tmp_path):
 def test_mismatched_and_foreign_checkpoints_are_refused(overfit, tmp_path):
     model, _, _ = overfit
     path = model.save(tmp_path / "op.pt")
-    body = load_body(path)
+    body = checkpoint_file.read(path)
     body["spec"]["ops"] = body["spec"]["ops"][:-1]
-    write_body(tmp_path / "spec.pt", body)
+    checkpoint_file.write(tmp_path / "spec.pt", body)
     with pytest.raises(CheckpointError, match="spec.pt.*incompatible"):
         opbased.load(tmp_path / "spec.pt")
-    body = load_body(path)
+    body = checkpoint_file.read(path)
     body["config"]["hidden"] = 8
-    write_body(tmp_path / "arch.pt", body)
+    checkpoint_file.write(tmp_path / "arch.pt", body)
     with pytest.raises(CheckpointError, match="arch.pt.*weights do not match"):
         opbased.load(tmp_path / "arch.pt")
     body["method"] = "ets"
-    write_body(tmp_path / "ets.pt", body)
+    checkpoint_file.write(tmp_path / "ets.pt", body)
     with pytest.raises(CheckpointError, match="ets.pt: a 'ets' checkpoint, not a 'opbased' one"):
         opbased.load(tmp_path / "ets.pt")
     body["format"] = 0
-    write_body(tmp_path / "old.pt", body)
+    checkpoint_file.write(tmp_path / "old.pt", body)
     with pytest.raises(CheckpointError, match="old.pt.*format 0"):
         opbased.load(tmp_path / "old.pt")
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
