@@ -30,10 +30,11 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from experiments.shared_data import shared_dir  # noqa: E402
-from predictor.devices import kernel_data, kernels  # noqa: E402
-from predictor.devices.specs import SPEC_SHEETS  # noqa: E402
+from predictor.devices import kernel_corpus, kernel_data, kernels  # noqa: E402
+from predictor.devices.specs import spec_sheets  # noqa: E402
 
 SHARED = shared_dir()
+KERNELBENCH_CACHE = Path("reports/calibration/kernelbench_sequences.parquet")
 
 
 def table(rows: pd.DataFrame) -> str:
@@ -43,17 +44,21 @@ def table(rows: pd.DataFrame) -> str:
     for cls, r in by.iterrows():
         overall = rows.loc[rows["cls"] == cls, "rel_error"].median()
         lines.append(f"| {cls} | " + " | ".join("–" if np.isnan(v) else f"{v:.1%}" for v in r) + f" | {overall:.1%} |")
-    lines += ["", "| dataset | op class | phase | rows | median | p90 |", "|---|---|---|---:|---:|---:|"]
-    for (ds, cls, phase), g in rows.groupby(["dataset", "cls", "phase"]):
-        lines.append(f"| {ds} | {cls} | {phase} | {len(g):,} | {g['rel_error'].median():.1%} | "
+    lines += ["", "| dataset | op class | kernel | precision | rows | median | p90 |", "|---|---|---|---|---:|---:|---:|"]
+    for (ds, cls, kernel, math_), g in rows.groupby(["dataset", "cls", "kernel", "math"]):
+        lines.append(f"| {ds} | {cls} | {kernel} | {math_} | {len(g):,} | {g['rel_error'].median():.1%} | "
                      f"{g['rel_error'].quantile(0.9):.1%} |")
     return "\n".join(lines)
 
 
 def plot(rows: pd.DataFrame, out: Path) -> None:
     devices = sorted(rows["device"].unique())
-    fig, axes = plt.subplots(1, len(devices), figsize=(3.2 * len(devices), 3.4), squeeze=False)
-    for ax, device in zip(axes[0], devices):
+    cols = min(6, len(devices))
+    nrows = -(-len(devices) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(3.2 * cols, 3.2 * nrows), squeeze=False)
+    for ax in axes.flat[len(devices):]:
+        ax.axis("off")
+    for ax, device in zip(axes.flat, devices):
         g = rows[rows["device"] == device]
         for cls, c in g.groupby("cls"):
             ax.scatter(c["measured_us"], c["predicted_us"], s=2, alpha=0.3, label=cls)
@@ -62,8 +67,9 @@ def plot(rows: pd.DataFrame, out: Path) -> None:
         ax.plot(xs, xs, "k-", lw=0.8)
         ax.fill_between(xs, xs * 0.8, xs * 1.2, color="grey", alpha=0.2)
         ax.set(xscale="log", yscale="log", title=f"{device} (held out)", xlabel="measured µs")
-    axes[0][0].set_ylabel("predicted µs")
-    axes[0][-1].legend(markerscale=4, fontsize=7)
+    for row in axes:
+        row[0].set_ylabel("predicted µs")
+    axes.flat[len(devices) - 1].legend(markerscale=4, fontsize=7)
     fig.tight_layout()
     for ext in ("png", "pdf"):
         fig.savefig(out.with_suffix(f".{ext}"), dpi=120)
@@ -79,7 +85,7 @@ def mlp_leave_one_gpu_out(data: pd.DataFrame, epochs: int = 15) -> pd.DataFrame:
     out = []
     for group, classes in kernels.GROUPS.items():
         part = usable[usable["cls"].isin(classes)]
-        mats = {d: (kernels.features(r, SPEC_SHEETS[d]), np.log10(r["measured_us"].to_numpy()), r["cls"].to_numpy())
+        mats = {d: (kernels.features(r, spec_sheets()[d]), np.log10(r["measured_us"].to_numpy()), r["cls"].to_numpy())
                 for d, r in part.groupby("device")}
         for held in mats:
             x = np.vstack([m[0] for d, m in mats.items() if d != held])
@@ -112,12 +118,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--compare-mlp", action="store_true", help="Also measure a small MLP leave-one-GPU-out.")
     args = ap.parse_args(argv)
     try:
-        data = kernel_data.load_all(args.calibration, args.ets)
+        data = kernel_corpus.load_all(args.calibration, args.ets, kernelbench_cache=KERNELBENCH_CACHE, progress=True)
     except kernel_data.KernelDataError as exc:
         raise SystemExit(f"error: {exc}") from None
     args.report.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    rows = kernels.leave_one_gpu_out(data, SPEC_SHEETS, args.rounds)
+    rows = kernels.leave_one_gpu_out(data, spec_sheets(), args.rounds, progress=True)
     logo_s = time.perf_counter() - start
     rows.to_parquet(args.report / "logo.parquet", index=False)
     plot(rows, args.report / "logo")
@@ -126,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     head = (f"Learned kernel model, leave-one-GPU-out (each GPU predicted by a model fitted without it; "
             f"{len(rows):,} uncensored rows of {len(data):,}; {censored:,} NeuSight rows at the call floor "
             f"and {data.attrs['implausible']} implausible ETS rows excluded). Median |predicted − measured| / measured; {args.rounds} rounds; {logo_s:.0f} s.\n")
-    model = kernels.fit(data, SPEC_SHEETS, args.rounds)
+    model = kernels.fit(data, spec_sheets(), args.rounds)
     summary = {"logo_median": {c: round(float(g["rel_error"].median()), 4) for c, g in rows.groupby("cls")},
                "rows": model.rows, "devices": list(model.devices)}
     path = model.save(args.out, summary)

@@ -100,7 +100,7 @@ def held_out_units(traces: pd.DataFrame, base: set[str]) -> list[str]:
 
 
 ETS_SETTINGS = {"hidden": 32, "batch_size": 512, "lr": 3e-3, "patience": 12}  # hidden: README (inference time)
-HABITAT_SOURCE = {"T4": "V100", "P100": "T4", "V100": "T4"}
+HABITAT_SOURCE = {"T4": "V100", "P100": "T4", "V100": "T4", "A100": "V100", "H100": "V100", "L4": "T4"}
 
 
 def emulated_datasets(sequences: pd.DataFrame, devices: list[str], out: Path) -> None:

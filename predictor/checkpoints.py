@@ -25,10 +25,10 @@ def checkpoint_path(gpu: str, directory: str | Path = CHECKPOINT_DIR, method: st
 def available(directory: str | Path = CHECKPOINT_DIR, method: str = "ets") -> list[str]:
     """GPU types with a pretrained checkpoint of ``method`` (emulated-trained; other files, such as
     ``ets-T4-real.pt``, are not a GPU type's default)."""
-    from predictor.devices.specs import SPEC_SHEETS
+    from predictor.devices.specs import spec_sheets
 
     names = (p.stem.removeprefix(f"{method}-") for p in Path(directory).glob(f"{method}-*.pt"))
-    return sorted(n for n in names if n in SPEC_SHEETS)
+    return sorted(n for n in names if n in spec_sheets())
 
 
 def pretrained(gpu: str, directory: str | Path = CHECKPOINT_DIR, method: str = "ets") -> IterationTimePredictor:

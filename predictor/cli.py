@@ -13,6 +13,7 @@ import click
 
 from predictor.capture.importers import IMPORTERS, import_onto_zoo, import_traces
 from predictor.cli_errors import UserErrorGroup
+from predictor.gpus import names_help
 from predictor.outputs import OutputError
 from predictor.trace_table import TraceFormatError, dataset_info, read_dataset, write_traces
 
@@ -88,7 +89,8 @@ def refuse_replacing(directory: Path, traces) -> None:
 @click.option("--device", default="meta", show_default=True,
               help="meta: the op sequence (no compute); cpu: real profiling on this machine; cuda: real "
                    "profiling on this machine's GPU, kernels grouped per op (recorded as cuda:<GPU name>); "
-                   "emulated:<GPU>: the op sequence timed by a calibrated emulated GPU (`ets devices list`).")
+                   "emulated:<GPU>: the op sequence timed by an emulated GPU (`ets devices list`); "
+                   + names_help() + ".")
 @click.option("--limit", type=click.IntRange(1), help="At most N configs (sampled deterministically, every family kept).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--max-batch", type=click.IntRange(1), help="Only configs with batch <= N (CPU profiling of small configs).")
@@ -100,12 +102,36 @@ def refuse_replacing(directory: Path, traces) -> None:
                    "with per-op NVTX ranges (like the real ETS traces).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Dataset directory; configs already there are skipped (resumable).")
-def collect_cmd(zoo: str, device: str, limit: int | None, seed: int, max_batch: int | None,
-                max_size: int | None, workers: int | None, regime: str, out: Path) -> None:
-    """Capture execution traces of zoo configs into a dataset directory (one Parquet per device)."""
+@click.option("--model-file", "model_files", multiple=True, metavar="FILE|DIR",
+              help="Instead of the zoo: a Python file defining Model, get_inputs() and optionally get_init_inputs() "
+                   "(KernelBench's convention), captured on the meta device (--device meta or emulated:<GPU>) as "
+                   "config file:<stem>; repeatable; a directory means every *.py in it, sorted. Runs the file's "
+                   "code, as `python FILE` would.")
+@click.option("--inference", is_flag=True, help="--model-file: capture the forward alone under torch.no_grad().")
+@click.option("--dtype", type=click.Choice(["float32", "float16", "bfloat16", "amp"]),
+              help="--model-file: cast the model and its floating inputs [default: float32].")
+@click.pass_context
+def collect_cmd(ctx: click.Context, zoo: str, device: str, limit: int | None, seed: int, max_batch: int | None,
+                max_size: int | None, workers: int | None, regime: str, out: Path, model_files: tuple[str, ...],
+                inference: bool, dtype: str | None) -> None:
+    """Capture execution traces of zoo configs into a dataset directory (one Parquet per device);
+    or, with --model-file, of the models in the user's own files (a file that fails is named in
+    one line on stderr and in failures.jsonl, the others go on, and the exit status is 1)."""
     from predictor.collect import RegimeMismatchError, collect
     from predictor.devices.specs import DeviceParamsError, device_key
     from predictor.zoo.registry import zoo_configs
+
+    if not model_files:
+        if inference or dtype:
+            raise click.UsageError("--inference and --dtype apply to --model-file (the zoo's grid sets its dtypes)")
+    else:
+        zoo_only = [f"--{name.replace('_', '-')}" for name in ("zoo", "limit", "seed", "max_batch", "max_size", "workers")
+                    if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT]
+        if zoo_only:
+            raise click.UsageError(f"{', '.join(zoo_only)}: zoo options; they do not apply to --model-file")
+        if device not in ("meta",) and not device.startswith("emulated:"):
+            raise click.BadParameter(f"{device!r}: model files are captured on the meta device; use meta or "
+                                     "emulated:<GPU>", param_hint="--device")
 
     if device not in ("meta", "cpu", "cuda"):
         if not device.startswith("emulated:"):
@@ -115,6 +141,9 @@ def collect_cmd(zoo: str, device: str, limit: int | None, seed: int, max_batch: 
         except DeviceParamsError as exc:
             raise click.BadParameter(str(exc), param_hint="--device") from None
 
+    if model_files:
+        _collect_model_files(model_files, device, out, inference, dtype or "float32", regime)
+        return
     configs = [c for c in zoo_configs(zoo, seed=seed)  # round-robin over families: prefixes stay stratified
                if (max_batch is None or c.batch <= max_batch) and (max_size is None or c.input_size <= max_size)]
     configs = configs[:limit] if limit else configs
@@ -126,6 +155,25 @@ def collect_cmd(zoo: str, device: str, limit: int | None, seed: int, max_batch: 
         raise click.ClickException(str(exc)) from None
     click.echo(f"{counts['captured']} captured, {counts['skipped']} already there, {counts['failed']} failed"
                + (f" (see {out / 'failures.jsonl'})" if counts["failed"] else "") + f"; dataset in {out}")
+
+
+def _collect_model_files(model_files: tuple[str, ...], device: str, out: Path, inference: bool, dtype: str,
+                         regime: str) -> None:
+    from predictor.capture.model_file import expand
+    from predictor.collect import RegimeMismatchError, collect_model_files
+    from predictor.devices.kernels import KernelModelError
+
+    if regime != "plain" and not device.startswith("emulated:"):
+        raise click.BadParameter("a regime applies to emulated devices only", param_hint="--regime")
+    try:
+        counts = collect_model_files(expand(model_files), device, out, inference=inference, dtype=dtype, regime=regime,
+                                     report=lambda line: click.echo(line, err=True))
+    except (RegimeMismatchError, TraceFormatError, OutputError, KernelModelError) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"{counts['captured']} model file(s) captured, {counts['skipped']} already there, {counts['failed']} "
+               "failed" + (f" (see {out / 'failures.jsonl'})" if counts["failed"] else "") + f"; dataset in {out}")
+    if counts["failed"]:
+        raise SystemExit(1)
 
 
 @main.group()

@@ -52,10 +52,9 @@ class RegimeMismatchError(ValueError):
     """An emulated dataset that already holds traces of another measurement regime."""
 
 
-def collect(configs: list[ModelConfig], device: str, out: str | Path, *, workers: int = 1,
-            flush_every: int = 20, progress: bool = True, regime: str = "plain") -> dict:
-    """Capture every config not yet in ``out``; returns counts (done, skipped, failed). ``regime``
-    (emulated devices only): ``plain`` or ``nsys`` host times; one dataset never mixes the two."""
+def _open_dataset(device: str, out: str | Path, regime: str) -> tuple[str, Path, set[str]]:
+    """The dataset's device name, its folder (created) and the config ids it already holds; a
+    broken dataset file or one of another regime is refused before any work."""
     device = dataset_device(device)  # also rejects unknown emulated GPU types before any work
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -66,7 +65,14 @@ def collect(configs: list[ModelConfig], device: str, out: str | Path, *, workers
         if other:
             raise RegimeMismatchError(f"{existing}: holds {device} traces of the {', '.join(other)} regime, not {regime}; "
                                       "collect into another --out")
-    done_ids = set(done["config_id"]) if done is not None else set()
+    return device, out, set(done["config_id"]) if done is not None else set()
+
+
+def collect(configs: list[ModelConfig], device: str, out: str | Path, *, workers: int = 1,
+            flush_every: int = 20, progress: bool = True, regime: str = "plain") -> dict:
+    """Capture every config not yet in ``out``; returns counts (done, skipped, failed). ``regime``
+    (emulated devices only): ``plain`` or ``nsys`` host times; one dataset never mixes the two."""
+    device, out, done_ids = _open_dataset(device, out, regime)
     todo = [c for c in configs if c.config_id not in done_ids]
     failures = out / "failures.jsonl"
     pending: list[pd.DataFrame] = []
@@ -103,4 +109,70 @@ def collect(configs: list[ModelConfig], device: str, out: str | Path, *, workers
     finally:
         flush()  # an interrupted run keeps everything captured so far
         bar.close()
+    return counts
+
+
+def collect_model_files(paths: list[str], device: str, out: str | Path, *, inference: bool = False,
+                        dtype: str = "float32", regime: str = "plain", report=None) -> dict:
+    """Capture each model file (:mod:`predictor.capture.model_file`; runs the file's code) not yet
+    in ``out`` — by its config id, ``file:<stem>...``, known before the file is run — on the meta
+    device, timed on ``device`` when it is ``emulated:<GPU>``, into the same dataset as the zoo's.
+    One process, in order. A file that fails goes to ``failures.jsonl`` (with ``model_file``)
+    and its one-line message to ``report`` (e.g. stderr); the others go on. Two files of one
+    config id (the same stem in two folders, or twice on the command line) are captured once;
+    the second is a failure naming the first. Returns counts (requested, skipped, captured,
+    failed)."""
+    from predictor.capture.model_file import ModelFileError, capture_model_file, config_id_of
+    from predictor.devices.kernels import KernelModelError
+    from predictor.devices.step_time import quiet_profiler
+
+    if not (device == "meta" or device.startswith("emulated:")):
+        raise ValueError(f"model files are captured on the meta device: use --device meta or emulated:<GPU>, "
+                         f"not {device!r}")
+    device, out, done_ids = _open_dataset(device, out, regime)
+    failures = out / "failures.jsonl"
+    counts = {"requested": len(paths), "skipped": 0, "captured": 0, "failed": 0}
+    seen: dict[str, str] = {}
+    tables: list[pd.DataFrame] = []
+
+    def fail(path: str, config_id: str, line: str) -> None:
+        with failures.open("a") as fh:
+            fh.write(json.dumps({"config_id": config_id, "model_file": path, "device": device, "error": line}) + "\n")
+        counts["failed"] += 1
+        if report is not None:
+            report(line)
+
+    try:
+        for path in paths:
+            config_id = config_id_of(path, inference=inference, dtype=dtype)
+            if config_id in seen:
+                fail(path, config_id, f"{path}: has the config id {config_id} of {seen[config_id]}, captured "
+                                      "already (rename one of them)")
+                continue
+            seen[config_id] = path
+            if config_id in done_ids:
+                counts["skipped"] += 1
+                continue
+            try:
+                with quiet_profiler():
+                    table = capture_model_file(path, inference=inference, dtype=dtype)
+                if device.startswith("emulated:"):
+                    from predictor.devices.specs import load_params
+                    from predictor.devices.timing import emulate
+
+                    table = emulate(table, device, load_params(), regime=regime)
+            except ModelFileError as exc:
+                fail(path, config_id, str(exc))
+                continue
+            except KernelModelError:  # the installation's kernel model, not the file: stop
+                raise
+            except Exception as exc:  # an op the emulator cannot price: recorded, the others go on
+                fail(path, config_id, f"{path}: cannot be timed on {device}: {type(exc).__name__}: "
+                                      f"{' '.join(str(exc).split())}"[:1000])
+                continue
+            tables.append(table)
+            counts["captured"] += 1
+    finally:
+        if tables:  # an interrupted run keeps everything captured so far
+            write_traces(out, pd.concat(tables, ignore_index=True))
     return counts

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import click
 
+from predictor.gpus import names_help
+
 @click.group()
 def devices() -> None:
     """Emulated GPUs: list them, time a training step on one, calibrate and validate them on real
@@ -20,26 +22,37 @@ def devices() -> None:
 
 
 @devices.command("list")
-def devices_list() -> None:
-    """Every emulated device: its silicon (SMs, clock, L2, memory), spec-sheet rates, where its
-    kernel times come from (measured-kernels: real kernels of that GPU trained the kernel model;
-    spec-derived: from its spec sheet only) and its fitted parameters."""
+@click.option("--aliases", is_flag=True, help="Also every other name each GPU goes by (data sets' device names).")
+def devices_list(aliases: bool) -> None:
+    """Every GPU of the catalogue (predictor/gpu_catalog/*.toml, one file per GPU) as an emulated
+    device: its silicon (architecture, SMs, clock, L2, memory), spec-sheet rates, relative speed
+    (measured or spec-derived), where its kernel times come from (measured-kernels: real kernels
+    of that GPU trained the kernel model; spec-derived: from its spec sheet only) and its fitted
+    host parameters."""
     from predictor.devices.kernels import kernel_source
     from predictor.devices.specs import FITTED_FIELDS, load_params
+    from predictor.gpus import catalog
 
     params = load_params()
     model = _kernel_model()
+    gpus = catalog()
     trained = f"kernel model trained on {', '.join(model.devices)}" if model is not None else "no kernel model"
-    click.echo(f"parameters {params.version} ({params.source}); {trained}")
+    click.echo(f"{len(gpus)} GPUs; parameters {params.version} ({params.source}); {trained}")
     width = max(len(s.emulated_name) for s in params.devices.values()) + 1
     for key, spec in params.devices.items():
+        gpu = gpus[key]
         fitted = ", ".join(f"{f} {getattr(spec, f):.3g}" for f in FITTED_FIELDS)
-        tf32 = f"{spec.tf32_tflops:g}" if spec.tf32_tflops else "-"
-        click.echo(f"{spec.emulated_name + ':':<{width}} {spec.sms:>3} SMs {spec.clock_mhz:>5.0f} MHz  "
-                   f"L2 {spec.l2_mb:>4g} MB  {spec.mem_gb:>3g} GB {spec.mem_gbs:>5g} GB/s  "
-                   f"FP32 {spec.fp32_tflops:>5g} / TF32 {tf32:>5} / FP16 {spec.fp16_tflops:>5g} TFLOP/s  "
-                   f"kernels: {kernel_source(key, model)}")
-        click.echo(f"{'':<{width}} fitted on {spec.fitted}: {fitted}; spec: {spec.spec}")
+        rates = " / ".join(f"{name} {rate:g}" if rate else f"{name} -" for name, rate in (
+            ("FP32", gpu.fp32_tflops), ("TF32", gpu.tf32_tflops), ("FP16", gpu.fp16_tflops),
+            ("BF16", gpu.bf16_tflops), ("FP8", gpu.fp8_tflops)))
+        click.echo(f"{spec.emulated_name + ':':<{width}} {gpu.architecture} {gpu.compute_capability}, {gpu.sms} SMs "
+                   f"{gpu.boost_clock_mhz:.0f} MHz, L2 {gpu.l2_mb:g} MB, {gpu.memory_gb:g} GB {gpu.memory_gbs:g} GB/s, "
+                   f"{rates} TFLOP/s; kernels: {kernel_source(key, model)}")
+        click.echo(f"{'':<{width}} relative time {gpu.speed.relative_time:g} (V100 = 1; {gpu.speed.source}); "
+                   f"fitted on {spec.fitted}: {fitted}")
+        click.echo(f"{'':<{width}} spec: {gpu.source} ({gpu.file.name})")
+        if aliases and gpu.aliases:
+            click.echo(f"{'':<{width}} also: {', '.join(gpu.aliases)}")
 
 
 def _kernel_model():
@@ -51,29 +64,49 @@ def _kernel_model():
         raise click.ClickException(str(exc)) from None
 
 
+MODEL_FILE_HELP = ("A Python file defining Model, get_inputs() and optionally get_init_inputs() (KernelBench's "
+                   "convention), captured on the meta device instead of a zoo MODEL; repeatable; a directory means "
+                   "every *.py in it, sorted. Runs the file's code, as `python FILE` would.")
+INFERENCE_HELP = "--model-file: time the forward alone under torch.no_grad() (what KernelBench measures)."
+
+
 @devices.command("time")
-@click.argument("model")
-@click.option("--device", required=True, help="emulated:<GPU> (`ets devices list`), e.g. emulated:T4.")
+@click.argument("model", required=False)
+@click.option("--model-file", "model_files", multiple=True, metavar="FILE|DIR", help=MODEL_FILE_HELP)
+@click.option("--inference", is_flag=True, help=INFERENCE_HELP)
+@click.option("--device", required=True, help="emulated:<GPU> (`ets devices list`), e.g. emulated:T4; "
+              + names_help() + ".")
 @click.option("--batch", type=click.IntRange(1), help="Batch size [default: 32; 8 for LLMs].")
 @click.option("--size", "--seq", "size", type=click.IntRange(1),
               help="Image size (px), or sequence length (--seq) for sequence models [default: 224 px; "
                    "128 tokens; 400 speech frames; 512 for LLMs].")
-@click.option("--dtype", type=click.Choice(["float32", "float16", "bfloat16"]), help="[default: float32]")
+@click.option("--dtype", type=click.Choice(["float32", "float16", "bfloat16", "amp"]),
+              help="amp: automatic mixed precision (autocast's float16 GEMMs and convolutions, float32 norms, "
+                   "softmax and losses, float32 master weights) [default: float32].")
+@click.option("--allow-tf32", is_flag=True,
+              help="float32 matmuls in TF32 on GPUs that have it (torch.backends.cuda.matmul.allow_tf32; NGC "
+                   "containers' default). float32 convolutions use TF32 there anyway (cuDNN's default).")
 @click.option("--optimizer", type=click.Choice(["sgd", "adam"]), help="[default: sgd; adam for LLMs]")
 @click.option("--regime", type=click.Choice(["plain", "nsys"]), default="plain", show_default=True,
               help="Host times of a plain run, or under Nsight Systems with per-op NVTX ranges.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def devices_time(model: str, device: str, batch: int | None, size: int | None, dtype: str | None,
-                 optimizer: str | None, regime: str, as_json: bool) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (one line per model file).")
+def devices_time(model: str | None, model_files: tuple[str, ...], inference: bool, device: str, batch: int | None,
+                 size: int | None, dtype: str | None, allow_tf32: bool, optimizer: str | None, regime: str,
+                 as_json: bool) -> None:
     """How long one training step of MODEL takes on an emulated GPU: the config's op sequence
     (meta device) timed by the emulator without noise, split into forward, backward and update.
     MODEL: a zoo model name (resnet50, mobilenet_v2, transformer_encoder[_tiny|_base...], lstm_lm,
-    gpt2_medium, ...) or a zoo config id."""
+    gpt2_medium, ...) or a zoo config id. Or, instead of MODEL, --model-file FILE|DIR: each file's
+    model (its training step, or its forward with --inference); a file that fails is named in one
+    line on stderr, the others are still timed, and the exit status is 1."""
     from predictor.devices.kernels import KernelModelError
     from predictor.devices.specs import DeviceParamsError, load_params
     from predictor.devices.step_time import UnknownModelError, resolve_config, step_time
     from predictor.zoo.config import ModelBuildError
 
+    check_model_or_files(model, model_files, "MODEL", inference)
+    if model_files and (batch is not None or size is not None):
+        raise click.UsageError("--batch and --size apply to a zoo MODEL; a model file sets its sizes in get_inputs()")
     try:
         params = load_params()
         params.device(device)
@@ -81,12 +114,16 @@ def devices_time(model: str, device: str, batch: int | None, size: int | None, d
         if device.endswith(".json"):  # the spec file is at fault, not the option: one line naming it
             raise click.ClickException(f"--device: {exc}") from None
         raise click.BadParameter(str(exc), param_hint="--device") from None
+    if model_files:
+        _time_model_files(model_files, device, params, regime, inference=inference, dtype=dtype or "float32",
+                          optimizer=optimizer or "sgd", as_json=as_json, allow_tf32=allow_tf32)
+        return
     try:
         config = resolve_config(model, batch, size, dtype, optimizer)
     except (UnknownModelError, ModelBuildError) as exc:
         raise click.UsageError(str(exc)) from None
     try:
-        result = step_time(config, device, params, regime)
+        result = step_time(config, device, params, regime, allow_tf32=allow_tf32)
     except ModelBuildError as exc:
         raise click.UsageError(str(exc)) from None
     except KernelModelError as exc:  # a broken kernel-model file: one line, not a traceback
@@ -94,15 +131,90 @@ def devices_time(model: str, device: str, batch: int | None, size: int | None, d
     if as_json:
         click.echo(json.dumps(result))
         return
-    r = result
-    click.echo(f"{r['config_id']} on {r['device']} (emulated GPU; kernel times {r['source']}, "
+    _print_step_time(result)
+
+
+def check_model_or_files(target: str | None, model_files: tuple[str, ...], name: str, inference: bool) -> None:
+    """A usage error unless exactly one of the positional ``name`` and --model-file is given;
+    --inference needs --model-file (the zoo captures training steps)."""
+    if target is not None and model_files:
+        raise click.UsageError(f"give either {name} or --model-file, not both")
+    if target is None and not model_files:
+        raise click.UsageError(f"missing {name} (or --model-file FILE|DIR)")
+    if inference and not model_files:
+        raise click.UsageError("--inference applies to --model-file (zoo configs are captured as training steps)")
+
+
+class ModelFileRun:
+    """The model files that --model-file values name (a directory: its *.py files, sorted),
+    captured one at a time: iterating yields (path as given, trace) for each that captures; each
+    failure is one line on stderr (:meth:`fail`) and the others go on; :meth:`finish` exits with
+    status 1 when any failed. Shared by `ets devices time` and `ets predict` (`ets collect` records
+    failures in failures.jsonl as well: :func:`predictor.collect.collect_model_files`)."""
+
+    def __init__(self, model_files: tuple[str, ...], *, inference: bool, dtype: str, optimizer: str = "sgd") -> None:
+        from predictor.capture.model_file import expand
+
+        self.paths = expand(model_files)
+        self.options = {"inference": inference, "dtype": dtype, "optimizer": optimizer}
+        self.failed = 0
+
+    def __iter__(self):
+        from predictor.capture.model_file import ModelFileError, capture_model_file
+        from predictor.devices.step_time import quiet_profiler
+
+        for path in self.paths:
+            try:
+                with quiet_profiler():
+                    trace = capture_model_file(path, **self.options)
+            except ModelFileError as exc:
+                self.fail(str(exc))
+                continue
+            yield path, trace
+
+    def fail(self, line: str) -> None:
+        click.echo(" ".join(line.split())[:1000], err=True)
+        self.failed += 1
+
+    def finish(self) -> None:
+        if self.failed:
+            click.echo(f"{self.failed} of {len(self.paths)} model file(s) failed", err=True)
+            raise SystemExit(1)
+
+
+def _time_model_files(model_files: tuple[str, ...], device: str, params, regime: str, *, inference: bool,
+                      dtype: str, optimizer: str, as_json: bool, allow_tf32: bool = False) -> None:
+    from predictor.devices.kernels import KernelModelError
+    from predictor.devices.step_time import step_time_of_trace
+
+    run = ModelFileRun(model_files, inference=inference, dtype=dtype, optimizer=optimizer)
+    for path, trace in run:
+        try:
+            result = {"model_file": path, **step_time_of_trace(trace, device, params, regime, allow_tf32=allow_tf32)}
+        except KernelModelError as exc:
+            raise click.ClickException(str(exc)) from None
+        except Exception as exc:  # an op the emulator cannot price: this file fails, the others go on
+            run.fail(f"{path}: cannot be timed on {device}: {type(exc).__name__}: {exc}")
+            continue
+        if as_json:
+            click.echo(json.dumps(result))
+        else:
+            _print_step_time(result)
+    run.finish()
+
+
+def _print_step_time(r: dict) -> None:
+    what = f"{r['config_id']} (model file {r['model_file']})" if "model_file" in r else r["config_id"]
+    click.echo(f"{what} on {r['device']} (emulated GPU; kernel times {r['source']}, "
                f"{r['regime']} regime, params {r['params_version']})")
-    click.echo(f"  forward   {r['forward_ms']:>10.3f} ms")
-    click.echo(f"  backward  {r['backward_ms']:>10.3f} ms")
-    click.echo(f"  update    {r['update_ms']:>10.3f} ms")
+    for phase in ("forward", "backward", "update"):
+        click.echo(f"  {phase:<9} {r[f'{phase}_ms']:>10.3f} ms   kernels {r[f'{phase}_kernel_ms']:.3f} ms")
     click.echo(f"  total     {r['total_ms']:>10.3f} ms   kernels {r['kernel_ms']:.3f} ms, "
                f"overhead {r['overhead_share']:.1%}, {r['ops']:,} ops")
-
+    math_ = ", ".join(f"{cls} {m}" for cls, m in r.get("kernel_math", {}).items()) or "no GEMM-like kernels"
+    click.echo(f"  precision {r['config_id'].split(':')[3] if r['config_id'].count(':') >= 5 else ''}"
+               f"{' ' if r['config_id'].count(':') >= 5 else ''}({math_}; float32 matmuls in TF32: "
+               f"{'yes' if r.get('allow_tf32') else 'no'})")
 
 
 _DATA_OPTIONS = (
@@ -123,21 +235,25 @@ def _data_options(f):
     return f
 
 
-def _inputs(calibration_dir: Path | None, ets_dir: Path | None):
+def _inputs(calibration_dir: Path | None, ets_dir: Path | None, cache: Path):
     """Targets, skipped files, host table and real kernels; user errors as one line."""
     from predictor.trace_table import TraceFormatError
     from predictor.devices import calibrate as cal
-    from predictor.devices import kernel_data
+    from predictor.devices import kernel_corpus, kernel_data
     from predictor.devices.measurements import MeasurementError, default_calibration_dir
 
     calibration_dir = calibration_dir or default_calibration_dir()
     ets_dir = ets_dir or calibration_dir.parent / "ets_traces"
     try:
         targets, skipped, host = cal.load_targets(calibration_dir, ets_dir)
-        kernels = kernel_data.load_all(calibration_dir, ets_dir)
+        kernels = kernel_corpus.load_all(calibration_dir, ets_dir, kernelbench_cache=cache.parent / KERNELBENCH_CACHE,
+                                         progress=True)
     except (MeasurementError, TraceFormatError, kernel_data.KernelDataError, FileNotFoundError) as exc:
         raise click.ClickException(str(exc)) from None
     return calibration_dir, ets_dir, targets, skipped, host, kernels
+
+
+KERNELBENCH_CACHE = "kernelbench_sequences.parquet"  # beside --cache: KernelBench problems on the meta device
 
 
 def _op_sequences(targets, cache: Path):
@@ -177,18 +293,19 @@ def _claim_outputs(overwrite: bool, *outputs: tuple[str, Path]) -> None:
                    "defaults are the package's own files: refitting them needs --overwrite).")
 def devices_calibrate(calibration_dir: Path | None, ets_dir: Path | None, cache: Path, out: Path | None,
                       kernel_out: Path | None, report_dir: Path, overwrite: bool) -> None:
-    """Fit the kernel model on every real kernel (NeuSight, ETS), then every emulated GPU's host
+    """Fit the kernel model on every real kernel (NeuSight, ETS, DeepBench, Vidur, KernelBench level 1),
+    then every emulated GPU's host
     side to the measured iterations; write both files and the in-sample report (out-of-sample
     figures: `ets devices validate`)."""
     from predictor.devices import calibrate as cal
     from predictor.devices import kernels as kernel_model
-    from predictor.devices.specs import PARAMS_FILE, SPEC_SHEETS, save_params
+    from predictor.devices.specs import PARAMS_FILE, save_params, spec_sheets
 
-    calibration_dir, ets_dir, targets, skipped, host, kernels = _inputs(calibration_dir, ets_dir)
+    calibration_dir, ets_dir, targets, skipped, host, kernels = _inputs(calibration_dir, ets_dir, cache)
     _claim_outputs(overwrite, ("--out", out or PARAMS_FILE), ("--kernel-model", kernel_out or kernel_model.MODEL_FILE),
                    ("--report", report_dir / "report.md"), ("--report", report_dir / "report.json"))
     click.echo(f"kernel model: fitting on {int((~kernels['censored']).sum()):,} real kernels ...")
-    model = kernel_model.fit(kernels, SPEC_SHEETS)
+    model = kernel_model.fit(kernels, spec_sheets())
     kernel_path = model.save(kernel_out or kernel_model.MODEL_FILE)
     sequences = _op_sequences(targets, cache)
     version = "v2-" + date.today().isoformat()
@@ -213,18 +330,21 @@ def devices_calibrate(calibration_dir: Path | None, ets_dir: Path | None, cache:
 def devices_validate(calibration_dir: Path | None, ets_dir: Path | None, cache: Path, report_dir: Path,
                      overwrite: bool) -> None:
     """The emulated GPUs against every real measurement, out of sample: kernels leave-one-GPU-out,
-    iterations leave-one-model-out (the calibration refitted without each model)."""
+    iterations leave-one-model-out (the calibration refitted without each model), whole forward
+    passes and training steps (KernelBench level 3, Lambda, pytorch-gpu-benchmark) with the kernel
+    model fitted without their GPU."""
     from predictor.devices import calibrate as cal
     from predictor.devices import kernels as kernel_model
-    from predictor.devices import neusight_ops, validate
+    from predictor.devices import endtoend, kernel_data, neusight_ops, validate
     from predictor.devices.measurements import NEUSIGHT_DIR, MeasurementError
-    from predictor.devices.specs import SPEC_SHEETS
+    from predictor.devices.specs import load_params, spec_sheets
 
-    calibration_dir, ets_dir, targets, skipped, host, kernels = _inputs(calibration_dir, ets_dir)
+    calibration_dir, ets_dir, targets, skipped, host, kernels = _inputs(calibration_dir, ets_dir, cache)
     _claim_outputs(overwrite, ("--report", report_dir / "report.md"))
     click.echo("kernels, leave-one-GPU-out ...")
-    kernel_rows = kernel_model.leave_one_gpu_out(kernels, SPEC_SHEETS)
-    model = kernel_model.fit(kernels, SPEC_SHEETS)
+    held_out_models: dict = {}
+    kernel_rows = kernel_model.leave_one_gpu_out(kernels, spec_sheets(), progress=True, models=held_out_models)
+    model = kernel_model.fit(kernels, spec_sheets())
     sequences = _op_sequences(targets, cache)
     click.echo("iterations, leave-one-model-out ...")
     _, report = cal.calibrate(targets, sequences, host, lomo=True, model=model)
@@ -234,6 +354,11 @@ def devices_validate(calibration_dir: Path | None, ets_dir: Path | None, cache: 
     except MeasurementError as exc:
         raise click.ClickException(str(exc)) from None
     op_classes = validate.class_rows(labelled, report["lomo_classes"])
+    click.echo("end-to-end sets (KernelBench level 3, Lambda, pytorch-gpu-benchmark) ...")
+    try:
+        whole = endtoend.all_rows(calibration_dir, load_params(), held_out_models, model, cache.parent)
+    except (MeasurementError, kernel_data.KernelDataError) as exc:
+        raise click.ClickException(str(exc)) from None
     notes = [f"{len(rows)} iteration targets on {rows['device'].nunique() if len(rows) else 0} GPUs; "
              f"skipped: {', '.join(skipped) or 'none'}.",
              f"kernels: {len(kernel_rows):,} uncensored rows; {int(kernels['censored'].sum()):,} NeuSight rows on the "
@@ -243,7 +368,7 @@ def devices_validate(calibration_dir: Path | None, ets_dir: Path | None, cache: 
              "time of the same op class in our trace, priced by the calibration refitted without the model and "
              "the kernel model (whose microbenchmark kernels do not include these runs); kernel-free nodes "
              "(shapes, views) and our loss are left out."]
-    sets = validate.write_report(report_dir, rows, kernel_rows, notes, op_classes)
+    sets = validate.write_report(report_dir, rows, kernel_rows, notes, op_classes, whole)
     click.echo((report_dir / "report.md").read_text())
     click.echo(f"report in {report_dir}")
     if len(sets):

@@ -1,24 +1,44 @@
-"""GPU types: canonical names, the aliases found in traces, and measured relative speeds.
+"""The GPU catalogue: every GPU type the tool knows, read from one data file per GPU.
 
-Why: traces and cluster files spell GPU types differently (``GTX2080Ti`` in Hydra's cases,
-``V100M32`` in PAI), and the simulator needs, for traces that record a run time on one type only,
-how long the same job takes on another type. Those ratios come from measured per-iteration times
-(``../shared/calibration``), derived by :func:`derive_relative_iteration_time`; the numbers below
-are that function's output, pinned so the package works without the data (a test recomputes them).
+Why: GPU names used to live in two hand-kept registries that disagreed (cluster types here,
+emulated devices in :mod:`predictor.devices.specs`). Now each GPU is one TOML file in
+``predictor/gpu_catalog/`` — spec-sheet facts (architecture, SMs, clock, FP32 / TF32 / FP16 / BF16 /
+FP8 peaks, memory, bandwidth, L2, TDP, year), the names it goes by (marketing names,
+``torch.cuda.get_device_name()`` strings as the data sets record them, trace names) and, where
+measured, its relative iteration time — and everything else is derived from it: emulation, cluster
+types, relative speeds, the ``--help`` lists, ``ets devices list``. Adding a GPU = adding a file.
+``ETS_SIM_GPU_CATALOG=DIR`` reads the catalogue from another folder instead (a test does).
+
+Relative iteration time (V100 = 1; larger = slower) is what the simulator scales an observed run
+time by when a trace records one GPU type only. Where it was measured the entry says so in its
+``[speed]`` table (Gavel, Sia/Pollux, Lambda; :func:`derive_relative_iteration_time` recomputes the
+Gavel/Sia ones); otherwise it is a **spec-derived** estimate, the geometric mean of the FP32-peak
+and bandwidth ratios to the V100 (:func:`spec_relative_time`), and says so.
 """
 
 from __future__ import annotations
 
 import csv
 import math
+import os
+import tomllib
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
-from predictor.inputs import load_json, read_bytes, regular_file, short
+from predictor.inputs import InputError, load_json, read_bytes, regular_file, short
+
+CATALOG_DIR = Path(__file__).with_name("gpu_catalog")
+CATALOG_ENV = "ETS_SIM_GPU_CATALOG"
+REFERENCE = "V100"  # relative time 1.0
 
 
 class UnknownGpuTypeError(ValueError):
-    """A GPU type name that is neither canonical nor a known alias."""
+    """A GPU type name that is neither a catalogue name nor one of its aliases."""
+
+
+class GpuCatalogError(InputError):
+    """A catalogue entry that cannot be used; the message names the file and the field."""
 
 
 @dataclass(frozen=True)
@@ -29,63 +49,189 @@ class GpuSpeed:
     source: str
 
 
-# Derived from ../shared/calibration (see derive_relative_iteration_time); values rounded to 3 digits.
-#   K80, P100:            Gavel physical-cluster throughputs, geometric mean of V100/type time ratio
-#                         over every single-GPU job type measured on both (K80: 25 jobs, P100: 26).
-#   A100, T4, RTX2080Ti,  Sia/Pollux single-GPU step times, anchored on A100 (dgx-ext): per model
-#   RTX6000 (and V100):   the geometric mean over shared batch sizes, then the geometric mean over
-#                         the models bert, cifar10, deepspeech2, imagenet, yolov3 (ncf excluded: its
-#                         V100 profile is 9-18x off, see calibration/README.md; gpt_pmp is modelled,
-#                         not measured); finally divided by Sia's own V100/A100 ratio.
-# Not measured anywhere in the calibration data, marked as such in every manifest:
-#   P40:     spec-sheet estimate = P100 x sqrt((9.3/11.76 TFLOPS) x (549/346 GB/s)) (PCIe parts).
-#   MISC:    PAI's bucket of K40m/K80/M60 parts; assigned the measured K80 value.
-#   V100M32: the 32 GB V100; same silicon as V100, so the V100 value.
-SPEEDS: dict[str, GpuSpeed] = {
-    "V100": GpuSpeed(1.0, "reference"),
-    "K80": GpuSpeed(4.619, "gavel-physical"),
-    "P100": GpuSpeed(1.336, "gavel-physical"),
-    "A100": GpuSpeed(0.780, "sia"),
-    "T4": GpuSpeed(1.589, "sia"),
-    "RTX2080Ti": GpuSpeed(1.228, "sia"),
-    "RTX6000": GpuSpeed(1.012, "sia"),
-    "P40": GpuSpeed(1.496, "spec-estimate (not measured)"),
-    "MISC": GpuSpeed(4.619, "alias of K80 (not measured)"),
-    "V100M32": GpuSpeed(1.0, "alias of V100 (not measured)"),
-}
+@dataclass(frozen=True)
+class GpuEntry:
+    """One catalogue file: a GPU's spec sheet and the names it goes by."""
 
-ALIASES: dict[str, str] = {
-    "GTX2080TI": "RTX2080Ti",
-    "2080TI": "RTX2080Ti",
-    "RTX2080TI": "RTX2080Ti",
-    "RTX6000": "RTX6000",
-    "QUADRORTX6000": "RTX6000",
-    "V100M16": "V100",
-    "V100-32GB": "V100M32",
-}
+    name: str
+    vendor: str
+    marketing_name: str
+    aliases: tuple[str, ...]
+    architecture: str
+    compute_capability: str
+    year: int
+    form_factor: str
+    sms: int
+    boost_clock_mhz: float
+    fp32_tflops: float
+    tf32_tflops: float  # dense tensor-core TF32; 0: none
+    fp16_tflops: float  # dense FP16 tensor with FP32 accumulate (the FP16 vector rate without tensor cores)
+    bf16_tflops: float  # 0: none
+    fp8_tflops: float  # 0: none
+    memory_gb: float
+    memory_gbs: float
+    l2_mb: float
+    tdp_w: float
+    source: str
+    notes: str
+    measured_speed: GpuSpeed | None
+    file: Path
+
+    @property
+    def speed(self) -> GpuSpeed:
+        """The measured relative iteration time, else the spec-derived estimate."""
+        return self.measured_speed or GpuSpeed(spec_relative_time(self), "spec-derived estimate (not measured)")
+
+    @property
+    def cc_major(self) -> int:
+        return int(self.compute_capability.split(".")[0])
+
+
+_TEXT = ("name", "vendor", "marketing_name", "architecture", "compute_capability", "form_factor", "source")
+_POSITIVE = ("sms", "boost_clock_mhz", "fp32_tflops", "fp16_tflops", "memory_gb", "memory_gbs", "l2_mb", "tdp_w", "year")
+_RATES = ("tf32_tflops", "bf16_tflops", "fp8_tflops")  # 0 where the part has no such unit
+_INTS = ("sms", "year")
+FIELDS = _TEXT + ("aliases",) + _POSITIVE + _RATES
+
+
+def normalized(name: str) -> str:
+    """The form names are compared in: upper case, without spaces, '-' and '_'."""
+    return "".join(ch for ch in str(name).strip().upper() if ch not in " -_")
+
+
+def _number(path: Path, body: dict, key: str, positive: bool) -> float:
+    value = body[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise GpuCatalogError(f"{path}: field {key!r} must be a number, got {short(value)}")
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        raise GpuCatalogError(f"{path}: field {key!r} must be a {'positive' if positive else 'non-negative'} "
+                              f"finite number, got {short(value)}")
+    if key in _INTS and value != int(value):
+        raise GpuCatalogError(f"{path}: field {key!r} must be a whole number, got {short(value)}")
+    return int(value) if key in _INTS else float(value)
+
+
+def read_entry(path: Path) -> GpuEntry:
+    """One catalogue file; a missing, mistyped or non-positive field names the file and the field."""
+    try:
+        body = tomllib.loads(read_bytes(path, "GPU catalogue entry").decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise GpuCatalogError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start:,})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise GpuCatalogError(f"{path}: not TOML ({exc})") from None
+    except OSError as exc:
+        raise GpuCatalogError(f"{path}: cannot read ({exc.strerror or type(exc).__name__})") from None
+    missing = [k for k in FIELDS if k not in body]
+    if missing:
+        raise GpuCatalogError(f"{path}: lacks field(s) {', '.join(missing)} (every entry needs {', '.join(FIELDS)})")
+    for key in _TEXT:
+        if not isinstance(body[key], str) or not body[key].strip():
+            raise GpuCatalogError(f"{path}: field {key!r} must be a non-empty string, got {short(body[key])}")
+    if body["name"] != path.stem:
+        raise GpuCatalogError(f"{path}: field 'name' is {short(body['name'])} but the file is named {path.name!r}")
+    aliases = body["aliases"]
+    if not isinstance(aliases, list) or not all(isinstance(a, str) and a.strip() for a in aliases):
+        raise GpuCatalogError(f"{path}: field 'aliases' must be a list of non-empty strings")
+    numbers = {k: _number(path, body, k, True) for k in _POSITIVE} | {k: _number(path, body, k, False) for k in _RATES}
+    try:
+        major = int(str(body["compute_capability"]).split(".")[0])
+    except ValueError:
+        major = -1
+    if major < 1:
+        raise GpuCatalogError(f"{path}: field 'compute_capability' must look like '8.0', got "
+                              f"{short(body['compute_capability'])}")
+    speed = None
+    if "speed" in body:
+        table = body["speed"]
+        if not isinstance(table, dict) or set(table) != {"relative_time", "source"}:
+            raise GpuCatalogError(f"{path}: table [speed] must hold exactly 'relative_time' and 'source'")
+        value = _number(path / "[speed]", table, "relative_time", True)
+        if not isinstance(table["source"], str) or not table["source"].strip():
+            raise GpuCatalogError(f"{path}: field [speed].source must be a non-empty string")
+        speed = GpuSpeed(float(value), table["source"])
+    notes = body.get("notes", "")
+    if not isinstance(notes, str):
+        raise GpuCatalogError(f"{path}: field 'notes' must be a string, got {short(notes)}")
+    return GpuEntry(name=body["name"], vendor=body["vendor"], marketing_name=body["marketing_name"],
+                    aliases=tuple(aliases), architecture=body["architecture"],
+                    compute_capability=str(body["compute_capability"]), form_factor=body["form_factor"],
+                    source=body["source"], notes=notes, measured_speed=speed, file=path, **numbers)
+
+
+def catalog_dir() -> Path:
+    """The catalogue folder: ``$ETS_SIM_GPU_CATALOG`` when set, else the package's."""
+    return Path(os.environ[CATALOG_ENV]) if os.environ.get(CATALOG_ENV) else CATALOG_DIR
+
+
+@lru_cache(maxsize=4)
+def _load(directory: Path) -> tuple[dict[str, GpuEntry], dict[str, str]]:
+    if not directory.is_dir():
+        raise GpuCatalogError(f"{directory}: no such GPU catalogue folder (set {CATALOG_ENV} to one)")
+    entries: dict[str, GpuEntry] = {}
+    lookup: dict[str, str] = {}
+    for path in sorted(directory.glob("*.toml")):
+        entry = read_entry(path)
+        for spelling in (entry.name, entry.marketing_name, *entry.aliases):
+            key = normalized(spelling)
+            if lookup.get(key, entry.name) != entry.name:
+                raise GpuCatalogError(f"{path}: name {spelling!r} also names {lookup[key]!r} "
+                                      f"({entries[lookup[key]].file.name}); every name must name one GPU")
+            lookup[key] = entry.name
+        entries[entry.name] = entry
+    if not entries:
+        raise GpuCatalogError(f"{directory}: no GPU catalogue entries (*.toml)")
+    if REFERENCE not in entries:
+        raise GpuCatalogError(f"{directory}: the catalogue needs the reference GPU {REFERENCE!r} (relative time 1)")
+    return entries, lookup
+
+
+def catalog() -> dict[str, GpuEntry]:
+    """Every GPU of the catalogue by canonical name (read once per folder and process)."""
+    return _load(catalog_dir().resolve())[0]
+
+
+def gpu_names() -> list[str]:
+    return sorted(catalog(), key=str.upper)
 
 
 def canonical_gpu_type(name: str) -> str:
-    """Return the canonical spelling of a GPU type, or raise UnknownGpuTypeError."""
-    key = str(name).strip()
-    for canon in SPEEDS:
-        if key.upper() == canon.upper():
-            return canon
-    alias = ALIASES.get(key.upper().replace(" ", ""))
-    if alias is not None:
-        return alias
-    raise UnknownGpuTypeError(
-        f"unknown GPU type {short(name)}; known: {', '.join(sorted(SPEEDS))} "
-        f"(aliases: {', '.join(sorted(ALIASES))})"
-    )
+    """The catalogue name of a GPU type given by any of its names, or UnknownGpuTypeError."""
+    found = _load(catalog_dir().resolve())[1].get(normalized(name))
+    if found is None:
+        raise UnknownGpuTypeError(f"unknown GPU type {short(name)}; the catalogue ({catalog_dir()}) has: "
+                                  f"{', '.join(gpu_names())} (aliases are listed by `ets devices list --aliases`)")
+    return found
+
+
+def names_help() -> str:
+    """The catalogue's names for a ``--help`` text (read when the command line is built)."""
+    try:
+        return "GPU types of the catalogue: " + ", ".join(gpu_names())
+    except InputError as exc:
+        return f"(the GPU catalogue cannot be read: {short(str(exc), 200)})"
+
+
+def entry(name: str) -> GpuEntry:
+    return catalog()[canonical_gpu_type(name)]
+
+
+def speed(gpu_type: str) -> GpuSpeed:
+    return entry(gpu_type).speed
 
 
 def relative_time(gpu_type: str) -> float:
-    return SPEEDS[canonical_gpu_type(gpu_type)].relative_time
+    return speed(gpu_type).relative_time
+
+
+def spec_relative_time(gpu: GpuEntry) -> float:
+    """Iteration time relative to the V100 from spec sheets alone: the geometric mean of the FP32
+    peak and the memory-bandwidth ratios (an fp32 job, half compute- and half memory-bound)."""
+    ref = catalog()[REFERENCE]
+    return round(math.sqrt(ref.fp32_tflops / gpu.fp32_tflops * ref.memory_gbs / gpu.memory_gbs), 3)
 
 
 # ---------------------------------------------------------------------------------------------
-# Derivation from the measured tables (used by the pinning test and by curious users).
+# Derivation of the Gavel/Sia entries from the measured tables (a test pins the catalogue to it).
 
 _SIA_CLUSTERS = {"aws": "T4", "azure": "V100", "dgx-ext": "A100", "rtx": "RTX2080Ti", "quad": "RTX6000"}
 _SIA_MODELS = ("bert", "cifar10", "deepspeech2", "imagenet", "yolov3")
@@ -105,7 +251,14 @@ def _sia_single_gpu(path: Path) -> dict[int, float]:
 
 
 def derive_relative_iteration_time(calibration_dir: str | Path) -> dict[str, float]:
-    """Recompute the measured entries of SPEEDS from Gavel and Sia files (V100 = 1)."""
+    """Recompute the Gavel- and Sia-measured relative times from their files (V100 = 1).
+
+    K80, P100: Gavel physical-cluster throughputs, geometric mean of the V100/type time ratio over
+    every single-GPU job type measured on both. A100, T4, RTX2080Ti, RTX6000: Sia/Pollux
+    single-GPU step times anchored on A100 (dgx-ext): per model the geometric mean over shared
+    batch sizes, then over the models bert, cifar10, deepspeech2, imagenet, yolov3 (ncf excluded:
+    its V100 profile is 9-18x off; gpt_pmp is modelled, not measured); divided by Sia's own
+    V100/A100 ratio."""
     root = Path(calibration_dir)
     gavel_file = root / "gavel_physical_cluster_throughputs.json"
     gavel = load_json(read_bytes(gavel_file, "Gavel throughput file"), gavel_file)

@@ -68,10 +68,10 @@ def estimate(config, trace: pd.DataFrame) -> MemoryEstimate:
 
 def largest_gpu() -> tuple[float, list[str]]:
     """The memory (GB) of the largest known GPU and the GPUs that have it (the spec sheets)."""
-    from predictor.devices.specs import SPEC_SHEETS
+    from predictor.devices.specs import spec_sheets
 
-    most = max(s.mem_gb for s in SPEC_SHEETS.values())
-    return most, sorted(s.name for s in SPEC_SHEETS.values() if s.mem_gb == most)
+    most = max(s.mem_gb for s in spec_sheets().values())
+    return most, sorted(s.name for s in spec_sheets().values() if s.mem_gb == most)
 
 
 def too_big_warning(memory: MemoryEstimate) -> str | None:

@@ -386,22 +386,44 @@ def _calibration_line(calibration) -> str:
 
 @click.command("predict")
 @click.option("--ckpt", type=click.Path(dir_okay=False, path_type=Path), required=True)
-@click.argument("target")
+@click.argument("target", required=False)
+@click.option("--model-file", "model_files", multiple=True, metavar="FILE|DIR",
+              help="Instead of TARGET: a Python file defining Model, get_inputs() and optionally get_init_inputs() "
+                   "(KernelBench's convention), captured on the meta device; repeatable; a directory means every "
+                   "*.py in it, sorted. Runs the file's code, as `python FILE` would.")
+@click.option("--inference", is_flag=True, help="--model-file: capture the forward alone under torch.no_grad().")
+@click.option("--dtype", type=click.Choice(["float32", "float16", "bfloat16", "amp"]),
+              help="--model-file: cast the model and its floating inputs [default: float32].")
 @click.option("--batch", type=click.IntRange(1), default=32, show_default=True, help="For a model name.")
 @click.option("--size", type=click.IntRange(1), default=224, show_default=True,
               help="Image size or sequence length, for a model name.")
 @click.option("--level", type=float, default=DEFAULT_LEVEL, show_default=True, callback=_level_option,
               help="Level of the prediction interval (low_ms, high_ms), for a checkpoint with calibrated intervals.")
-@click.option("--json", "as_json", is_flag=True)
-def predict_cmd(ckpt: Path, target: str, batch: int, size: int, level: float, as_json: bool) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (one line per model file).")
+@click.pass_context
+def predict_cmd(ctx: click.Context, ckpt: Path, target: str | None, model_files: tuple[str, ...], inference: bool,
+                dtype: str | None, batch: int, size: int, level: float, as_json: bool) -> None:
     """Predict the iteration time of TARGET: a zoo config id (resnet50:b32:s224:float32:sgd:c1000),
     a model name (resnet50, with --batch/--size), or a trace file (.parquet, ETS .csv, Kineto
     .json[.gz], nsys .sqlite). A model name or config id is captured on the meta device (op
     order and shapes, nothing is timed); a Habitat-style checkpoint whose source GPU is emulated
     gets the capture timed on that emulated GPU, as the simulator does. Every number printed
-    says what it is: the checkpoint's prediction, or a timing the trace file (or emulator) holds."""
+    says what it is: the checkpoint's prediction, or a timing the trace file (or emulator) holds.
+    Or, instead of TARGET, --model-file FILE|DIR: each file's model; a file that fails is named in
+    one line on stderr, the others are still predicted, and the exit status is 1."""
+    from predictor.devices_cli import check_model_or_files
     from predictor.memory import estimate, too_big_warning
 
+    check_model_or_files(target, model_files, "TARGET", inference)
+    if model_files:
+        explicit = [f"--{n}" for n in ("batch", "size") if ctx.get_parameter_source(n) is not click.core.ParameterSource.DEFAULT]
+        if explicit:
+            raise click.UsageError(f"{' and '.join(explicit)} apply to a model name; a model file sets its sizes in "
+                                   "get_inputs()")
+        _predict_model_files(ckpt, model_files, inference, dtype or "float32", level, as_json)
+        return
+    if dtype:
+        raise click.UsageError("--dtype applies to --model-file (a config id names its dtype)")
     try:  # the target first: a hostile trace file is refused before the model's memory is spent
         subject = _target(target, batch, size)
     except (TraceFormatError, ValueError) as exc:
@@ -425,6 +447,34 @@ def predict_cmd(ckpt: Path, target: str, batch: int, size: int, level: float, as
         click.echo(_prediction_line(r))
 
 
+def _predict_model_files(ckpt: Path, model_files: tuple[str, ...], inference: bool, dtype: str, level: float,
+                         as_json: bool) -> None:
+    """`ets predict --model-file`: one prediction per file (one JSON line with ``model_file``)."""
+    from predictor.devices.kernels import KernelModelError
+    from predictor.devices_cli import ModelFileRun
+
+    model = _load_checkpoint(ckpt)  # before any user code runs: a bad checkpoint fails once, at once
+    intervals = model.intervals.describe() if model.intervals is not None else None
+    run = ModelFileRun(model_files, inference=inference, dtype=dtype)
+    for path, trace in run:
+        subject = _Subject(trace, f"a meta-device capture of {path} (op order and shapes; nothing timed)", captured=True)
+        try:
+            rows = _predictions(model, ckpt, subject, level)
+        except KernelModelError as exc:  # the installation's kernel model, not the file: stop
+            raise click.ClickException(str(exc)) from None
+        except (TraceFormatError, ValueError) as exc:  # e.g. a Habitat-style model without an emulated source
+            run.fail(f"{path}: {exc}")
+            continue
+        if as_json:
+            click.echo(json.dumps({"model_file": path, "device": model.device, "method": model.method,
+                                   "checkpoint": str(ckpt), "ops_from": subject.origin, "intervals": intervals,
+                                   "predictions": rows}, default=float))
+        else:
+            for r in rows:
+                click.echo(_prediction_line(r))
+    run.finish()
+
+
 @dataclass(frozen=True)
 class _Subject:
     """What `ets predict` predicts: the op sequences, where they come from, the config if captured."""
@@ -432,6 +482,7 @@ class _Subject:
     traces: pd.DataFrame
     origin: str  # CAPTURE_ORIGIN or the trace file
     config: ModelConfig | None = None  # set for a capture
+    captured: bool = False  # a capture without a config (a model file)
 
 
 def _target(target: str, batch: int, size: int) -> _Subject:
@@ -510,7 +561,7 @@ def _timings(traces: pd.DataFrame, subject: _Subject, sources: set[str]) -> dict
     """Per config, the iteration time each timed device's rows give, labelled with what it is
     (``sources``: the devices a Habitat-style model scales from)."""
     timed = traces[traces["device"] != "meta"]
-    where = "in " + subject.origin if subject.config is None else "of the capture"
+    where = "in " + subject.origin if subject.config is None and not subject.captured else "of the capture"
     out: dict[str, list[dict]] = {}
     totals = (timed["duration_us"] + timed["gap_us"]).groupby([timed["config_id"], timed["device"]]).sum()
     for (config_id, device), us in totals.items():

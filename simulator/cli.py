@@ -17,7 +17,7 @@ import click
 from policies.base import PolicySpecError
 from policies.registry import policy_help
 from predictor.cli_errors import UserErrorGroup
-from predictor.gpus import UnknownGpuTypeError
+from predictor.gpus import UnknownGpuTypeError, names_help
 from predictor.outputs import LOCK_NAME, OutputError, check_writable, claim_folder, locked_folder, remove_if_empty
 from predictor.tables import TableError
 from simulator.cluster import PRESETS, ClusterError
@@ -166,14 +166,14 @@ def write_results(out_dir: Path, output: RunOutput, truth: RunOutput | None, *, 
 @click.option("--cluster", default=DEFAULT_CLUSTER, show_default=True, metavar="PRESET[:SCALE]|FILE",
               help=f"Presets: {', '.join(PRESETS)} (PRESET:0.1 scales node counts); pai-spec:PATH or "
                    "philly-machines:PATH read the real inventories; or a YAML/JSON file with "
-                   "nodes: [{gpu_type, num_gpus, count}].")
+                   "nodes: [{gpu_type, num_gpus, count}], gpu_type any GPU of the catalogue (--reference-gpu lists them).")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seeds the synthetic workload, deadlines and injected prediction error.")
 @click.option("--deadline-fraction", type=click.FloatRange(0, 1), default=0.2, show_default=True,
               help="For traces without deadlines: share of jobs given deadline = submit + duration x U(1.2, 3.0).")
 @click.option("--reference-gpu", metavar="TYPE",
               help="GPU type on which traces without a GPU type were observed [default: the cluster's "
-                   "most numerous type].")
+                   "most numerous type]. " + names_help() + ".")
 @click.option("--load-scale", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
               help="Arrival density: 2 halves every inter-arrival time, 0.5 doubles it.")
 @click.option("--bind", is_flag=True,

@@ -107,6 +107,8 @@ PRESETS: dict[str, list[tuple[str, int, int]]] = {
     "hydra-heavy": [("A100", 1, 10), ("V100", 1, 20), ("RTX2080Ti", 1, 15)],
     "pai": [("MISC", 8, 280), ("P100", 2, 798), ("T4", 2, 497), ("V100", 8, 104), ("V100M32", 8, 135)],
     "philly": [("P100", 2, 321), ("P40", 8, 231)],
+    # today's GPUs, each of them emulated from the catalogue (ETS checkpoints ship for all three)
+    "modern": [("H100", 8, 2), ("A100", 8, 2), ("L4", 4, 4)],
 }
 
 # The embedded default: the three calibrated PAI types (T4, P100, V100) in PAI's node shapes,

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from policies.registry import make_policy
-from predictor.gpus import SPEEDS, canonical_gpu_type
+from predictor.gpus import canonical_gpu_type, speed
 from predictor.inputs import InputError, short
 from predictor.outputs import atomic_file
 from predictor.tables import stderr_warning
@@ -398,7 +398,7 @@ def execute(config: RunConfig, *, trace: JobTrace | None = None, cluster: Cluste
         "cluster": cluster.describe(),
         "reference_gpu": sim.reference_type,
         "binding": binding,
-        "gpu_speeds": {t: {"relative_time": SPEEDS[t].relative_time, "source": SPEEDS[t].source}
+        "gpu_speeds": {t: {"relative_time": speed(t).relative_time, "source": speed(t).source}
                        for t in used_types},
         "warnings": sanity + table_warnings,
         "rejected_jobs": result.records.loc[result.records["status"] == "rejected",

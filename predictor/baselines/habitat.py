@@ -56,7 +56,7 @@ peak for every dtype (no tensor-core or FP64 rates), and the MLP sees a device o
 4 features, so it extrapolates poorly to GPUs far from those it was trained on.
 
 The iteration time is the sum over ops, as in Habitat. Device constants: peak FP32 TFLOPS and
-memory bandwidth, SMs, boost clock and memory size from :data:`predictor.devices.specs.SPEC_SHEETS`. Device names resolve through :func:`predictor.devices.specs.device_key`
+memory bandwidth, SMs, boost clock and memory size from :func:`predictor.devices.specs.spec_sheets` (the GPU catalogue). Device names resolve through :func:`predictor.devices.specs.device_key`
 ("emulated:T4", "T4", "Tesla T4", the ETS import's "2080Ti" all work), so a model trained on
 emulated traces predicts real ones, and the simulator can predict a GPU a config was never
 measured on from its source trace alone.
@@ -75,7 +75,7 @@ import torch
 
 from predictor.baselines.opbased import mlp, mre, run_mlp
 from predictor.capture.costs import op_class
-from predictor.devices.specs import SPEC_SHEETS, DeviceParamsError, device_key
+from predictor.devices.specs import DeviceParamsError, device_key, spec_sheets
 from predictor.ets import fingerprint, sorted_traces, summarize
 from predictor.trace_table import DTYPES, MAX_PARAMS, PHASES
 from predictor.training import (CheckpointError, EarlyStopping, load_weights,
@@ -123,14 +123,14 @@ def _key(name: str) -> str:
             return device_key(candidate)
         except DeviceParamsError:
             continue
-    raise ValueError(f"unknown GPU {name!r} for Habitat; known: {', '.join(SPEC_SHEETS)} "
+    raise ValueError(f"unknown GPU {name!r} for Habitat; known: {', '.join(spec_sheets())} "
                      "(optionally prefixed 'emulated:')")
 
 
 def gpu(name: str) -> Gpu:
     """The device constants of a GPU name; ValueError naming it and the known ones when unknown."""
     key = _key(name)
-    sheet = SPEC_SHEETS[key]
+    sheet = spec_sheets()[key]
     return Gpu(key, sheet.sms, sheet.clock_mhz, sheet.mem_gb, sheet.mem_gbs, sheet.fp32_tflops)
 
 

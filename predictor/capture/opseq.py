@@ -32,10 +32,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from predictor.capture import costs, kineto
+from predictor.capture import amp, costs, kineto
 from predictor.capture.profile import extract_ops, median_timings, params_of, run_profiled
 from predictor.trace_table import validate
-from predictor.zoo.config import ModelBuildError, ModelConfig
+from predictor.zoo.config import AMP, ModelBuildError, ModelConfig
 from predictor.zoo.registry import build, make_optimizer
 
 
@@ -48,6 +48,9 @@ def capture(config: ModelConfig, device: str = "meta", *, warmup: int | None = N
     """
     if device not in ("meta", "cpu", "cuda"):
         raise ValueError(f"capture device must be 'meta', 'cpu' or 'cuda', got {device!r}")
+    if config.dtype == AMP and device != "meta":
+        raise ModelBuildError(f"{config.config_id}: AMP is emulated on the meta device only (its op sequence is "
+                              "rewritten as autocast runs it); capture float32 or float16 on a real device")
     if device == "cuda" and not torch.cuda.is_available():
         raise ModelBuildError(f"{config.config_id}: device 'cuda' requested but torch sees no CUDA GPU")
     warmup = (0 if device == "meta" else 2) if warmup is None else warmup
@@ -70,6 +73,7 @@ def capture(config: ModelConfig, device: str = "meta", *, warmup: int | None = N
         workload.loss(workload.model(*inputs), targets).backward()
         optimizer.step()
 
+    element_dtype = "float32" if config.dtype == AMP else config.dtype
     _create_optimizer_state(optimizer)
     for _ in range(warmup):
         step()
@@ -78,28 +82,40 @@ def capture(config: ModelConfig, device: str = "meta", *, warmup: int | None = N
         with tempfile.TemporaryDirectory() as tmp:
             chrome = str(Path(tmp) / f"{config.model}.json")
             tops = run_profiled(step, iterations, cuda=True, chrome_trace=chrome)
-            measured = [extract_ops(top, config.dtype) for top in tops]
+            measured = [extract_ops(top, element_dtype) for top in tops]
             timings = [_kernel_timings(chrome, k, ops, config.config_id) for k, ops in enumerate(measured)]
     else:
-        measured = [extract_ops(top, config.dtype) for top in run_profiled(step, iterations)]
+        measured = [extract_ops(top, element_dtype) for top in run_profiled(step, iterations)]
     rows = median_timings(measured, config.config_id, timings)
     _lstm_flops(rows, workload.model)
     host = [statistics.median(r.end_us - r.start_us for r in (it[i] for it in measured))
             for i in range(len(rows))]
     kernels = timings[-1][2] if timings else 0
-    return validate(pd.DataFrame({
-        "config_id": config.config_id, "device": recorded_device(device), "family": config.family, "model": config.model,
+    table = ops_table(rows, config_id=config.config_id, device=recorded_device(device), family=config.family,
+                      model=config.model, dtype=element_dtype, batch=config.batch, input_size=config.input_size,
+                      cpu_us=host, kernels=kernels,
+                      source=f"capture:{device}" + (" (run on cpu: RNN)" if run_on != device else ""))
+    if config.dtype == AMP:
+        table = amp.autocast_trace(table)
+    return validate(table, config.config_id)
+
+
+def ops_table(rows: list, *, config_id: str, device: str, family: str, model: str, dtype: str, batch: int,
+              input_size: int, cpu_us: list[float], kernels, source: str) -> pd.DataFrame:
+    """The execution-trace table of profiled ops (:func:`predictor.capture.profile.median_timings`
+    rows: record, duration, gap), not yet validated."""
+    return pd.DataFrame({
+        "config_id": config_id, "device": device, "family": family, "model": model,
         "idx": np.arange(len(rows)),
         "op": [r.op for r, _, _ in rows],
         "phase": [r.phase for r, _, _ in rows],
         "input_shapes": [json.dumps(r.shapes, separators=(",", ":")) for r, _, _ in rows],
         "params": [params_of(r) for r, _, _ in rows],
         "flops": [r.flops for r, _, _ in rows], "bytes": [r.bytes for r, _, _ in rows],
-        "dtype": config.dtype, "batch": config.batch, "input_size": config.input_size,
-        "cpu_us": host, "duration_us": [d for _, d, _ in rows],
-        "gap_us": [g for _, _, g in rows], "kernels": kernels,
-        "source": f"capture:{device}" + (" (run on cpu: RNN)" if run_on != device else ""),
-    }), config.config_id)
+        "dtype": dtype, "batch": batch, "input_size": input_size,
+        "cpu_us": cpu_us, "duration_us": [d for _, d, _ in rows],
+        "gap_us": [g for _, _, g in rows], "kernels": kernels, "source": source,
+    })
 
 
 def _lstm_flops(rows: list, model: torch.nn.Module) -> None:

@@ -52,7 +52,7 @@ from predictor.capture.costs import op_class
 from predictor.devices import kernels as kernel_model
 from predictor.devices.measurements import SOURCES, load_measurements, workload_config
 from predictor.devices.neusight_ops import LOSS_OPS
-from predictor.devices.specs import FITTED_FIELDS, DeviceParams, DeviceSpec, SPEC_SHEETS, prior_params
+from predictor.devices.specs import FITTED_FIELDS, DeviceParams, DeviceSpec, prior_params, spec_sheets
 from predictor.devices.timing import OpArrays, host_us, kernel_us, learned_us, timeline
 from predictor.trace_table import PHASES, read_trace_file
 from predictor.zoo.config import ModelConfig
@@ -60,12 +60,15 @@ from predictor.zoo.config import ModelConfig
 PRIOR_WEIGHT = 1.0  # residual weight of log(param / prior): a factor e (2.7x) off the prior costs as much as 100 % error
 MIN_CLASS_OPS = 20
 BOUNDS = {"compute_eff": (0.02, 2.0), "compute_half_mflop": (0.001, 1e4), "tensor_eff": (0.02, 1.0), "memory_eff": (0.02, 1.0),
-          "memory_half_kb": (0.1, 1e5), "kernel_latency_us": (0.3, 60.0), "host_scale": (0.05, 20.0),
-          "gemm_scale": (0.2, 5.0), "half_gemm_scale": (0.2, 5.0)}
+          "memory_half_kb": (0.1, 1e5), "kernel_latency_us": (0.3, 60.0), "host_scale": (0.05, 20.0)}
 ETS_DEVICES = {"T4": "T4", "2080Ti": "RTX2080Ti"}
 WALL_CLOCK = ("gavel", "sia", "spread")  # step times of a training loop: pay time outside the trace
 DDP_SOURCES = ("spread",)  # DistributedDataParallel (gloo) even on one GPU: a gradient all-reduce per step
 NSYS_SOURCES = ("ets",)
+# Sources whose float32 matmuls ran in TF32 on Ampere: Sia/Pollux's A100 profiles (PyTorch 1.7-1.11,
+# whose default allow_tf32 was True). NeuSight timed FP32 SIMT kernels (its README); the others ran
+# no Ampere GPU.
+TF32_MATMUL_SOURCES = ("sia",)
 
 
 @dataclass
@@ -157,7 +160,8 @@ def attach(targets: list[Target], sequences: dict[str, pd.DataFrame], host: dict
     for t in targets:
         t.ops = OpArrays.from_trace(sequences[t.config.config_id])
         t.host_base = host_us(t.ops, host, unit)
-        t.learned = learned_us(t.ops, SPEC_SHEETS[t.device], model) if model is not None else None
+        t.learned = (learned_us(t.ops, spec_sheets()[t.device], model, t.source in TF32_MATMUL_SOURCES)
+                     if model is not None else None)
         t.phase_mask = np.isin(t.ops.phase, t.phases)
         seq = sequences[t.config.config_id]
         if t.phase_seconds:
@@ -349,7 +353,7 @@ def calibrate(targets: list[Target], sequences: dict[str, pd.DataFrame], host: d
     nsys = []
     for name in tqdm(sorted(by_device), desc="calibrate", unit="device", disable=not progress):
         group = by_device[name]
-        fit = fits[name] = fit_device(SPEC_SHEETS[name], group)
+        fit = fits[name] = fit_device(spec_sheets()[name], group)
         sources = sorted({t.source for t in group})
         devices[name] = fit.spec.with_fitted({}, f"{len(group)} targets: " + ", ".join(sources)
                                              + f"; host of {fit.primary}")
@@ -363,7 +367,7 @@ def calibrate(targets: list[Target], sequences: dict[str, pd.DataFrame], host: d
         if lomo:
             held_phases: dict[str, dict[str, float]] = {}
             held_classes: dict[str, dict[tuple[str, str], float]] = {}
-            held = leave_one_model_out(SPEC_SHEETS[name], group, held_phases, held_classes)
+            held = leave_one_model_out(spec_sheets()[name], group, held_phases, held_classes)
             entry["lomo"] = _summary(list(held.values())) if held else None
             entry["lomo_by_source"] = {s: _summary([held[t.origin] for t in group if t.source == s and t.origin in held])
                                        for s in sources if any(t.source == s and t.origin in held for t in group)}

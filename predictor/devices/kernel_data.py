@@ -47,8 +47,8 @@ ETS_DEVICES = {"T4": "T4", "2080Ti": "RTX2080Ti"}
 BINARY = ("add", "mul", "div", "pow")
 SCALAR = ("addu", "mulu", "divu", "powu")
 UNARY = ("relu", "gelu", "tanh")
-COLUMNS = ("device", "dataset", "op", "cls", "phase", "flops", "bytes", "out", "red", "batches", "in_elems", "w_elems",
-           "half", "training", "measured_us", "censored", "origin")
+COLUMNS = ("device", "dataset", "op", "cls", "phase", "kernel", "math", "flops", "bytes", "out", "red", "batches",
+           "in_elems", "w_elems", "half", "training", "measured_us", "censored", "origin")
 # An ETS row faster than its roofline by more than this (cuDNN's Winograd 3x3 convolutions beat
 # the direct FLOP count by up to 2.25x) did not run its own GEMM: the trace attributed the kernel
 # to a neighbouring row (seen on linear rows: the same layer at 4 µs and 63 µs, 35 TFLOP/s on a
@@ -62,12 +62,15 @@ class KernelDataError(ValueError):
     """A kernel-measurement file that cannot be read; the message names file, line and column."""
 
 
-def _read_csv(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
+def read_table(path: Path, columns: tuple[str, ...], what: str = "kernel-measurement file",
+               dtype: type | None = None) -> pd.DataFrame:
+    """A CSV file read within the input limits (a FIFO, a device, an over-size file or line refused),
+    its header checked for ``columns``; every failure a KernelDataError naming the file."""
     try:
-        data = read_bytes(path, "kernel-measurement file")  # a FIFO, a device, an over-size file refused
+        data = read_bytes(path, what)
         end = data.find(b"\n")
         check_width((data if end < 0 else data[:end]).count(b",") + 1, f"{path}: line 1")
-        raw = pd.read_csv(io.BytesIO(data))
+        raw = pd.read_csv(io.BytesIO(data), dtype=dtype)
     except InputError as exc:
         raise KernelDataError(str(exc)) from None
     except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
@@ -75,6 +78,11 @@ def _read_csv(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
     missing = [c for c in columns if c not in raw.columns]
     if missing:
         raise KernelDataError(f"{path}: line 1: header lacks column(s) {', '.join(missing)}")
+    return raw
+
+
+def _read_csv(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
+    raw = read_table(path, columns)
     out = raw[list(columns)].apply(pd.to_numeric, errors="coerce")
     bad = ~np.isfinite(out.to_numpy(dtype=float)) | (out.to_numpy(dtype=float) <= 0)
     if "Padding" in columns:  # padding 0 is valid
@@ -137,7 +145,7 @@ def load_neusight(root: str | Path) -> pd.DataFrame:
             us = d["latency_ms"].to_numpy(dtype=float) * 1e3
             floor = float(np.percentile(us, 1))
             probs = probs.assign(device=NEUSIGHT_DEVICES[folder.name], dataset="neusight", op=op, phase="forward",
-                                 half=False, training=False, measured_us=us, censored=us < FLOOR_FACTOR * floor,
+                                 kernel="forward", math="fp32", half=False, training=False, measured_us=us, censored=us < FLOOR_FACTOR * floor,
                                  origin=d["origin"].to_numpy())
             frames.append(probs)
     if not frames:
@@ -190,7 +198,9 @@ def load_ets(root: str | Path) -> pd.DataFrame:
                 continue
             del prob["eb"]
             rows.append(prob | {"device": device, "dataset": "ets", "op": r.op, "phase": r.phase,
-                                "half": r.dtype == "float16", "training": True, "measured_us": r.duration_us,
+                                # a backward row is grad-input + grad-weight: checked, not fitted
+                                "kernel": "forward" if r.phase == "forward" else "backward",
+                                "math": "fp16" if r.dtype == "float16" else "fp32", "half": r.dtype == "float16", "training": True, "measured_us": r.duration_us,
                                 "censored": False, "origin": r.source})
     if not rows:
         raise KernelDataError(f"{root}: no ETS convolution or linear rows (expected T4/ and 2080Ti/ folders of CSVs)")
@@ -207,19 +217,4 @@ def drop_implausible(rows: pd.DataFrame, specs: dict) -> pd.DataFrame:
         keep[idx] = part["measured_us"].to_numpy() * MAX_ROOFLINE_SPEEDUP >= roofline_us(part, specs[device])
     out = rows[keep].reset_index(drop=True)
     out.attrs["implausible"] = int((~keep).sum())
-    return out
-
-
-def load_all(calibration_dir: str | Path, ets_dir: str | Path | None, specs: dict | None = None) -> pd.DataFrame:
-    """NeuSight kernels plus, when ``ets_dir`` is given, the plausible ETS trace rows."""
-    from predictor.devices.specs import SPEC_SHEETS
-
-    frames = [load_neusight(Path(calibration_dir) / "neusight" / "kernels")]
-    implausible = 0
-    if ets_dir is not None:
-        ets = drop_implausible(load_ets(ets_dir), specs or SPEC_SHEETS)
-        implausible = ets.attrs["implausible"]
-        frames.append(ets)
-    out = pd.concat(frames, ignore_index=True)
-    out.attrs["implausible"] = implausible
     return out

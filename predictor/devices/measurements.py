@@ -576,9 +576,9 @@ def workload_config(workload: str, batch: int, input_size: int | None = None) ->
     * ``resnet18_cifar``: CIFAR-10 ResNet-18 as Gavel and Pollux/Sia train it (kuangliu/pytorch-
       cifar: 3x3 stride-1 stem, no max-pool, stages 64/128/256/512), 32x32, 10 classes; SGD.
     * ``resnet50_imagenet``: torchvision resnet50, 224x224, 1000 classes; SGD.
-    * ``resnet50_imagenet_amp``: the same in float16, for Pollux/Sia's ImageNet benchmark, which
-      trains with apex AMP (half-precision convolutions and GEMMs; AMP's float32 master weights
-      and loss scaling are not modelled).
+    * ``resnet50_imagenet_amp``: the same with automatic mixed precision
+      (:mod:`predictor.capture.amp`: float16 convolutions and GEMMs, float32 master weights, loss
+      scaling), for Pollux/Sia's ImageNet benchmark, which trains with apex AMP.
     * ``transformer_multi30k``: ``transformer_seq2seq`` base (6+6 layers, d 512, 8 heads, ff
       2048) as in Gavel's attention-is-all-you-need job; Adam. Approximations: Multi30k sentences
       are short and vary in length, taken as a fixed 32 tokens for source and target; one shared
@@ -622,7 +622,7 @@ def _workload_config(workload: str, batch: int) -> ModelConfig:
     if workload == "resnet50_imagenet":
         return ModelConfig("vision", "resnet", "resnet50", batch, 224, num_classes=1000)
     if workload == "resnet50_imagenet_amp":
-        return ModelConfig("vision", "resnet", "resnet50", batch, 224, dtype="float16", num_classes=1000)
+        return ModelConfig("vision", "resnet", "resnet50", batch, 224, dtype="amp", num_classes=1000)
     if workload == "transformer_multi30k":
         return nlp.config_for("transformer_seq2seq", "base", batch, 32, optimizer="adam", vocab=10000)
     if workload == "lstm_wikitext2":

@@ -23,7 +23,9 @@ of forward kernels prices all three phases. The mapping (documented once, here):
 * LSTM and embedding: no real kernel set covers them; they keep the roofline
   (:func:`predictor.devices.timing.kernel_us`) and are marked so in the validation report.
 
-Output columns: ``row`` (index into the op sequence), the problem columns of
+Output columns: ``row`` (index into the op sequence), ``dtype`` (the op's: an AMP sequence mixes
+float16 and float32 ops; :func:`predictor.devices.kernels.math_of` turns it into the arithmetic
+the kernel runs on a given GPU, TF32 included), the problem columns of
 :mod:`predictor.devices.kernel_data` (``cls, flops, bytes, out, red, batches, in_elems, w_elems,
 half, training``; ``training`` is always true here: emulation wants the kernels of a training
 iteration).
@@ -39,7 +41,7 @@ import pandas as pd
 from predictor.capture.costs import op_class
 from predictor.inputs import InputError, load_json
 
-COLUMNS = ("row", "cls", "flops", "bytes", "out", "red", "batches", "in_elems", "w_elems", "half", "training")
+COLUMNS = ("row", "cls", "dtype", "flops", "bytes", "out", "red", "batches", "in_elems", "w_elems", "half", "training")
 COVERED = ("conv", "matmul", "elementwise", "norm", "softmax", "pool")
 ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
 
@@ -67,7 +69,8 @@ def backward_conv_problems(rows: pd.DataFrame) -> pd.DataFrame:
     out = []
     for i, r in enumerate(rows.itertuples()):
         out += backward_pair(i, r.cls, r.flops, r.bytes, r.in_elems, r.w_elems)
-    return pd.DataFrame(out).assign(half=np.repeat(rows["half"].to_numpy(bool), 2),
+    half = np.repeat(rows["half"].to_numpy(bool), 2)
+    return pd.DataFrame(out).assign(dtype=np.where(half, "float16", "float32"), half=half,
                                     training=np.repeat(rows["training"].to_numpy(bool), 2))
 
 
@@ -157,15 +160,15 @@ def trace_problems(trace: pd.DataFrame, kernel_free: np.ndarray) -> pd.DataFrame
     """Every kernel problem of an op sequence; ops in ``kernel_free`` (bool per row) have none."""
     if "input_shapes" not in trace.columns:
         trace = trace.assign(input_shapes="[]")
-    dtype = str(trace["dtype"].iloc[0])
-    element = ELEMENT_BYTES.get(dtype, 4)
-    half = dtype in ("float16", "bfloat16")
+    dtypes = trace["dtype"].astype(str).to_numpy(dtype=object)  # per op: AMP mixes float16 and float32
     rows: list[dict] = []
     for i, (op, phase, shapes, flops, nbytes) in enumerate(zip(
             trace["op"], trace["phase"], trace["input_shapes"], trace["flops"], trace["bytes"])):
         if not kernel_free[i]:
-            rows += op_problems(i, str(op), str(phase), _shapes(str(shapes)), float(flops), float(nbytes), element)
+            rows += op_problems(i, str(op), str(phase), _shapes(str(shapes)), float(flops), float(nbytes),
+                                ELEMENT_BYTES.get(dtypes[i], 4))
     if not rows:
         return pd.DataFrame(columns=COLUMNS)
     out = pd.DataFrame(rows)
-    return out.assign(half=half, training=True)[list(COLUMNS)]
+    dtype = dtypes[out["row"].to_numpy(int)]
+    return out.assign(dtype=dtype, half=np.isin(dtype, ("float16", "bfloat16")), training=True)[list(COLUMNS)]

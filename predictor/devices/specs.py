@@ -2,7 +2,8 @@
 
 Why: there are no GPUs on our machines, so each emulated device is a small, named parameter set
 that :mod:`predictor.devices.timing` turns into kernel times and an asynchronous host/GPU
-timeline. The spec-sheet numbers (peak rates, bandwidth) are fixed; the rest starts from the
+timeline. The spec-sheet numbers (peak rates, bandwidth) come from the GPU catalogue
+(:mod:`predictor.gpus`: one TOML file per GPU in ``predictor/gpu_catalog/``); the rest starts from the
 priors below and is fitted by ``ets devices calibrate`` (:mod:`predictor.devices.calibrate`),
 which writes ``params.json`` beside this file. That file is versioned: its ``format`` must match
 :data:`FORMAT_VERSION` and every device entry must carry every field, or loading fails with a
@@ -20,10 +21,6 @@ Fields of a device (rates in TFLOP/s and GB/s; the dense, non-sparse tensor-core
   below 1).
 * ``memory_eff``, ``memory_half_kb`` — the same for memory-bound kernels and bandwidth.
 * ``kernel_latency_us`` — fixed cost per kernel on the GPU (launch to retire, tail effects).
-* ``gemm_scale``, ``half_gemm_scale`` — multipliers of the learned kernel model's convolution and
-  matmul times in fp32 and in half precision on this device, fitted on its measured iterations:
-  the kernels real training runs chose (TF32 on Ampere, AMP's casts and fp32 master weights) are
-  not the ones NeuSight timed; 1 for a GPU without measured iterations.
 * ``host_scale`` — host time per op relative to the measured host durations of the real ETS T4
   ops (``host_us`` in the file, by phase and op class), which cover the op's own range but not
   the Python between ops; the prior of 3 says so, the fit decides.
@@ -37,14 +34,15 @@ from pathlib import Path
 
 import numpy as np
 
-from predictor.gpus import UnknownGpuTypeError, canonical_gpu_type
+from predictor.gpus import GpuEntry, UnknownGpuTypeError, canonical_gpu_type, catalog
 from predictor.inputs import InputError, load_json, read_bytes, short
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: no per-device GEMM scales (precision is modelled: TF32, FP16, AMP)
 PARAMS_FILE = Path(__file__).with_name("params.json")
 EMULATED_PREFIX = "emulated:"
+UNCALIBRATED = "no measured iterations"  # how a device's ``fitted`` starts when it had no targets
 FITTED_FIELDS = ("compute_eff", "compute_half_mflop", "tensor_eff", "memory_eff", "memory_half_kb", "kernel_latency_us",
-                 "host_scale", "gemm_scale", "half_gemm_scale")
+                 "host_scale")
 
 
 class DeviceParamsError(ValueError):
@@ -63,6 +61,7 @@ class DeviceSpec:
     clock_mhz: float = 0.0  # boost clock
     l2_mb: float = 0.0
     mem_gb: float = 0.0
+    bf16_tflops: float = 0.0  # 0: no BF16 tensor cores (bfloat16 then runs at the FP32 rate)
     compute_eff: float = 0.55
     compute_half_mflop: float = 20.0
     tensor_eff: float = 0.35
@@ -70,8 +69,6 @@ class DeviceSpec:
     memory_half_kb: float = 256.0
     kernel_latency_us: float = 4.0
     host_scale: float = 3.0
-    gemm_scale: float = 1.0
-    half_gemm_scale: float = 1.0
     fitted: str = "prior"  # what the fitted fields were fitted on, or "prior"
 
     @property
@@ -82,42 +79,21 @@ class DeviceSpec:
         return replace(self, **{k: float(v) for k, v in values.items()}, fitted=fitted)
 
 
-SPEC_FIELDS = ("fp32_tflops", "tf32_tflops", "fp16_tflops", "mem_gbs", "spec", "sms", "clock_mhz", "l2_mb", "mem_gb")
+SPEC_FIELDS = ("fp32_tflops", "tf32_tflops", "fp16_tflops", "mem_gbs", "spec", "sms", "clock_mhz", "l2_mb", "mem_gb",
+               "bf16_tflops")
 
-# Spec sheets (boost clocks, dense rates). Where NeuSight measured kernels on a board
-# (calibration/neusight/device_configs/<board>.json: SMs, MHz, FP32 GFLOP/s, GB/s, L2 MB, GB),
-# the entry is that board, so the kernel model learns from the part that was timed:
-# P100 = P100-PCIE-16GB, V100 = V100-PCIE-32GB, A100 = A100-PCIE-40GB, A100-80GB = A100 80GB PCIe,
-# T4, P4 (NeuSight counts 40 SMs of 64 lanes; GP104 has 20 SMs of 128, used here), H100 = H100 80GB
-# HBM3 (SXM5) and L4 (spec files only: no kernels measured). Tensor rates (FP16 with FP32
-# accumulate, TF32) from the vendors' datasheets; parts without fast FP16 repeat the FP32 rate.
-# K80: one of the board's two GK210 dies, as a cluster scheduler sees it. RTX2080Ti / RTX6000 /
-# RTX3080Ti: the architecture whitepapers (FP16 tensor rate with FP16 accumulate).
-SPEC_SHEETS: dict[str, DeviceSpec] = {s.name: s for s in (
-    DeviceSpec("K80", 4.37, 0.0, 4.37, 240.0, "NVIDIA Tesla K80 datasheet (per GK210 die)", 13, 875.0, 0.75, 12.0),
-    DeviceSpec("P4", 5.7, 0.0, 5.7, 192.0, "NeuSight device_configs/Tesla_P4.json; NVIDIA Tesla P4 datasheet",
-               20, 1113.0, 2.0, 8.0),
-    DeviceSpec("P100", 9.52, 0.0, 19.0, 732.0, "NeuSight device_configs/Tesla_P100-PCIE-16GB.json; "
-               "NVIDIA Tesla P100 PCIe datasheet (boost 1329 MHz; the NeuSight file lists 1380)", 56, 1329.0, 4.0, 16.0),
-    DeviceSpec("P40", 11.76, 0.0, 11.76, 346.0, "NVIDIA Tesla P40 datasheet", 30, 1531.0, 3.0, 24.0),
-    DeviceSpec("T4", 8.14, 0.0, 65.0, 320.0, "NeuSight device_configs/Tesla_T4.json; NVIDIA T4 datasheet (16 GB)",
-               40, 1590.0, 4.0, 16.0),
-    DeviceSpec("V100", 14.03, 0.0, 112.0, 900.0, "NeuSight device_configs/Tesla_V100-PCIE-32GB.json; "
-               "NVIDIA V100 PCIe datasheet", 80, 1370.0, 6.0, 32.0),
-    DeviceSpec("RTX2080Ti", 13.4, 0.0, 107.6, 616.0, "NVIDIA Turing architecture whitepaper (RTX 2080 Ti)",
-               68, 1545.0, 5.5, 11.0),
-    DeviceSpec("RTX6000", 16.3, 0.0, 130.5, 672.0, "NVIDIA Quadro RTX 6000 datasheet", 72, 1770.0, 6.0, 24.0),
-    DeviceSpec("RTX3080Ti", 34.1, 34.1, 136.0, 912.0, "NVIDIA Ampere GA102 whitepaper (RTX 3080 Ti)",
-               80, 1665.0, 6.0, 12.0),
-    DeviceSpec("A100", 19.49, 156.0, 312.0, 1555.0, "NeuSight device_configs/NVIDIA_A100-PCIE-40GB.json; "
-               "NVIDIA A100 datasheet", 108, 1410.0, 40.0, 40.0),
-    DeviceSpec("A100-80GB", 19.49, 156.0, 312.0, 1935.0, "NeuSight device_configs/NVIDIA_A100_80GB_PCIe.json; "
-               "NVIDIA A100 datasheet", 108, 1410.0, 40.0, 80.0),
-    DeviceSpec("L4", 31.33, 120.0, 121.0, 300.0, "NeuSight device_configs/NVIDIA_L4.json; NVIDIA L4 datasheet",
-               60, 2040.0, 48.0, 24.0),
-    DeviceSpec("H100", 66.91, 494.7, 989.4, 3430.0, "NeuSight device_configs/NVIDIA_H100_80GB_HBM3.json; "
-               "NVIDIA H100 SXM5 datasheet", 132, 1980.0, 50.0, 80.0),
-)}
+
+def spec_of(gpu: GpuEntry) -> DeviceSpec:
+    """The emulator's view of a catalogue entry (spec-sheet fields; fitted fields at their priors)."""
+    return DeviceSpec(gpu.name, gpu.fp32_tflops, gpu.tf32_tflops, gpu.fp16_tflops, gpu.memory_gbs,
+                      f"{gpu.source} ({gpu.file.name})", gpu.sms, gpu.boost_clock_mhz, gpu.l2_mb, gpu.memory_gb,
+                      bf16_tflops=gpu.bf16_tflops)
+
+
+def spec_sheets() -> dict[str, DeviceSpec]:
+    """Every catalogue GPU as a device spec (:mod:`predictor.gpus`: one TOML file per GPU)."""
+    return {name: spec_of(gpu) for name, gpu in catalog().items()}
+
 
 # Host cost per op (µs) by phase and op class, before fitting: the medians of the real ETS T4
 # traces' host-side op durations are written here by calibration; these are placeholders of the
@@ -155,19 +131,13 @@ class DeviceParams:
 
 
 def device_key(name: str) -> str:
-    """'emulated:V100', 'V100', 'v100', 'Tesla V100' -> 'V100' (the spec-sheet key)."""
+    """'emulated:V100', 'V100', 'v100', 'Tesla V100-PCIE-32GB' -> 'V100' (the catalogue name)."""
     raw = name.removeprefix(EMULATED_PREFIX)
-    by_upper = {k.upper(): k for k in SPEC_SHEETS}
-    if raw.strip().upper() in by_upper:
-        return by_upper[raw.strip().upper()]
     try:
-        key = canonical_gpu_type(raw)
-    except UnknownGpuTypeError:
-        key = raw
-    if key not in SPEC_SHEETS:
-        raise DeviceParamsError(f"unknown GPU type {short(name)} for emulation; known: "
-                                + ", ".join(EMULATED_PREFIX + k for k in SPEC_SHEETS))
-    return key
+        return canonical_gpu_type(raw)
+    except UnknownGpuTypeError as exc:  # name what was typed, prefix included
+        text = str(exc).replace(f"unknown GPU type {short(raw)}", f"unknown GPU type {short(name)}", 1)
+        raise DeviceParamsError(f"{text} (for emulation: emulated:<name>)") from None
 
 
 # A user's GPU as NeuSight's device_configs describe one (one JSON object; GB, GB/s, MHz, GFLOP/s,
@@ -237,7 +207,7 @@ def regime_host_factor(params: DeviceParams, regime: str) -> float:
 
 
 def prior_params() -> DeviceParams:
-    return DeviceParams(dict(SPEC_SHEETS), {p: dict(v) for p, v in DEFAULT_HOST_US.items()})
+    return DeviceParams(spec_sheets(), {p: dict(v) for p, v in DEFAULT_HOST_US.items()})
 
 
 def save_params(params: DeviceParams, path: str | Path = PARAMS_FILE, report: dict | None = None) -> Path:
@@ -265,17 +235,23 @@ def load_params(path: str | Path | None = None) -> DeviceParams:
         raise DeviceParamsError(f"{path}: field 'format' is {short(body.get('format'))}; this version reads "
                                 f"{FORMAT_VERSION} (refit with `ets devices calibrate`)")
     names = FITTED_FIELDS + ("fitted",)
-    devices = dict(SPEC_SHEETS)  # spec-sheet values live in code; the file holds what was fitted
+    sheets = spec_sheets()
+    devices = dict(sheets)  # spec-sheet values come from the catalogue; the file holds what was fitted
     entries = body.get("devices") or {}
     if not isinstance(entries, dict):
         raise DeviceParamsError(f"{path}: field 'devices' must map device names to fitted fields")
     for key, entry in entries.items():
-        if key not in SPEC_SHEETS:
-            raise DeviceParamsError(f"{path}: device {short(key)} has no spec sheet; known: {', '.join(SPEC_SHEETS)}")
+        if key not in sheets:
+            raise DeviceParamsError(f"{path}: device {short(key)} is not in the GPU catalogue; known: {', '.join(sheets)}")
         missing = [n for n in names if not isinstance(entry, dict) or n not in entry]
         if missing:
             raise DeviceParamsError(f"{path}: device {key!r} lacks field(s) {', '.join(missing)}")
-        devices[key] = SPEC_SHEETS[key].with_fitted({n: entry[n] for n in FITTED_FIELDS}, str(entry["fitted"]))
+        devices[key] = sheets[key].with_fitted({n: entry[n] for n in FITTED_FIELDS}, str(entry["fitted"]))
+    calibrated = [devices[k] for k in entries if not devices[k].fitted.startswith(UNCALIBRATED)]
+    if calibrated:  # a catalogue GPU added after the fit: the calibrated devices' medians, as calibrate gives
+        typical = {f: float(np.median([getattr(d, f) for d in calibrated])) for f in FITTED_FIELDS}
+        for key in set(sheets) - set(entries):
+            devices[key] = sheets[key].with_fitted(typical, f"{UNCALIBRATED}: median of {len(calibrated)} calibrated devices")
     host = body.get("host_us")
     if not isinstance(host, dict) or not all(isinstance(host.get(p), dict) for p in ("forward", "backward", "update")):
         raise DeviceParamsError(f"{path}: field 'host_us' must map forward/backward/update to op-class costs")

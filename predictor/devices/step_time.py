@@ -11,7 +11,9 @@ device, emulate it without noise and sum the rows.
   vocabulary and size variant. Unknown names raise :class:`UnknownModelError`, which lists close
   names and the known families; impossible sizes raise ``ModelBuildError`` naming the size.
 * :func:`step_time` — capture + :func:`predictor.devices.timing.emulate` (``noise=False``) +
-  :func:`summarize`: per phase Σ(duration + gap), so forward + backward + update = total.
+  :func:`summarize`: per phase Σ(duration + gap), so forward + backward + update = total; and
+  per phase Σ duration (``<phase>_kernel_ms``), which add up to ``kernel_ms``. A phase the trace
+  lacks (an inference capture has no backward or update) is 0.0.
 * :func:`quiet_profiler` — the meta capture runs the PyTorch profiler, whose C++ side (Kineto)
   prints ``USDT ... profiler_start`` / ``profiler_stop`` on every run and, on a machine without a
   CUDA driver, ``ERROR ... gpuGetDeviceCount failed with code 35`` once. Kineto's own switch
@@ -212,6 +214,8 @@ def summarize(emulated: pd.DataFrame, source: str, params_version: str) -> dict:
         raise ValueError(f"{emulated['config_id'].iloc[0]}: ops of unknown phase(s) {', '.join(other)}")
     step = emulated["duration_us"] + emulated["gap_us"]
     phase_ms = {p: float(step[emulated["phase"] == p].sum()) / 1e3 for p in PHASES}
+    # summed kernel time per phase, no gaps (0.0 for an absent phase, e.g. inference or no weights)
+    kernel_phase_ms = {p: float(emulated["duration_us"][emulated["phase"] == p].sum()) / 1e3 for p in PHASES}
     total_ms = phase_ms["forward"] + phase_ms["backward"] + phase_ms["update"]
     gap_ms = float(emulated["gap_us"].sum()) / 1e3
     return {
@@ -220,6 +224,7 @@ def summarize(emulated: pd.DataFrame, source: str, params_version: str) -> dict:
         **{f"{p}_ms": phase_ms[p] for p in PHASES},
         "total_ms": total_ms,
         "kernel_ms": float(emulated["duration_us"].sum()) / 1e3,
+        **{f"{p}_kernel_ms": kernel_phase_ms[p] for p in PHASES},
         "overhead_ms": gap_ms,
         "overhead_share": gap_ms / total_ms if total_ms > 0 else 0.0,
         "ops": int(len(emulated)),
@@ -229,20 +234,38 @@ def summarize(emulated: pd.DataFrame, source: str, params_version: str) -> dict:
 
 
 def step_time_of_trace(trace: pd.DataFrame, device: str, params: DeviceParams | None = None,
-                       regime: str = "plain") -> dict:
+                       regime: str = "plain", allow_tf32: bool = False) -> dict:
     """:func:`step_time` of an already captured op sequence."""
     from predictor.devices.timing import emulate
 
     params = load_params() if params is None else params
     spec = params.device(device)  # DeviceParamsError listing the known GPUs
-    emulated = emulate(trace, device, params, noise=False, regime=regime)
-    return summarize(emulated, kernel_source_of(spec.name), params.version) | {"regime": regime}
+    emulated = emulate(trace, device, params, noise=False, regime=regime, allow_tf32=allow_tf32)
+    return (summarize(emulated, kernel_source_of(spec.name), params.version)
+            | {"regime": regime, "allow_tf32": allow_tf32, "kernel_math": kernel_math(trace, spec, allow_tf32)})
 
 
-def step_time(config: ModelConfig, device: str, params: DeviceParams | None = None, regime: str = "plain") -> dict:
+def kernel_math(trace: pd.DataFrame, spec, allow_tf32: bool = False) -> dict[str, str]:
+    """The arithmetic the GEMM-like kernels of ``trace`` run in on ``spec``, per op class (e.g.
+    ``{"conv": "tf32", "matmul": "fp32"}``; AMP: ``"fp16+fp32"`` where both occur)."""
+    from predictor.devices.kernels import GROUPS, math_of
+    from predictor.devices.timing import OpArrays
+
+    problems = OpArrays.from_trace(trace.sort_values("idx").reset_index(drop=True)).problems
+    problems = problems[problems["cls"].isin(GROUPS["gemm"])]
+    if problems.empty:
+        return {}
+    math_ = math_of(problems, spec, allow_tf32)
+    return {str(cls): "+".join(sorted(set(math_[(problems["cls"] == cls).to_numpy()])))
+            for cls in sorted(problems["cls"].unique())}
+
+
+def step_time(config: ModelConfig, device: str, params: DeviceParams | None = None, regime: str = "plain",
+              allow_tf32: bool = False) -> dict:
     """One training step of ``config`` on emulated ``device`` ('emulated:T4', 'T4'): forward_ms,
     backward_ms, update_ms (each Σ duration + gap of its ops / 1000; they add up to total_ms),
-    total_ms, kernel_ms, overhead_ms, overhead_share, ops, device, config_id, source
+    total_ms, kernel_ms, forward_kernel_ms, backward_kernel_ms, update_kernel_ms (Σ duration of
+    the phase's ops / 1000, no gaps; they add up to kernel_ms), overhead_ms, overhead_share, ops, device, config_id, source
     (``measured-kernels`` | ``spec-derived``), params_version, regime (``plain`` | ``nsys``).
     Raises DeviceParamsError for an unknown GPU or regime (before capturing), ModelBuildError for a
     config that cannot be built."""
@@ -251,7 +274,7 @@ def step_time(config: ModelConfig, device: str, params: DeviceParams | None = No
     params = load_params() if params is None else params
     params.device(device)
     regime_host_factor(params, regime)
-    return step_time_of_trace(capture_quietly(config), device, params, regime)
+    return step_time_of_trace(capture_quietly(config), device, params, regime, allow_tf32)
 
 
 __all__ = ["ModelBuildError", "UnknownModelError", "capture_quietly", "known_families", "known_models",

@@ -18,7 +18,8 @@ Kernel time of an op (µs), op class from :func:`predictor.capture.costs.op_clas
   element-wise, norm, softmax, pool; :mod:`predictor.devices.kernels`, mapping in
   :mod:`predictor.devices.problems`) take its prediction, the sum over the op's kernels, each at
   least ``MIN_KERNEL_US`` (the shortest real ETS T4 kernels: 1.98 µs, 5th percentile 2.4 µs);
-  convolutions and matmuls × the device's ``gemm_scale`` (``half_gemm_scale`` in half precision).
+  each kernel in the arithmetic PyTorch picks for it on that GPU (TF32 for float32 convolutions on
+  Ampere and later, for float32 matmuls with ``allow_tf32``; FP16/BF16 for half ops, AMP included).
   The roofline below prices the rest (LSTM, embedding) and every op when no model ships.
 * roofline kernel time = ``kernel_latency_us × kernels + max(compute, memory)``.
 * kernels per op (not recorded by the meta device): 0 for views and their backward nodes
@@ -81,7 +82,7 @@ class OpArrays:
     op_class: np.ndarray  # object array of op classes
     gemm: np.ndarray  # bool: compute class with a tensor-core path
     conv: np.ndarray  # bool
-    half: bool
+    half: np.ndarray  # bool per op: float16 / bfloat16 (AMP mixes them with float32 ops)
     sync_after: int  # index of the last forward op (-1: none)
     problems: pd.DataFrame  # the kernels the learned model prices (predictor.devices.problems)
 
@@ -104,16 +105,18 @@ class OpArrays:
             counts = np.bincount(problems["row"].to_numpy(int), minlength=len(ops))
             kernels = np.where(counts > 0, np.maximum(kernels, counts), kernels)
         return cls(flops, nbytes, kernels.astype(int), phase, classes, np.isin(classes, GEMM_CLASSES),
-                   classes == "conv", str(trace["dtype"].iloc[0]) in HALF,
+                   classes == "conv", np.isin(trace["dtype"].astype(str).to_numpy(), HALF),
                    int(forward[-1]) if len(forward) else -1, problems)
 
 
-def learned_us(ops: OpArrays, spec: DeviceSpec, model: "kernel_model.KernelModel | None") -> np.ndarray:
-    """Kernel time per op from the learned model (NaN for ops it does not price)."""
+def learned_us(ops: OpArrays, spec: DeviceSpec, model: "kernel_model.KernelModel | None",
+               allow_tf32: bool = False) -> np.ndarray:
+    """Kernel time per op from the learned model (NaN for ops it does not price); float32
+    matmuls in TF32 when ``allow_tf32`` (convolutions always where the GPU has TF32)."""
     out = np.full(len(ops.phase), np.nan)
     if model is None or not len(ops.problems):
         return out
-    per_kernel = np.maximum(model.predict_us(ops.problems, spec), MIN_KERNEL_US)
+    per_kernel = np.maximum(model.predict_us(ops.problems, spec, allow_tf32), MIN_KERNEL_US)
     rows = ops.problems["row"].to_numpy(int)
     known = np.isfinite(per_kernel)
     sums = np.bincount(rows[known], weights=per_kernel[known], minlength=len(out))
@@ -128,18 +131,13 @@ def kernel_us(ops: OpArrays, spec: DeviceSpec, learned: np.ndarray | None = None
     the roofline where finite."""
     fp32 = spec.fp32_tflops
     conv_rate = spec.tf32_tflops * spec.tensor_eff if spec.tf32_tflops > 0 else fp32
-    if ops.half:
-        rate = np.where(ops.gemm, spec.fp16_tflops * spec.tensor_eff, fp32)
-    else:
-        rate = np.where(ops.conv, conv_rate, fp32)
+    rate = np.where(ops.half & ops.gemm, spec.fp16_tflops * spec.tensor_eff, np.where(ops.conv, conv_rate, fp32))
     compute = (ops.flops + spec.compute_half_mflop * 1e6) / (rate * 1e12 * spec.compute_eff) * 1e6
     memory = (ops.bytes + spec.memory_half_kb * 1e3) / (spec.mem_gbs * 1e9 * spec.memory_eff) * 1e6
     work = np.maximum(compute, memory)
     time = spec.kernel_latency_us * ops.kernels + work
     if learned is not None:
-        gemm = (ops.op_class == "conv") | (ops.op_class == "matmul")
-        scale = np.where(gemm, spec.half_gemm_scale if ops.half else spec.gemm_scale, 1.0)
-        time = np.where(np.isfinite(learned), learned * scale, time)
+        time = np.where(np.isfinite(learned), learned, time)
     return np.where(ops.kernels > 0, time, 0.0)
 
 
@@ -176,7 +174,7 @@ def timeline(duration: np.ndarray, host: np.ndarray, sync_after: int = -1) -> tu
 
 def emulate(trace: pd.DataFrame, device: str, params: DeviceParams, *, seed: int = 0,
             noise: bool = True, regime: str = "plain",
-            model: "kernel_model.KernelModel | None | str" = "shipped") -> pd.DataFrame:
+            model: "kernel_model.KernelModel | None | str" = "shipped", allow_tf32: bool = False) -> pd.DataFrame:
     """The execution trace of one op sequence (one config_id) on an emulated device; kernel times
     from the shipped learned kernel model where it covers the op (:func:`kernel_us`); host times
     of the measurement ``regime`` (``plain``: no profiler, the simulator's truth; ``nsys``: under
@@ -189,7 +187,7 @@ def emulate(trace: pd.DataFrame, device: str, params: DeviceParams, *, seed: int
     spec = params.device(device)
     ops = OpArrays.from_trace(trace)
     model = kernel_model.shipped() if isinstance(model, str) else model
-    d = kernel_us(ops, spec, learned_us(ops, spec, model))
+    d = kernel_us(ops, spec, learned_us(ops, spec, model, allow_tf32))
     h = host_us(ops, params.host_us, spec) * regime_host_factor(params, regime)
     if noise:
         rng = np.random.default_rng(stable_int(str(trace["config_id"].iloc[0]), spec.name, seed))
@@ -202,7 +200,8 @@ def emulate(trace: pd.DataFrame, device: str, params: DeviceParams, *, seed: int
     out["gap_us"] = gap
     out["cpu_us"] = h
     out["kernels"] = ops.kernels
-    out["source"] = f"{spec.emulated_name} ({regime} regime, params {params.version}, seed {seed})"
+    tf32 = ", TF32 matmuls" if allow_tf32 else ""
+    out["source"] = f"{spec.emulated_name} ({regime} regime{tf32}, params {params.version}, seed {seed})"
     # no ceiling on op times: a config too big for any GPU still gets its (absurd) emulated time
     return validate(out, f"{trace['config_id'].iloc[0]} on {spec.emulated_name}", ceiling_us=np.inf)
 

@@ -24,7 +24,11 @@ from predictor.trace_table import DTYPES
 KINDS = ("vision", "randwire", "nlp", "speech", "llm")
 # The dtypes the zoo trains in (float64 appears only in imported traces), in the trace schema's order.
 ZOO_DTYPES = tuple(d for d in DTYPES if d != "float64")
-TORCH_DTYPES = {d: getattr(torch, d) for d in ZOO_DTYPES}
+# A config may also train with automatic mixed precision: built in float32, its op sequence
+# rewritten as autocast runs it (:mod:`predictor.capture.amp`); its ops are float16 or float32.
+AMP = "amp"
+CONFIG_DTYPES = ZOO_DTYPES + (AMP,)
+TORCH_DTYPES = {d: getattr(torch, d) for d in ZOO_DTYPES} | {AMP: torch.float32}
 OPTIMIZERS = ("sgd", "adam")
 
 
@@ -70,8 +74,8 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
-        if self.dtype not in ZOO_DTYPES:
-            raise ValueError(f"dtype must be one of {ZOO_DTYPES}, got {self.dtype!r}")
+        if self.dtype not in CONFIG_DTYPES:
+            raise ValueError(f"dtype must be one of {CONFIG_DTYPES}, got {self.dtype!r}")
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         for name in ("batch", "input_size", "num_classes"):

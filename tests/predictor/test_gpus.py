@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from predictor.gpus import SPEEDS, UnknownGpuTypeError, canonical_gpu_type, derive_relative_iteration_time
+from predictor.gpus import UnknownGpuTypeError, canonical_gpu_type, derive_relative_iteration_time, speed
 
 
 def test_gpu_aliases_and_unknown_names():
@@ -21,6 +21,6 @@ def test_pinned_speeds_match_the_calibration_data(shared_dir):
         pytest.skip(f"calibration data not found under {calib}: set ETS_SHARED")
     derived = derive_relative_iteration_time(calib)
     for gpu, value in derived.items():
-        assert SPEEDS[gpu].relative_time == pytest.approx(value, abs=0.0006), gpu
+        assert speed(gpu).relative_time == pytest.approx(value, abs=0.0006), gpu
     # the inversion in Gavel's table survives the averaging: P100 is slower than V100 on average
     assert derived["P100"] > 1.0 and derived["A100"] < 1.0 < derived["T4"]

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictor.gpus import SPEEDS
+from predictor.gpus import speed
 from predictor.tables import IterationTimeTable
 from simulator.timing import (NoisyPredictor, PredictorSpecError, TablePredictor,
                               make_predictor, sigma_for_mre, true_runtimes)
@@ -78,7 +78,7 @@ def test_true_runtimes_prefer_measured_columns_then_scale():
     ])
     m = true_runtimes(trace.jobs, ["A100", "V100", "T4"], "V100")
     assert m[0, 0] == 10 and m[0, 1] == 17
-    assert m[0, 2] == pytest.approx(10 * SPEEDS["T4"].relative_time / SPEEDS["A100"].relative_time)
+    assert m[0, 2] == pytest.approx(10 * speed("T4").relative_time / speed("A100").relative_time)
 
 
 def test_table_predictor_is_iterations_times_table_seconds():

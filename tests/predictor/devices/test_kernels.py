@@ -12,7 +12,7 @@ import pytest
 
 from predictor.devices import kernel_data, kernels
 from predictor.devices.problems import backward_conv_problems, op_problems
-from predictor.devices.specs import SPEC_SHEETS, DeviceParamsError, load_params, spec_from_file
+from predictor.devices.specs import spec_sheets, DeviceParamsError, load_params, spec_from_file
 
 
 def _synthetic(devices=("T4", "V100"), n=400, seed=0) -> pd.DataFrame:
@@ -33,14 +33,14 @@ def _synthetic(devices=("T4", "V100"), n=400, seed=0) -> pd.DataFrame:
     data["measured_us"] = 0.0
     for device, idx in data.groupby("device").indices.items():
         part = data.iloc[idx]
-        roof = kernels.roofline_us(part, SPEC_SHEETS[device])
+        roof = kernels.roofline_us(part, spec_sheets()[device])
         data.loc[data.index[idx], "measured_us"] = roof * (1 + 1e6 / (part["out"].to_numpy() + 1e4))
     return data
 
 
 @pytest.fixture(scope="module")
 def small_model():
-    return kernels.fit(_synthetic(), SPEC_SHEETS, rounds=30)
+    return kernels.fit(_synthetic(), spec_sheets(), rounds=30)
 
 
 def test_kernel_model_round_trips_its_saved_parameters(small_model, tmp_path):
@@ -49,7 +49,7 @@ def test_kernel_model_round_trips_its_saved_parameters(small_model, tmp_path):
     again = kernels.load(path)
     assert again.devices == ("T4", "V100") and again.rows == small_model.rows
     for device in ("T4", "V100", "H100"):
-        assert np.array_equal(again.predict_us(data, SPEC_SHEETS[device]), small_model.predict_us(data, SPEC_SHEETS[device]))
+        assert np.array_equal(again.predict_us(data, spec_sheets()[device]), small_model.predict_us(data, spec_sheets()[device]))
 
 
 def test_kernel_model_refuses_a_foreign_or_stale_file(small_model, tmp_path):
@@ -65,16 +65,16 @@ def test_kernel_model_refuses_a_foreign_or_stale_file(small_model, tmp_path):
 
 def test_learned_fraction_tracks_the_generating_formula(small_model):
     data = _synthetic(("T4",), n=300, seed=2)
-    pred = small_model.predict_us(data, SPEC_SHEETS["T4"])
+    pred = small_model.predict_us(data, spec_sheets()["T4"])
     assert np.median(np.abs(pred / data["measured_us"] - 1)) < 0.1
 
 
 def test_spec_only_gpu_gets_predictions_and_the_spec_derived_label(small_model):
     data = _synthetic(("H100",), n=50, seed=3)
-    pred = small_model.predict_us(data, SPEC_SHEETS["H100"])
+    pred = small_model.predict_us(data, spec_sheets()["H100"])
     assert np.isfinite(pred).all() and (pred > 0).all()
     # never faster than its own roofline: the model predicts log(t / roofline) >= 0
-    assert (pred >= kernels.roofline_us(data, SPEC_SHEETS["H100"]) * (1 - 1e-9)).all()
+    assert (pred >= kernels.roofline_us(data, spec_sheets()["H100"]) * (1 - 1e-9)).all()
     assert kernels.kernel_source("H100", small_model) == "spec-derived"
     assert kernels.kernel_source("T4", small_model) == "measured-kernels"
     assert kernels.kernel_source("T4", None) == "spec-derived"
@@ -137,7 +137,7 @@ def test_kernel_rows_on_the_call_floor_are_censored(tmp_path):
 def test_implausibly_fast_ets_rows_are_dropped_and_counted():
     rows = pd.DataFrame([{"device": "T4", "cls": "matmul", "flops": 1e9, "bytes": 1e6, "half": False,
                           "measured_us": us} for us in (500.0, 20.0)])  # 1 GFLOP: roofline 123 µs on a T4
-    kept = kernel_data.drop_implausible(rows, SPEC_SHEETS)
+    kept = kernel_data.drop_implausible(rows, spec_sheets())
     assert kept["measured_us"].tolist() == [500.0] and kept.attrs["implausible"] == 1
 
 
@@ -164,7 +164,7 @@ def test_emulation_prices_covered_ops_with_the_shipped_model():
         pytest.skip("no kernel model ships with this checkout (run experiments.kernel_model)")
     trace = capture(_config("resnet18", 2, 32), "meta")
     ops = OpArrays.from_trace(trace)
-    spec = SPEC_SHEETS["T4"]
+    spec = spec_sheets()["T4"]
     learned = learned_us(ops, spec, model)
     conv = np.flatnonzero((ops.op_class == "conv") & (ops.phase == "forward"))
     assert np.isfinite(learned[conv]).all() and (learned[conv] >= MIN_KERNEL_US).all()
@@ -173,4 +173,74 @@ def test_emulation_prices_covered_ops_with_the_shipped_model():
     backward = np.flatnonzero((ops.op_class == "conv") & (ops.phase == "backward") & (ops.kernels > 0))
     assert (ops.kernels[backward] == 2).all()
     # a spec-only GPU gets finite kernel times too
-    assert np.isfinite(learned_us(ops, replace(SPEC_SHEETS["L4"]), model)[conv]).all()
+    assert np.isfinite(learned_us(ops, replace(spec_sheets()["L4"]), model)[conv]).all()
+
+
+# --- precision and sources ----------------------------------------------------------------------
+
+def _problem(cls: str, dtype: str) -> pd.DataFrame:
+    return pd.DataFrame([{"cls": cls, "dtype": dtype, "flops": 2e9, "bytes": 1e7, "out": 1e6, "red": 1e3,
+                          "batches": 1.0, "half": dtype != "float32"}])
+
+
+def test_tf32_and_amp_choices_by_hand():
+    a100, v100 = spec_sheets()["A100"], spec_sheets()["V100"]
+    conv32, mm32, mm16 = _problem("conv", "float32"), _problem("matmul", "float32"), _problem("matmul", "float16")
+    # cuDNN runs float32 convolutions in TF32 on Ampere; matmuls only with allow_tf32; V100 has no TF32
+    assert kernels.math_of(conv32, a100)[0] == "tf32" and kernels.math_of(mm32, a100)[0] == "fp32"
+    assert kernels.math_of(mm32, a100, allow_tf32=True)[0] == "tf32" and kernels.math_of(conv32, v100)[0] == "fp32"
+    assert kernels.math_of(mm16, v100)[0] == "fp16"
+    # rooflines: 2 GFLOP at 156 TFLOP/s (A100 TF32) = 12.8 µs; at 19.49 (FP32) = 102.6 µs; V100 FP16 112 -> 17.9 µs
+    assert kernels.roofline_us(conv32, a100)[0] == pytest.approx(2e9 / 156e6)
+    assert kernels.roofline_us(mm32, a100)[0] == pytest.approx(2e9 / 19.49e6)
+    assert kernels.roofline_us(mm16, v100)[0] == pytest.approx(2e9 / 112e6)
+    # an AMP op sequence: its matmuls float16, its softmax float32 (predictor.capture.amp)
+    from predictor.capture.amp import autocast_trace
+
+    trace = pd.DataFrame({"config_id": "c", "idx": range(3), "op": ["linear", "softmax", "AccumulateGrad"],
+                          "phase": ["forward", "forward", "backward"],
+                          "input_shapes": ["[[4,8],[16,8],[16]]", "[[4,16]]", "[[16,8]]"],
+                          "params": [[], [], []], "flops": [1024.0, 320.0, 0.0], "bytes": [800.0, 512.0, 0.0],
+                          "dtype": "float32"})
+    amp = autocast_trace(trace)
+    assert amp["op"].tolist() == ["_to_copy", "_to_copy", "_to_copy", "linear", "_to_copy", "softmax", "AccumulateGrad"]
+    assert amp.set_index("op").loc["linear", "dtype"] == "float16" and amp.set_index("op").loc["softmax", "dtype"] == "float32"
+    assert amp.loc[amp["op"] == "linear", "bytes"].item() == 400.0  # half the bytes, the same FLOPs
+    # weight (16·8) and bias (16) cast 4 -> 2 bytes, the input (4·8) too; softmax casts its float16 input up
+    assert amp.loc[amp["op"] == "_to_copy", "bytes"].tolist() == [6 * 128, 6 * 16, 6 * 32, 6 * 64]
+
+
+def _constant_fraction(devices, factor: dict[str, float]) -> pd.DataFrame:
+    """Every kernel at ``factor[dataset]`` × its roofline: a model's prediction is known by hand."""
+    rows = []
+    for device in devices:
+        for dataset, f in factor.items():
+            for cls in ("matmul", "elementwise"):
+                out = np.array([1e4, 1e5, 1e6, 1e7] * 10)
+                red = np.full(len(out), 256.0) if cls == "matmul" else np.ones(len(out))
+                rows.append(pd.DataFrame({"device": device, "dataset": dataset, "op": cls, "cls": cls,
+                                          "phase": "forward", "kernel": "forward", "math": "fp32",
+                                          "flops": 2 * out * red, "bytes": 12 * out, "out": out, "red": red,
+                                          "batches": 1.0, "in_elems": 0.0, "w_elems": 0.0, "half": False,
+                                          "training": True, "censored": False, "origin": "fixture", "f": f}))
+    data = pd.concat(rows, ignore_index=True)
+    data["measured_us"] = 0.0
+    for device, idx in data.groupby("device").indices.items():
+        part = data.iloc[idx]
+        data.loc[data.index[idx], "measured_us"] = kernels.roofline_us(part, spec_sheets()[device]) * part["f"]
+    return data.drop(columns="f")
+
+
+def test_leave_one_gpu_out_and_source_offsets_on_a_fixture_computed_by_hand(monkeypatch):
+    # reference harness "ets" at 2x roofline, "neusight" at 3x: the offset is log10(1.5); the held-out
+    # GPU's kernels come out at 2x its own roofline in the reference harness, 3x in neusight's
+    monkeypatch.setattr(kernels, "REFERENCE", {"gemm": "ets", "memory": "ets"})
+    data = _constant_fraction(("T4", "V100", "A100"), {"ets": 2.0, "neusight": 3.0})
+    rows = kernels.leave_one_gpu_out(data, spec_sheets(), rounds=5)
+    assert rows["rel_error"].max() < 1e-4  # 2x / 3x of the held-out GPU's roofline (offsets kept to 4 decimals)
+    model = kernels.fit(data[data["device"] != "A100"], spec_sheets(), rounds=5)
+    assert model.offsets["gemm"] == {"ets": 0.0, "neusight": pytest.approx(np.log10(1.5), abs=1e-4)}
+    probe = data[(data["device"] == "A100") & (data["dataset"] == "ets")]
+    roof = kernels.roofline_us(probe, spec_sheets()["A100"])
+    assert model.predict_us(probe, spec_sheets()["A100"]) == pytest.approx(2 * roof, rel=1e-4)
+    assert model.predict_us(probe, spec_sheets()["A100"], dataset="neusight") == pytest.approx(3 * roof, rel=1e-3)

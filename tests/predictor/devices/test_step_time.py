@@ -82,9 +82,9 @@ def test_spec_only_gpu_is_labelled_spec_derived():
 def test_unknown_gpu_lists_the_known_ones():
     result = CliRunner().invoke(ets, ["devices", "time", *TINY, "--device", "emulated:GTX480"])
     assert result.exit_code == 2 and "Traceback" not in result.output
-    assert "unknown GPU type 'emulated:GTX480'" in result.output
-    for gpu in ("K80", "T4", "V100", "A100", "H100"):
-        assert f"emulated:{gpu}" in result.output
+    assert "unknown GPU type 'emulated:GTX480'" in result.output and "emulated:<name>" in result.output
+    for gpu in ("K80", "T4", "V100", "A100", "H100", "B200"):  # the catalogue's names
+        assert f" {gpu}," in result.output
 
 
 def test_unknown_model_is_a_usage_error_with_close_names():
@@ -139,4 +139,22 @@ def test_devices_list_shows_the_silicon_and_the_kernel_source():
     assert "40 SMs" in t4 and "1590 MHz" in t4 and "L2" in t4 and "16 GB" in t4
     assert f"kernels: {_expected_source('T4')}" in t4
     h100 = next(line for line in result.output.splitlines() if line.startswith("emulated:H100:"))
-    assert f"kernels: {_expected_source('H100')}" in h100
+    assert f"kernels: {_expected_source('H100')}" in h100 and "FP8 1978.9" in h100
+    assert "relative time 1.589 (V100 = 1; sia)" in result.output and "Tesla T4" not in result.output
+    named = CliRunner().invoke(ets, ["devices", "list", "--aliases"])
+    assert "also: " in named.output and "Tesla T4" in named.output
+
+
+def test_precision_choices_are_visible_and_amp_runs_on_tensor_cores():
+    def timed(*extra):
+        result = CliRunner().invoke(ets, ["devices", "time", "resnet18", "--batch", "16", "--size", "64",
+                                          "--device", "emulated:A100", "--json", *extra])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+    fp32, tf32, amp = timed(), timed("--allow-tf32"), timed("--dtype", "amp")
+    # cuDNN's TF32 convolutions by default, matmuls in TF32 only when allowed; AMP: float16 GEMMs
+    assert fp32["kernel_math"] == {"conv": "tf32", "matmul": "fp32"} and fp32["allow_tf32"] is False
+    assert tf32["kernel_math"] == {"conv": "tf32", "matmul": "tf32"} and tf32["allow_tf32"] is True
+    assert amp["kernel_math"] == {"conv": "fp16", "matmul": "fp16"} and amp["config_id"].split(":")[3] == "amp"
+    assert amp["forward_kernel_ms"] < fp32["forward_kernel_ms"]

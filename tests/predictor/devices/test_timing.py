@@ -11,7 +11,7 @@ import pytest
 
 from predictor.capture.opseq import capture
 from predictor.devices import calibrate as cal
-from predictor.devices.specs import (SPEC_SHEETS, DeviceParamsError, load_params, prior_params,
+from predictor.devices.specs import (spec_sheets, DeviceParamsError, load_params, prior_params,
                                      save_params)
 from predictor.devices.timing import OpArrays, emulate, kernel_us, timeline
 from predictor.zoo.config import ModelConfig
@@ -113,7 +113,7 @@ def test_packaged_parameters_load_and_cover_the_default_cluster():
 
 def test_fit_recovers_the_parameters_that_generated_the_data(sequences, monkeypatch):
     monkeypatch.setattr(cal, "PRIOR_WEIGHT", 1e-4)
-    truth = SPEC_SHEETS["V100"].with_fitted({"compute_eff": 0.4, "compute_half_mflop": 5.0, "memory_eff": 0.5,
+    truth = spec_sheets()["V100"].with_fitted({"compute_eff": 0.4, "compute_half_mflop": 5.0, "memory_eff": 0.5,
                                              "memory_half_kb": 100.0, "kernel_latency_us": 8.0,
                                              "host_scale": 2.0}, "truth")
     host = prior_params().host_us
@@ -123,7 +123,7 @@ def test_fit_recovers_the_parameters_that_generated_the_data(sequences, monkeypa
     seconds = cal.predict_seconds(truth, targets, {"gavel": 3.0})
     for t, s in zip(targets, seconds):
         t.seconds = float(s)
-    fit = cal.fit_device(SPEC_SHEETS["V100"], targets)
+    fit = cal.fit_device(spec_sheets()["V100"], targets)
     assert fit.primary == "gavel" and fit.host_mult == {}
     assert fit.overhead_ms["gavel"] == pytest.approx(3.0, rel=0.05)
     seconds = np.array([t.seconds for t in targets])
@@ -168,7 +168,7 @@ def test_kernel_time_follows_the_roofline():
     import pandas as pd
     trace = pd.DataFrame({"op": ["conv2d", "relu_"], "phase": ["forward", "forward"], "flops": [1e12, 1e6],
                           "bytes": [1e6, 4e9], "input_size": [32, 32], "dtype": ["float32", "float32"]})
-    spec = SPEC_SHEETS["V100"].with_fitted({"compute_half_mflop": 1e-6, "memory_half_kb": 1e-6,
+    spec = spec_sheets()["V100"].with_fitted({"compute_half_mflop": 1e-6, "memory_half_kb": 1e-6,
                                             "compute_eff": 0.5, "memory_eff": 0.5, "kernel_latency_us": 2.0}, "t")
     d = kernel_us(OpArrays.from_trace(trace), spec)
     assert d[0] == pytest.approx(2.0 + 1e12 / (spec.fp32_tflops * 1e12 * 0.5) * 1e6, rel=1e-6)  # compute bound

@@ -46,10 +46,19 @@ def test_kernel_summary_by_hand():
 
 def test_report_files_and_markdown(tmp_path):
     rows = validate.iteration_rows(_lomo_errors())
-    kernel_rows = pd.DataFrame({"cls": ["conv"], "device": ["T4"], "phase": ["forward"], "rel_error": [0.1]})
-    validate.write_report(tmp_path, rows, kernel_rows, ["a note"])
+    kernel_rows = pd.DataFrame({"cls": ["conv", "conv"], "device": ["T4", "T4"], "phase": ["forward", "backward"],
+                                "dataset": "deepbench", "kernel": ["forward", "grad_input"], "math": "fp32",
+                                "measured_us": [100.0, 100.0], "predicted_us": [110.0, 70.0], "rel_error": [0.1, 0.3]})
+    whole = pd.DataFrame({"set": ["Lambda"], "device": ["A40"], "kernels": ["spec-derived"], "measured_s": [1.0],
+                          "predicted_s": [1.25], "error": [0.25], "abs_error": [0.25]})
+    validate.write_report(tmp_path, rows, kernel_rows, ["a note"], endtoend=whole)
     text = (tmp_path / "report.md").read_text()
     assert "| ETS T4 | 3 | 10.0% | 8.3% | +0.0% | 100% | yes | yes |" in text
+    # one table of every set and GPU: kernels by source (two DeepBench rows: +10 %, -30 %), the sets
+    assert "| DeepBench kernels | T4 | leave-one-GPU-out | 2 | 20.0% | -10.0% | 50% |" in text
+    assert "| Lambda | A40 | spec-derived | 1 | 25.0% | +25.0% | 0% |" in text
+    assert "| conv | grad_input | fp32 | 1 | 1 | 30.0% |" in text
+    assert (tmp_path / "endtoend.csv").exists() and (tmp_path / "endtoend.png").stat().st_size > 0
     assert "| Gavel | 2 | 27.5% |" in text and "- a note" in text
     for name in ("iterations.png", "iterations.pdf", "iterations.csv", "kernels.csv"):
         assert (tmp_path / name).stat().st_size > 0
