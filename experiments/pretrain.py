@@ -150,7 +150,12 @@ def main(configs: int, devices: str, method_list: str, minutes: float, dnnperf_m
          out: Path,
          checkpoints: Path, catalog: Path, workers: int) -> None:
     base, extra = dataset_configs(configs)
-    chosen = base + extra
+    failures = out / "sequences" / "failures.jsonl"
+    failed = _failed_ids(failures)
+    if failed:  # e.g. LSTM captures beyond the machine's memory: not retried on every resume
+        click.echo(f"{len(failed)} configs failed to capture in an earlier run ({failures}); skipped. "
+                   "Delete that file to retry them.")
+    chosen = [c for c in base + extra if c.config_id not in failed]
     gpus = devices.split(",")
     if not _complete(out / "data", chosen, gpus):
         collect(chosen, "meta", out / "sequences", workers=workers)
@@ -187,6 +192,13 @@ def main(configs: int, devices: str, method_list: str, minutes: float, dnnperf_m
     test_sequences = split.part(next(iter(data.values())), "test")
     write_catalog(test_sequences, catalog)
     click.echo(f"report: {out / 'report.md'}; catalog: {catalog}")
+
+
+def _failed_ids(failures: Path) -> set[str]:
+    """Config ids recorded in ``failures`` (``predictor.collect``'s failures.jsonl), if any."""
+    if not failures.exists():
+        return set()
+    return {json.loads(line)["config_id"] for line in failures.read_text().splitlines() if line.strip()}
 
 
 def _complete(data_dir: Path, chosen, gpus: list[str]) -> bool:

@@ -34,7 +34,17 @@ REFERENCE = "V100"  # relative time 1.0
 
 
 class UnknownGpuTypeError(ValueError):
-    """A GPU type name that is neither a catalogue name nor one of its aliases."""
+    """A GPU type name that is neither a catalogue name nor one of its aliases. The message lists
+    the catalogue; :attr:`brief` does not, for errors that must stay one short line (a trace row)."""
+
+    def __init__(self, name: str):
+        self.name = name
+        super().__init__(f"unknown GPU type {short(name)}; the catalogue ({catalog_dir()}) has: "
+                         f"{', '.join(gpu_names())} (aliases are listed by `ets devices list --aliases`)")
+
+    @property
+    def brief(self) -> str:
+        return f"unknown GPU type {short(self.name)} (`ets devices list [--aliases]` shows the catalogue)"
 
 
 class GpuCatalogError(InputError):
@@ -198,8 +208,7 @@ def canonical_gpu_type(name: str) -> str:
     """The catalogue name of a GPU type given by any of its names, or UnknownGpuTypeError."""
     found = _load(catalog_dir().resolve())[1].get(normalized(name))
     if found is None:
-        raise UnknownGpuTypeError(f"unknown GPU type {short(name)}; the catalogue ({catalog_dir()}) has: "
-                                  f"{', '.join(gpu_names())} (aliases are listed by `ets devices list --aliases`)")
+        raise UnknownGpuTypeError(name)
     return found
 
 

@@ -36,7 +36,7 @@ def load(path: str | Path) -> JobTrace:
         try:
             gpu = canonical_gpu_type(col)
         except UnknownGpuTypeError as exc:
-            raise TraceError(path, f"column is not a GPU type: {exc}", line=1, field=col) from None
+            raise TraceError(path, f"column is not a GPU type: {exc.brief}", line=1, field=col) from None
         if gpu in canon.values():
             first = next(c for c, g in canon.items() if g == gpu)
             raise TraceError(path, f"names the same GPU type ({gpu}) as column {short(first)}", line=1, field=col)

@@ -158,7 +158,7 @@ def canonical_types(values: pd.Series, path: str | Path, lines: np.ndarray, name
             mapping[value] = canonical_gpu_type(value)
         except UnknownGpuTypeError as exc:
             i = int(np.argmax((values == value).to_numpy()))
-            raise TraceError(path, str(exc), line=int(lines[i]), field=name) from None
+            raise TraceError(path, exc.brief, line=int(lines[i]), field=name) from None
     return values.map(mapping)
 
 

@@ -23,3 +23,13 @@ def test_held_out_speech_configs_come_from_the_base_configs_only():
     base = {ids[0], ids[1], ids[3]}  # ids[2] is an extra config
     # base in id order: b16, b2, b4 -> every other: b16, b4
     assert held_out_units(traces, base) == TEST_UNITS + ["lstm:lstm_speech:b16:s100:x1", "lstm:lstm_speech:b4:s100:x1"]
+
+
+def test_configs_that_failed_before_are_read_from_the_failure_log(tmp_path):
+    from experiments.pretrain import _failed_ids
+
+    log = tmp_path / "failures.jsonl"
+    assert _failed_ids(log) == set()  # no log: nothing skipped
+    log.write_text('{"config_id": "lstm_lm:b128", "device": "meta", "error": "RuntimeError: out of memory"}\n\n'
+                   '{"config_id": "lstm_speech:b64", "device": "meta", "error": "RuntimeError"}\n')
+    assert _failed_ids(log) == {"lstm_lm:b128", "lstm_speech:b64"}

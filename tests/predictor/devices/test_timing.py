@@ -11,7 +11,7 @@ import pytest
 
 from predictor.capture.opseq import capture
 from predictor.devices import calibrate as cal
-from predictor.devices.specs import (spec_sheets, DeviceParamsError, load_params, prior_params,
+from predictor.devices.specs import (FORMAT_VERSION, DeviceParamsError, spec_sheets, load_params, prior_params,
                                      save_params)
 from predictor.devices.timing import OpArrays, emulate, kernel_us, timeline
 from predictor.zoo.config import ModelConfig
@@ -81,7 +81,7 @@ def test_overhead_emerges_small_models_host_bound_large_models_not(sequences):
 
 def test_unknown_device_is_refused_by_name(sequences):
     trace = next(iter(sequences.values()))
-    with pytest.raises(DeviceParamsError, match="'emulated:GTX480'.*known: emulated:K80"):
+    with pytest.raises(DeviceParamsError, match="'emulated:GTX480'.*catalogue.*has: .*K80.*emulated:<name>"):
         emulate(trace, "emulated:GTX480", prior_params())
 
 
@@ -96,7 +96,7 @@ def test_parameter_file_round_trips_and_bad_files_name_the_field(tmp_path):
     (tmp_path / "old.json").write_text(json.dumps(body))
     with pytest.raises(DeviceParamsError, match="old.json.*'format'"):
         load_params(tmp_path / "old.json")
-    body["format"] = 1
+    body["format"] = FORMAT_VERSION
     del body["devices"]["V100"]["memory_eff"]
     (tmp_path / "partial.json").write_text(json.dumps(body))
     with pytest.raises(DeviceParamsError, match="partial.json.*'V100'.*memory_eff"):
