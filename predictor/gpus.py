@@ -42,6 +42,9 @@ class UnknownGpuTypeError(ValueError):
         super().__init__(f"unknown GPU type {short(name)}; the catalogue ({catalog_dir()}) has: "
                          f"{', '.join(gpu_names())} (aliases are listed by `ets devices list --aliases`)")
 
+    def __reduce__(self):  # pickled (worker processes) by its name, not its message
+        return type(self), (self.name,)
+
     @property
     def brief(self) -> str:
         return f"unknown GPU type {short(self.name)} (`ets devices list [--aliases]` shows the catalogue)"
