@@ -301,9 +301,9 @@ def devices_calibrate(calibration_dir: Path | None, ets_dir: Path | None, cache:
     from predictor.devices import kernels as kernel_model
     from predictor.devices.specs import PARAMS_FILE, save_params, spec_sheets
 
-    calibration_dir, ets_dir, targets, skipped, host, kernels = _inputs(calibration_dir, ets_dir, cache)
     _claim_outputs(overwrite, ("--out", out or PARAMS_FILE), ("--kernel-model", kernel_out or kernel_model.MODEL_FILE),
                    ("--report", report_dir / "report.md"), ("--report", report_dir / "report.json"))
+    calibration_dir, ets_dir, targets, skipped, host, kernels = _inputs(calibration_dir, ets_dir, cache)
     click.echo(f"kernel model: fitting on {int((~kernels['censored']).sum()):,} real kernels ...")
     model = kernel_model.fit(kernels, spec_sheets())
     kernel_path = model.save(kernel_out or kernel_model.MODEL_FILE)
@@ -339,8 +339,8 @@ def devices_validate(calibration_dir: Path | None, ets_dir: Path | None, cache: 
     from predictor.devices.measurements import NEUSIGHT_DIR, MeasurementError
     from predictor.devices.specs import load_params, spec_sheets
 
-    calibration_dir, ets_dir, targets, skipped, host, kernels = _inputs(calibration_dir, ets_dir, cache)
     _claim_outputs(overwrite, ("--report", report_dir / "report.md"))
+    calibration_dir, ets_dir, targets, skipped, host, kernels = _inputs(calibration_dir, ets_dir, cache)
     click.echo("kernels, leave-one-GPU-out ...")
     held_out_models: dict = {}
     kernel_rows = kernel_model.leave_one_gpu_out(kernels, spec_sheets(), progress=True, models=held_out_models)

@@ -180,6 +180,6 @@ def test_refitting_the_emulator_replaces_its_files_only_with_overwrite(tmp_path,
     params.write_text("{}")
     result = CliRunner().invoke(cli, ["devices", "calibrate", "--calibration", str(shared_dir / "calibration"),
                                       "--out", str(params), "--kernel-model", str(tmp_path / "k.json"),
-                                      "--report", str(tmp_path / "report")])
+                                      "--report", str(tmp_path / "report"), "--cache", str(tmp_path / "seq.parquet")])
     one_line_error(result, f"--out {params} already exists; pass --overwrite")
     assert params.read_text() == "{}" and not (tmp_path / "k.json").exists()
