@@ -157,10 +157,13 @@ def collect_model_files(paths: list[str], device: str, out: str | Path, *, infer
                 with quiet_profiler():
                     table = capture_model_file(path, inference=inference, dtype=dtype)
                 if device.startswith("emulated:"):
+                    from predictor.devices.inference_host import for_trace
                     from predictor.devices.specs import load_params
                     from predictor.devices.timing import emulate
 
-                    table = emulate(table, device, load_params(), regime=regime)
+                    params = load_params()
+                    table = emulate(table, device, params, regime=regime,
+                                    inference_host_us=for_trace(table, params.device(device).name))
             except ModelFileError as exc:
                 fail(path, config_id, str(exc))
                 continue

@@ -215,6 +215,7 @@ def _print_step_time(r: dict) -> None:
     click.echo(f"  precision {r['config_id'].split(':')[3] if r['config_id'].count(':') >= 5 else ''}"
                f"{' ' if r['config_id'].count(':') >= 5 else ''}({math_}; float32 matmuls in TF32: "
                f"{'yes' if r.get('allow_tf32') else 'no'})")
+    click.echo(f"  host      {r['host']}")
 
 
 _DATA_OPTIONS = (
@@ -235,22 +236,32 @@ def _data_options(f):
     return f
 
 
-def _inputs(calibration_dir: Path | None, ets_dir: Path | None, cache: Path):
+def _data_dirs(calibration_dir: Path | None, ets_dir: Path | None) -> tuple[Path, Path]:
+    """The measurement folders (defaults resolved), a missing --calibration named at once: before
+    the outputs are claimed and before minutes of loading."""
+    from predictor.devices.measurements import default_calibration_dir
+
+    calibration_dir = calibration_dir or default_calibration_dir()
+    if not calibration_dir.is_dir():
+        raise click.ClickException(f"--calibration {calibration_dir}: no such folder (the real measurements; pass "
+                                   "--calibration DIR or set $ETS_CALIBRATION)")
+    return calibration_dir, ets_dir or calibration_dir.parent / "ets_traces"
+
+
+def _inputs(calibration_dir: Path, ets_dir: Path, cache: Path):
     """Targets, skipped files, host table and real kernels; user errors as one line."""
     from predictor.trace_table import TraceFormatError
     from predictor.devices import calibrate as cal
     from predictor.devices import kernel_corpus, kernel_data
-    from predictor.devices.measurements import MeasurementError, default_calibration_dir
+    from predictor.devices.measurements import MeasurementError
 
-    calibration_dir = calibration_dir or default_calibration_dir()
-    ets_dir = ets_dir or calibration_dir.parent / "ets_traces"
     try:
         targets, skipped, host = cal.load_targets(calibration_dir, ets_dir)
         kernels = kernel_corpus.load_all(calibration_dir, ets_dir, kernelbench_cache=cache.parent / KERNELBENCH_CACHE,
                                          progress=True)
     except (MeasurementError, TraceFormatError, kernel_data.KernelDataError, FileNotFoundError) as exc:
         raise click.ClickException(str(exc)) from None
-    return calibration_dir, ets_dir, targets, skipped, host, kernels
+    return targets, skipped, host, kernels
 
 
 KERNELBENCH_CACHE = "kernelbench_sequences.parquet"  # beside --cache: KernelBench problems on the meta device
@@ -286,27 +297,35 @@ def _claim_outputs(overwrite: bool, *outputs: tuple[str, Path]) -> None:
               help="Parameter file to write [default: the package's predictor/devices/params.json].")
 @click.option("--kernel-model", "kernel_out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Kernel-model file to write [default: the package's predictor/devices/kernel_model.json].")
+@click.option("--inference-host", "inference_out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Inference host-cost file to write [default: the package's "
+                   "predictor/devices/inference_host.json].")
 @click.option("--report", "report_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("reports/calibration"), show_default=True, help="Where report.md / report.json go.")
 @click.option("--overwrite", is_flag=True,
-              help="Let the parameter file, the kernel model and the report replace existing ones (the "
-                   "defaults are the package's own files: refitting them needs --overwrite).")
+              help="Let the parameter file, the kernel model, the inference host costs and the report replace "
+                   "existing ones (the defaults are the package's own files: refitting them needs --overwrite).")
 def devices_calibrate(calibration_dir: Path | None, ets_dir: Path | None, cache: Path, out: Path | None,
-                      kernel_out: Path | None, report_dir: Path, overwrite: bool) -> None:
+                      kernel_out: Path | None, inference_out: Path | None, report_dir: Path, overwrite: bool) -> None:
     """Fit the kernel model on every real kernel (NeuSight, ETS, DeepBench, Vidur, KernelBench level 1),
-    then every emulated GPU's host
-    side to the measured iterations; write both files and the in-sample report (out-of-sample
+    an inference call's host cost per kernel on KernelBench level 1, then every emulated GPU's host
+    side to the measured iterations; write the three files and the in-sample report (out-of-sample
     figures: `ets devices validate`)."""
     from predictor.devices import calibrate as cal
+    from predictor.devices import inference_host
     from predictor.devices import kernels as kernel_model
     from predictor.devices.specs import PARAMS_FILE, save_params, spec_sheets
 
+    calibration_dir, ets_dir = _data_dirs(calibration_dir, ets_dir)
     _claim_outputs(overwrite, ("--out", out or PARAMS_FILE), ("--kernel-model", kernel_out or kernel_model.MODEL_FILE),
+                   ("--inference-host", inference_out or inference_host.FILE),
                    ("--report", report_dir / "report.md"), ("--report", report_dir / "report.json"))
-    calibration_dir, ets_dir, targets, skipped, host, kernels = _inputs(calibration_dir, ets_dir, cache)
+    targets, skipped, host, kernels = _inputs(calibration_dir, ets_dir, cache)
+    inference = _inference_host(calibration_dir)
     click.echo(f"kernel model: fitting on {int((~kernels['censored']).sum()):,} real kernels ...")
     model = kernel_model.fit(kernels, spec_sheets())
     kernel_path = model.save(kernel_out or kernel_model.MODEL_FILE)
+    inference_path = inference_host.save(inference, inference_out or inference_host.FILE)
     sequences = _op_sequences(targets, cache)
     version = "v2-" + date.today().isoformat()
     params, report = cal.calibrate(targets, sequences, host, lomo=False, version=version, model=model)
@@ -318,7 +337,33 @@ def devices_calibrate(calibration_dir: Path | None, ets_dir: Path | None, cache:
     (report_dir / "report.md").write_text(table + "\n")
     (report_dir / "report.json").write_text(json.dumps(report, indent=1) + "\n")
     click.echo(table)
-    click.echo(f"kernel model -> {kernel_path}; parameters {version} -> {path}; report in {report_dir}")
+    click.echo(f"kernel model -> {kernel_path}; inference host -> {inference_path}; parameters {version} -> {path}; "
+               f"report in {report_dir}")
+
+
+def _host_agreement_notes(calibration_dir: Path) -> list[str]:
+    """One note per pair of KernelBench machines that timed the same problems on the same GPU type
+    (:func:`predictor.devices.kernelbench.host_agreement`)."""
+    from predictor.devices import kernelbench
+
+    agreement = kernelbench.host_agreement(kernelbench.load_timings(calibration_dir / "kernelbench"))
+    return [f"KernelBench {r.level} on {r.device} ({r.problem_set}), the same problems timed on two machines: "
+            f"{r.host_a} / {r.host_b}, {r.n} problems, median |ratio − 1| {r.median_abs:.1%} (median ratio "
+            f"{r.median_ratio:.2f}) — the error floor of an emulator that knows the GPU but not the machine."
+            for r in agreement.itertuples()]
+
+
+def _inference_host(calibration_dir: Path):
+    """The inference host costs (:mod:`predictor.devices.inference_host`) from KernelBench level 1."""
+    from predictor.devices import inference_host, kernelbench
+    from predictor.devices.kernel_data import KernelDataError
+
+    root = calibration_dir / "kernelbench"
+    try:
+        level1 = kernelbench.load_timings(root, ("level1",))
+        return inference_host.fit(level1, source=f"calibration/kernelbench/{kernelbench.TIMINGS} (level 1, eager rows)")
+    except (KernelDataError, inference_host.InferenceHostError) as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 @devices.command("validate")
@@ -339,8 +384,9 @@ def devices_validate(calibration_dir: Path | None, ets_dir: Path | None, cache: 
     from predictor.devices.measurements import NEUSIGHT_DIR, MeasurementError
     from predictor.devices.specs import load_params, spec_sheets
 
+    calibration_dir, ets_dir = _data_dirs(calibration_dir, ets_dir)
     _claim_outputs(overwrite, ("--report", report_dir / "report.md"))
-    calibration_dir, ets_dir, targets, skipped, host, kernels = _inputs(calibration_dir, ets_dir, cache)
+    targets, skipped, host, kernels = _inputs(calibration_dir, ets_dir, cache)
     click.echo("kernels, leave-one-GPU-out ...")
     held_out_models: dict = {}
     kernel_rows = kernel_model.leave_one_gpu_out(kernels, spec_sheets(), progress=True, models=held_out_models)
@@ -367,7 +413,8 @@ def devices_validate(calibration_dir: Path | None, ets_dir: Path | None, cache: 
              "per op class: NeuSight's per-op labels (fx nodes, CUDA-event timed one at a time) against the kernel "
              "time of the same op class in our trace, priced by the calibration refitted without the model and "
              "the kernel model (whose microbenchmark kernels do not include these runs); kernel-free nodes "
-             "(shapes, views) and our loss are left out."]
+             "(shapes, views) and our loss are left out.",
+             *_host_agreement_notes(calibration_dir)]
     sets = validate.write_report(report_dir, rows, kernel_rows, notes, op_classes, whole)
     click.echo((report_dir / "report.md").read_text())
     click.echo(f"report in {report_dir}")

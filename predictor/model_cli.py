@@ -536,6 +536,7 @@ def _predictions(model, ckpt: Path, subject: _Subject, level: float = DEFAULT_LE
 def _with_habitat_source(model, subject: _Subject) -> pd.DataFrame:
     """The subject's traces plus, for a capture, its timing on the emulated source GPU; a
     ValueError that says how to supply a source trace when there is none."""
+    from predictor.devices.inference_host import for_trace
     from predictor.devices.specs import EMULATED_PREFIX, load_params
     from predictor.devices.timing import emulate
 
@@ -544,8 +545,9 @@ def _with_habitat_source(model, subject: _Subject) -> pd.DataFrame:
         return traces
     if source.startswith(EMULATED_PREFIX) and set(traces["device"]) == {"meta"}:
         params = load_params()  # seed 0, as the simulator's Habitat tables
-        return pd.concat([emulate(seq, source, params, seed=0) for _, seq in traces.groupby("config_id", sort=True)],
-                         ignore_index=True)
+        gpu = params.device(source).name
+        return pd.concat([emulate(seq, source, params, seed=0, inference_host_us=for_trace(seq, gpu))
+                          for _, seq in traces.groupby("config_id", sort=True)], ignore_index=True)
     present = ", ".join(sorted(map(str, traces["device"].unique())))
     if source.startswith(EMULATED_PREFIX):
         fix = (f"give TARGET as the model name or config id instead (its capture is then timed on {source}), or a "

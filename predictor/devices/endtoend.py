@@ -6,7 +6,9 @@ sets — none of them a calibration target — are predicted whole:
 
 * **KernelBench level 3** (forward under ``no_grad``, float32, eager; mean of 100 calls): each
   problem file captured on the meta device (:mod:`predictor.devices.kernelbench`), emulated
-  forward-only; convolutions in TF32 on GPUs with TF32 (cuDNN's default), matmuls in FP32.
+  forward-only; convolutions in TF32 on GPUs with TF32 (cuDNN's default), matmuls in FP32; the
+  host an inference call's (:mod:`predictor.devices.inference_host`, fitted on level 1), the
+  median of the other GPUs' hosts where the GPU is checked leave-one-GPU-out.
 * **Lambda** (training throughput of NVIDIA's recipes at the recorded per-GPU batch; seconds per
   step = batch / throughput): ResNet-50 and BERT-base/large SQuAD
   (:mod:`predictor.devices.throughput_sets`); FP32 on Ampere and later runs TF32 matmuls and
@@ -32,6 +34,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
+from predictor.devices import inference_host
 from predictor.devices import kernels as kernel_model
 from predictor.devices.specs import DeviceParams
 from predictor.devices.timing import emulate
@@ -41,11 +44,15 @@ ROW_COLUMNS = ("set", "device", "workload", "precision", "batch", "measured_s", 
 
 
 def predicted_seconds(trace: pd.DataFrame, device: str, params: DeviceParams, model: kernel_model.KernelModel | None,
-                      phases: tuple[str, ...], allow_tf32: bool) -> float:
-    """Σ(kernel + gap) over ``phases`` of the emulated trace (no noise, plain regime)."""
-    out = emulate(trace, device, params, noise=False, model=model, allow_tf32=allow_tf32)
+                      phases: tuple[str, ...], allow_tf32: bool, inference_host_us: float | None = None) -> float:
+    """Σ(kernel + gap) over ``phases`` of the emulated trace (no noise, plain regime). An inference
+    call (``inference_host_us``, :mod:`predictor.devices.inference_host`) also pays the host time
+    before its first kernel: KernelBench's CUDA events bracket the call."""
+    out = emulate(trace, device, params, noise=False, model=model, allow_tf32=allow_tf32,
+                  inference_host_us=inference_host_us)
     part = out[out["phase"].isin(phases)]
-    return float((part["duration_us"] + part["gap_us"]).sum()) / 1e6
+    lead_in = inference_host_us if inference_host_us is not None and (part["kernels"] > 0).any() else 0.0
+    return float((part["duration_us"] + part["gap_us"]).sum() + lead_in) / 1e6
 
 
 def _model_for(device: str, models: dict, shipped: kernel_model.KernelModel | None) -> tuple:
@@ -55,8 +62,10 @@ def _model_for(device: str, models: dict, shipped: kernel_model.KernelModel | No
 
 
 def kernelbench_rows(root: Path, params: DeviceParams, models: dict, shipped, cache: Path | None,
-                     progress: bool = True) -> pd.DataFrame:
+                     progress: bool = True, host: "inference_host.InferenceHost | None" = None) -> pd.DataFrame:
     from predictor.devices import kernelbench
+
+    host = host or inference_host.shipped()
 
     timings = kernelbench.load_timings(root, ("level3",))
     seqs, failed = kernelbench.sequences(root, timings, cache, progress)
@@ -66,7 +75,10 @@ def kernelbench_rows(root: Path, params: DeviceParams, models: dict, shipped, ca
         if trace is None:
             continue
         model, how = _model_for(r.device, models, shipped)
-        seconds = predicted_seconds(trace, r.device, params, model, ("forward",), allow_tf32=False)
+        # the host, like the kernels, out of sample: a GPU checked leave-one-GPU-out gets the others' median
+        per_op = host.per_op_us(r.device, without=how == "leave-one-GPU-out")
+        seconds = predicted_seconds(trace, r.device, params, model, ("forward",), allow_tf32=False,
+                                    inference_host_us=per_op)
         out.append({"set": "KernelBench L3", "device": r.device, "workload": r.problem.removesuffix(".py"),
                     "precision": "fp32", "batch": 0, "measured_s": r.measured_us / 1e6, "predicted_s": seconds,
                     "kernels": how, "origin": r.origin})

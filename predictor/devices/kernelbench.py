@@ -33,14 +33,15 @@ from predictor.gpus import UnknownGpuTypeError, canonical_gpu_type
 from predictor.inputs import short
 
 TIMINGS = "kernelbench_timings.csv"
-TIMING_COLUMNS = ("problem_set", "config", "level", "problem", "hardware", "mean_ms", "std_ms", "min_ms")
+TIMING_COLUMNS = ("problem_set", "source_dir", "config", "level", "problem", "hardware", "mean_ms", "std_ms", "min_ms")
 LEVELS = ("level1", "level3")
 SKIPPED_VENDORS = ("AMD",)
 
 
 def load_timings(root: str | Path, levels: tuple[str, ...] = LEVELS) -> pd.DataFrame:
     """Eager-PyTorch rows of ``levels``: problem_set, level, problem, device (catalogue name),
-    hardware, measured_us, std_us, origin; ``attrs["excluded"]`` counts what was left out."""
+    hardware, host (the result folder: one machine), measured_us, std_us, origin;
+    ``attrs["excluded"]`` counts what was left out."""
     path = Path(root) / TIMINGS
     raw = read_table(path, TIMING_COLUMNS, "KernelBench timings file", dtype=str)
     raw["line"] = np.arange(len(raw)) + 2
@@ -66,11 +67,31 @@ def load_timings(root: str | Path, levels: tuple[str, ...] = LEVELS) -> pd.DataF
         raise KernelDataError(f"{path}: line {r['line']}: column 'mean_ms': expected a positive number, "
                               f"got {short(r['mean_ms'])}")
     out = pd.DataFrame({"problem_set": rows["problem_set"], "level": rows["level"], "problem": rows["problem"],
-                        "device": rows["device"], "hardware": rows["hardware"],
+                        "device": rows["device"], "hardware": rows["hardware"], "host": rows["source_dir"],
                         "measured_us": values["mean_ms"] * 1e3, "std_us": values["std_ms"] * 1e3,
                         "origin": [f"{path}:{n}" for n in rows["line"]]}).reset_index(drop=True)
     out.attrs["excluded"] = excluded
     return out
+
+
+def host_agreement(timings: pd.DataFrame) -> pd.DataFrame:
+    """How well one real measurement predicts another of the same problem on the same GPU type
+    timed on another machine: per level, GPU and pair of hosts, the problems both timed (n), the
+    median |t_a / t_b − 1| and the median t_a / t_b — the error floor of any emulator that knows the
+    GPU but not the machine."""
+    out = []
+    for (level, device, problem_set), g in timings.groupby(["level", "device", "problem_set"], sort=True):
+        table = g.pivot_table(index="problem", columns="host", values="measured_us", aggfunc="median")
+        hosts = sorted(table.columns)
+        for i, a in enumerate(hosts):
+            for b in hosts[i + 1:]:
+                ratio = (table[a] / table[b]).dropna()
+                if len(ratio):
+                    out.append({"level": level, "device": device, "problem_set": problem_set, "host_a": a,
+                                "host_b": b, "n": len(ratio), "median_abs": float((ratio - 1).abs().median()),
+                                "median_ratio": float(ratio.median())})
+    return pd.DataFrame(out, columns=["level", "device", "problem_set", "host_a", "host_b", "n", "median_abs",
+                                      "median_ratio"])
 
 
 def problem_path(root: str | Path, problem_set: str, level: str, problem: str) -> Path:

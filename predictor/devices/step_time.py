@@ -235,14 +235,22 @@ def summarize(emulated: pd.DataFrame, source: str, params_version: str) -> dict:
 
 def step_time_of_trace(trace: pd.DataFrame, device: str, params: DeviceParams | None = None,
                        regime: str = "plain", allow_tf32: bool = False) -> dict:
-    """:func:`step_time` of an already captured op sequence."""
+    """:func:`step_time` of an already captured op sequence; an inference capture (a forward under
+    ``no_grad``) pays the inference host cost per kernel (:mod:`predictor.devices.inference_host`),
+    named in ``host``."""
+    from predictor.devices import inference_host
     from predictor.devices.timing import emulate
 
     params = load_params() if params is None else params
     spec = params.device(device)  # DeviceParamsError listing the known GPUs
-    emulated = emulate(trace, device, params, noise=False, regime=regime, allow_tf32=allow_tf32)
+    per_op = inference_host.for_trace(trace, spec.name)
+    emulated = emulate(trace, device, params, noise=False, regime=regime, allow_tf32=allow_tf32,
+                       inference_host_us=per_op)
+    host = ("training: fitted host table" if per_op is None
+            else f"inference: {per_op:.1f} µs per kernel ({inference_host.shipped().origin(spec.name)})")
     return (summarize(emulated, kernel_source_of(spec.name), params.version)
-            | {"regime": regime, "allow_tf32": allow_tf32, "kernel_math": kernel_math(trace, spec, allow_tf32)})
+            | {"regime": regime, "allow_tf32": allow_tf32, "kernel_math": kernel_math(trace, spec, allow_tf32),
+               "host": host})
 
 
 def kernel_math(trace: pd.DataFrame, spec, allow_tf32: bool = False) -> dict[str, str]:

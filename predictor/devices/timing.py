@@ -28,7 +28,9 @@ Kernel time of an op (µs), op class from :func:`predictor.capture.costs.op_clas
   backward (grad-input and grad-weight), 2 × sequence length for LSTMs (a GEMM pair per step),
   else 1.
 
-Host time of an op = ``host_us[phase][op class]`` (else ``[phase]["default"]``) × ``host_scale``.
+Host time of an op = ``host_us[phase][op class]`` (else ``[phase]["default"]``) × ``host_scale``
+(a training step); an eager forward under ``no_grad`` pays a per-kernel host cost of its own
+(:mod:`predictor.devices.inference_host`).
 
 Timeline: the host issues op i at H_i = Σ_{j≤i} host_j; the GPU starts it at
 s_i = max(s_{i-1} + d_{i-1}, H_i). Synchronisation points: after the last forward op (loss
@@ -174,12 +176,16 @@ def timeline(duration: np.ndarray, host: np.ndarray, sync_after: int = -1) -> tu
 
 def emulate(trace: pd.DataFrame, device: str, params: DeviceParams, *, seed: int = 0,
             noise: bool = True, regime: str = "plain",
-            model: "kernel_model.KernelModel | None | str" = "shipped", allow_tf32: bool = False) -> pd.DataFrame:
+            model: "kernel_model.KernelModel | None | str" = "shipped", allow_tf32: bool = False,
+            inference_host_us: float | None = None) -> pd.DataFrame:
     """The execution trace of one op sequence (one config_id) on an emulated device; kernel times
     from the shipped learned kernel model where it covers the op (:func:`kernel_us`); host times
     of the measurement ``regime`` (``plain``: no profiler, the simulator's truth; ``nsys``: under
     Nsight Systems with NVTX ranges, like the real ETS traces). ``model``: the kernel model
-    (default the shipped one; None: the roofline alone, e.g. for synthetic test data)."""
+    (default the shipped one; None: the roofline alone, e.g. for synthetic test data).
+    ``inference_host_us``: an eager forward under ``no_grad`` — this host cost for every op that
+    launches a kernel, none for the others (:mod:`predictor.devices.inference_host`), instead of
+    the training host table."""
     if trace["config_id"].nunique() != 1:
         raise ValueError("emulate takes the op sequence of one config; got "
                          f"{trace['config_id'].nunique()} configs")
@@ -188,7 +194,11 @@ def emulate(trace: pd.DataFrame, device: str, params: DeviceParams, *, seed: int
     ops = OpArrays.from_trace(trace)
     model = kernel_model.shipped() if isinstance(model, str) else model
     d = kernel_us(ops, spec, learned_us(ops, spec, model, allow_tf32))
-    h = host_us(ops, params.host_us, spec) * regime_host_factor(params, regime)
+    if inference_host_us is None:
+        h = host_us(ops, params.host_us, spec)
+    else:
+        h = np.where(ops.kernels > 0, float(inference_host_us), 0.0)
+    h = h * regime_host_factor(params, regime)
     if noise:
         rng = np.random.default_rng(stable_int(str(trace["config_id"].iloc[0]), spec.name, seed))
         d = d * np.exp(KERNEL_NOISE * rng.standard_normal(len(d)))

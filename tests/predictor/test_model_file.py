@@ -125,6 +125,8 @@ def test_json_has_the_file_and_the_kernel_time_per_phase(tiny):
     inference = json.loads(_devices_time("--model-file", str(tiny), "--device", "emulated:T4", "--inference",
                                          "--json").stdout)
     assert inference["backward_kernel_ms"] == 0.0 == inference["update_kernel_ms"] == inference["backward_ms"]
+    # an inference call pays the fitted per-kernel host cost, a training step the training host table
+    assert inference["host"].startswith("inference: ") and body["host"].startswith("training")
 
 
 def test_a_directory_times_the_good_file_and_names_the_bad_one(tmp_path):
@@ -221,6 +223,14 @@ def test_collect_writes_the_file_into_the_dataset(tiny, tmp_path):
     assert failure["model_file"] == str(tmp_path / "missing.py")
     zoo = CliRunner().invoke(ets, args + ["--zoo", "hpo"])
     assert zoo.exit_code == 2 and "--zoo: zoo options; they do not apply to --model-file" in zoo.output
+    # an inference capture's host time per kernel is the inference host's (± the 5 % host jitter), not the training table's
+    from predictor.devices.inference_host import shipped
+
+    assert CliRunner().invoke(ets, args + ["--inference"]).exit_code == 0
+    traces = pd.read_parquet(tmp_path / "emulated_T4.parquet")
+    forward = traces[traces["config_id"] == "file:tiny:inference"]
+    launched = forward.loc[forward["kernels"] > 0, "cpu_us"]
+    assert len(launched) and launched.between(0.8 * shipped().per_op_us("T4"), 1.25 * shipped().per_op_us("T4")).all()
 
 
 def test_predict_gives_one_json_line_per_file(tiny, tmp_path):

@@ -113,3 +113,16 @@ def test_summary_by_set_and_gpu_by_hand():
     assert table.loc[("Lambda", "A10"), "within_20"] == 0.5
     assert table.loc[("Lambda", "all"), "n"] == 3 and table.loc[("Lambda", "all"), "median"] == pytest.approx(0.3)
     assert table.loc[("KernelBench L3", "T4"), "median"] == 0.0
+
+
+def test_host_agreement_by_hand(tmp_path):
+    root = _root(tmp_path, [
+        "v0.0,L40S_a,c,torch,level1,1_matmul.py,NVIDIA L40S,0.1,0.01,0.1,0.1,100",
+        "v0.0,L40S_b,c,torch,level1,1_matmul.py,NVIDIA L40S,0.2,0.01,0.2,0.2,100",
+        "v0.0,L40S_a,c,torch,level1,2_conv.py,NVIDIA L40S,0.3,0.01,0.3,0.3,100",
+        "v0.0,L40S_b,c,torch,level1,2_conv.py,NVIDIA L40S,0.3,0.01,0.3,0.3,100",
+        "v0.0,T4_modal,c,torch,level1,2_conv.py,Tesla T4,0.3,0.01,0.3,0.3,100"])
+    (row,) = kernelbench.host_agreement(kernelbench.load_timings(root, ("level1",))).itertuples()
+    # ratios a/b: 0.5 and 1.0 -> median ratio 0.75, median |ratio - 1| 0.25; the T4 has one host
+    assert (row.device, row.host_a, row.host_b, row.n) == ("L40S", "L40S_a", "L40S_b", 2)
+    assert row.median_ratio == pytest.approx(0.75) and row.median_abs == pytest.approx(0.25)
