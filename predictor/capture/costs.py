@@ -20,8 +20,9 @@ Conventions (documented so that the numbers can be checked):
   variance, normalise, scale, shift), 8 backward.
 * pooling: numel(output) * kernel elements forward (adaptive: numel(input)); backward numel(input).
 * softmax / log_softmax / cross_entropy: 5 per element forward, 4 backward.
-* LSTM: per layer and direction 2 * 4 * H * (I_l + H) * B * T for the gate GEMMs + 10 * H * B * T
-  element-wise; backward 2x.
+* recurrent (class ``lstm``: fused LSTM, GRU and Elman RNN ops): per layer and direction
+  2 * G * H * (I_l + H) * B * T for the gate GEMMs (G gates: LSTM 4, GRU 3, RNN 1) + E * H * B * T
+  element-wise (E: LSTM 10, GRU 9, RNN 2); backward 2x.
 * embedding: 0 FLOPs (a gather).
 * other element-wise ops: per output element 1 FLOP, or the op's constant below (gelu 8, ...);
   backward 2 per element.
@@ -40,7 +41,7 @@ Shape = Sequence[int]
 # Matched against the normalised name: lower case, no "aten::", no underscores, no "backwardN"
 # suffix, so "aten::native_batch_norm" and autograd's "NativeBatchNormBackward0" meet.
 _CLASSES: tuple[tuple[str, str], ...] = (
-    ("lstm", r"lstm|rnnlayer"),
+    ("lstm", r"lstm|gru|^rnn(tanh|relu)|rnnlayer"),  # every fused recurrent op
     ("conv", r"conv"),
     ("matmul", r"linear|addmm|^mm$|bmm|matmul|^addmv|^mv$|^dot$|scaleddotproduct"),
     ("norm", r"batchnorm|layernorm|groupnorm|instancenorm|nativenorm"),
@@ -70,7 +71,7 @@ def flops(op: str, inputs: Sequence[Shape], outputs: Sequence[Shape], backward: 
           **args) -> float:
     """FLOPs of one op. ``inputs``/``outputs`` are the forward op's tensor shapes (for a backward op,
     pass the shapes of the forward op it differentiates). ``args``: ``bias`` (bool), ``kernel_size``
-    (pooling), ``hidden_size``, ``num_layers``, ``bidirectional`` (LSTM)."""
+    (pooling), ``hidden_size``, ``num_layers``, ``bidirectional``, ``batch_first`` (recurrent)."""
     cls = op_class(op)
     out = sum(numel(s) for s in outputs)
     inp = numel(inputs[0]) if inputs else 0
@@ -98,7 +99,7 @@ def flops(op: str, inputs: Sequence[Shape], outputs: Sequence[Shape], backward: 
     if cls == "softmax":
         return (4.0 if backward else 5.0) * inp
     if cls == "lstm":
-        return _lstm(inputs[0], backward, **args)
+        return _recurrent(op, inputs[0], backward, **args)
     if cls == "embedding":
         return 0.0
     base = op.lower().removeprefix("aten::").strip("_").split("_")[0]
@@ -126,14 +127,21 @@ def _contracted(op: str, inputs: Sequence[Shape]) -> int:
     return int(inputs[0][-1])
 
 
-def _lstm(x: Shape, backward: bool, hidden_size: int = 0, num_layers: int = 1, bidirectional: bool = False,
-          batch_first: bool = False, **_) -> float:
+# gates and element-wise FLOPs per hidden unit and step of each recurrent cell
+_CELLS = {"lstm": (4, 10.0), "gru": (3, 9.0), "rnn": (1, 2.0)}
+
+
+def _recurrent(op: str, x: Shape, backward: bool, hidden_size: int = 0, num_layers: int = 1,
+               bidirectional: bool = False, batch_first: bool = False, **_) -> float:
     if len(x) != 3 or hidden_size <= 0:
-        raise ValueError(f"LSTM FLOPs need a (T, B, I) input and hidden_size > 0, got {list(x)} and {hidden_size}")
+        raise ValueError(f"{op} FLOPs need a (T, B, I) input and hidden_size > 0, got {list(x)} and {hidden_size}")
+    name = op.lower().removeprefix("aten::").replace("_", "")
+    gates, pointwise = _CELLS["gru" if "gru" in name else "rnn" if name.startswith("rnn") and "layer" not in name
+                              else "lstm"]
     b, t, i = (x[0], x[1], x[2]) if batch_first else (x[1], x[0], x[2])
     dirs = 2 if bidirectional else 1
     total = 0.0
     for layer in range(num_layers):
         width = i if layer == 0 else hidden_size * dirs
-        total += dirs * (2.0 * 4 * hidden_size * (width + hidden_size) + 10.0 * hidden_size) * b * t
+        total += dirs * (2.0 * gates * hidden_size * (width + hidden_size) + pointwise * hidden_size) * b * t
     return 2 * total if backward else total

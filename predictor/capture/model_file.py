@@ -209,7 +209,7 @@ def _entry_points(shown: str, module: types.ModuleType) -> tuple[Any, Callable, 
 
 
 def _capture(shown: str, module: types.ModuleType, *, inference: bool, dtype: str, optimizer: str) -> pd.DataFrame:
-    from predictor.capture.opseq import _create_optimizer_state, _lstm_flops, ops_table
+    from predictor.capture.opseq import _create_optimizer_state, _rnn_flops, ops_table
     from predictor.capture.profile import extract_ops, median_timings, run_profiled
     from predictor.trace_table import validate
     from predictor.zoo.registry import ADAM_LR, SGD_LR, SGD_MOMENTUM
@@ -253,7 +253,7 @@ def _capture(shown: str, module: types.ModuleType, *, inference: bool, dtype: st
     if not measured or not measured[0]:
         raise ModelFileError(shown, "its iteration ran no PyTorch op (does forward compute anything?)")
     rows = median_timings(measured, config_id)
-    _lstm_flops(rows, model)
+    _rnn_flops(rows, model)
     batch, input_size = _sizes(inputs)
     suffix = " (run on cpu: RNN)" if run_on != "meta" else ""
     return validate(ops_table(rows, config_id=config_id, device="meta", family=Path(shown).stem,

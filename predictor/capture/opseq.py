@@ -87,7 +87,7 @@ def capture(config: ModelConfig, device: str = "meta", *, warmup: int | None = N
     else:
         measured = [extract_ops(top, element_dtype) for top in run_profiled(step, iterations)]
     rows = median_timings(measured, config.config_id, timings)
-    _lstm_flops(rows, workload.model)
+    _rnn_flops(rows, workload.model)
     host = [statistics.median(r.end_us - r.start_us for r in (it[i] for it in measured))
             for i in range(len(rows))]
     kernels = timings[-1][2] if timings else 0
@@ -118,14 +118,15 @@ def ops_table(rows: list, *, config_id: str, device: str, family: str, model: st
     })
 
 
-def _lstm_flops(rows: list, model: torch.nn.Module) -> None:
-    """FLOPs of the fused forward ``lstm`` ops, from the LSTM modules in call order (the profiler
-    records the op's input but not its weight list)."""
-    lstms = [m for m in model.modules() if isinstance(m, torch.nn.LSTM)]
-    forward = [r for r, _, _ in rows if r.op == "lstm" and r.phase == "forward"]
-    for record, module in zip(forward, lstms):
+def _rnn_flops(rows: list, model: torch.nn.Module) -> None:
+    """FLOPs of the fused forward recurrent ops (``lstm``, ``gru``, ``rnn_tanh``, ``rnn_relu``),
+    from the RNN modules in call order (the profiler records the op's input but not its weight
+    list)."""
+    modules = [m for m in model.modules() if isinstance(m, torch.nn.RNNBase)]
+    forward = [r for r, _, _ in rows if costs.op_class(r.op) == "lstm" and r.phase == "forward"]
+    for record, module in zip(forward, modules):
         if record.shapes and len(record.shapes[0]) == 3:
-            record.flops = costs.flops("lstm", [record.shapes[0]], [], hidden_size=module.hidden_size,
+            record.flops = costs.flops(record.op, [record.shapes[0]], [], hidden_size=module.hidden_size,
                                        num_layers=module.num_layers, bidirectional=module.bidirectional,
                                        batch_first=module.batch_first)
 

@@ -48,13 +48,14 @@ import pandas as pd
 from scipy.optimize import least_squares
 from tqdm import tqdm
 
+from predictor.capture import cache as capture_cache
 from predictor.capture.costs import op_class
 from predictor.devices import kernels as kernel_model
 from predictor.devices.measurements import SOURCES, load_measurements, workload_config
 from predictor.devices.neusight_ops import LOSS_OPS
 from predictor.devices.specs import FITTED_FIELDS, DeviceParams, DeviceSpec, prior_params, spec_sheets
 from predictor.devices.timing import OpArrays, host_us, kernel_us, learned_us, timeline
-from predictor.trace_table import PHASES, read_trace_file
+from predictor.trace_table import PHASES
 from predictor.zoo.config import ModelConfig
 
 PRIOR_WEIGHT = 1.0  # residual weight of log(param / prior): a factor e (2.7x) off the prior costs as much as 100 % error
@@ -138,7 +139,8 @@ def op_sequences(configs: list[ModelConfig], cache: Path | None, progress: bool 
     """Meta-device op sequences by config_id; captured once, cached in ``cache`` (Parquet)."""
     from predictor.capture.opseq import capture
 
-    have = read_trace_file(cache) if cache is not None and cache.exists() else pd.DataFrame()  # checked, one line
+    have = capture_cache.read(cache)  # None: absent, or captured by other code (then redone)
+    have = pd.DataFrame() if have is None else have
     out = {cid: t.reset_index(drop=True) for cid, t in have.groupby("config_id")} if len(have) else {}
     todo = list({c.config_id: c for c in configs if c.config_id not in out}.values())
     new = []
@@ -147,8 +149,7 @@ def op_sequences(configs: list[ModelConfig], cache: Path | None, progress: bool 
         out[config.config_id] = trace
         new.append(trace)
     if new and cache is not None:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        pd.concat([have, *new], ignore_index=True).to_parquet(cache, index=False)
+        capture_cache.write(pd.concat([have, *new], ignore_index=True), cache)
     return out
 
 

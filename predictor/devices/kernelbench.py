@@ -105,14 +105,14 @@ def sequences(root: str | Path, timings: pd.DataFrame, cache: Path | None = None
     listed with its one-line reason, also cached, and left out)."""
     from tqdm import tqdm
 
+    from predictor.capture import cache as capture_cache
     from predictor.capture.model_file import ModelFileError, capture_model_file
-    from predictor.trace_table import read_trace_file
 
     have: dict[tuple[str, str, str], pd.DataFrame] = {}
     failed: dict[str, str] = {}
-    if cache is not None and cache.exists():
-        table = read_trace_file(cache)
-        for cid, t in table.groupby("config_id", sort=False):
+    old = capture_cache.read(cache)  # None: absent, or captured by other code (then redone)
+    if old is not None:
+        for cid, t in old.groupby("config_id", sort=False):
             key = tuple(str(cid).split("|"))
             if t["op"].iloc[0] == "<failed>":
                 failed["/".join(key)] = str(t["source"].iloc[0])
@@ -132,9 +132,7 @@ def sequences(root: str | Path, timings: pd.DataFrame, cache: Path | None = None
             have[key] = trace
         new.append(trace)
     if new and cache is not None:
-        old = read_trace_file(cache) if cache.exists() else None
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        pd.concat(([old] if old is not None else []) + new, ignore_index=True).to_parquet(cache, index=False)
+        capture_cache.write(pd.concat(([old] if old is not None else []) + new, ignore_index=True), cache)
     return have, failed
 
 

@@ -252,3 +252,27 @@ def test_predict_gives_one_json_line_per_file(tiny, tmp_path):
     assert f"{tmp_path / 'missing.py'}: no such file" in result.stderr
     both = CliRunner().invoke(ets, ["predict", "--ckpt", str(ckpt), "alexnet", "--model-file", str(tiny)])
     assert both.exit_code == 2 and "either TARGET or --model-file, not both" in both.output
+
+
+def test_a_gru_file_is_priced_by_its_gates_not_as_an_element_wise_op(tmp_path):
+    path = _write(tmp_path, "gru.py", """\
+        import torch
+        import torch.nn as nn
+
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.gru = nn.GRU(16, 32, num_layers=2)
+
+            def forward(self, x):
+                return self.gru(x)[0]
+
+        def get_inputs():
+            return [torch.randn(7, 4, 16)]
+        """)
+    trace = capture_model_file(path, inference=True)
+    gru = trace[trace["op"] == "gru"]
+    assert len(gru) == 1
+    # 2 layers, T=7, B=4: per step 2*3*H*(I_l+H) gate FLOPs + 9*H element-wise, H=32
+    per_step = (2 * 3 * 32 * (16 + 32) + 9 * 32) + (2 * 3 * 32 * (32 + 32) + 9 * 32)
+    assert gru["flops"].item() == per_step * 7 * 4

@@ -54,8 +54,22 @@ def test_lstm_closed_form():
         flops("lstm", [[5, 2, 10]], [[5, 2, 20]])
 
 
+def test_gru_and_elman_rnn_closed_form():
+    # T=5, B=2, I=10, H=20, 1 layer: GRU 3 gates + 9 element-wise FLOPs per unit, RNN 1 gate + 2
+    assert flops("aten::gru", [[5, 2, 10]], [], hidden_size=20) == 2 * 3 * 20 * 30 * 10 + 9 * 20 * 10
+    assert flops("rnn_tanh", [[5, 2, 10]], [], hidden_size=20) == 2 * 1 * 20 * 30 * 10 + 2 * 20 * 10
+    assert flops("rnn_relu", [[2, 5, 10]], [], hidden_size=20, batch_first=True) == \
+        flops("rnn_tanh", [[5, 2, 10]], [], hidden_size=20)
+    two = flops("gru", [[5, 2, 10]], [], hidden_size=20, num_layers=2, bidirectional=True)
+    assert two == 2 * (2 * 3 * 20 * 30 + 9 * 20) * 10 + 2 * (2 * 3 * 20 * 60 + 9 * 20) * 10
+    assert flops("GruBackward0", [[5, 2, 10]], [], backward=True, hidden_size=20) == \
+        2 * flops("gru", [[5, 2, 10]], [], hidden_size=20)
+
+
 def test_bytes_and_classes():
     assert bytes_moved([[2, 3], [3]], [[2, 3]], 4) == (6 + 3 + 6) * 4
     assert [op_class(o) for o in ("aten::convolution", "addmm", "layer_norm", "avg_pool2d", "softmax",
                                   "embedding", "lstm", "add_")] == \
         ["conv", "matmul", "norm", "pool", "softmax", "embedding", "lstm", "elementwise"]
+    # every fused recurrent op is one class ("lstm"); names that merely contain "rnn" are not
+    assert {op_class(o) for o in ("aten::gru", "rnn_tanh", "rnn_relu", "MkldnnRnnLayerBackward0")} == {"lstm"}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from predictor.capture import cache as capture_cache
 from predictor.devices import endtoend, kernelbench
 from predictor.devices.kernel_data import KernelDataError
 
@@ -90,6 +91,25 @@ def test_single_kernel_problems_become_kernel_rows_with_their_arithmetic(tmp_pat
     assert rows.loc[("T4", "2_conv"), "flops"] == 2 * (4 * 16 * 30 * 30) * (8 * 3 * 3)
     assert rows.loc[("A100-SXM4", "2_conv"), "math"] == "tf32" and rows.loc[("T4", "2_conv"), "math"] == "fp32"
     assert set(rows["dataset"]) == {"kernelbench"} and not rows["training"].any()
+
+
+def test_a_cache_from_other_capture_code_is_captured_again(tmp_path, capsys):
+    root = _root(tmp_path, ["v0.0,T4_modal,c,torch,level1,1_matmul.py,Tesla T4,0.5,0.01,0.49,0.6,100"])
+    timings = kernelbench.load_timings(root, ("level1",))
+    cache = tmp_path / "cache.parquet"
+    seqs, _ = kernelbench.sequences(root, timings, cache, progress=False)
+    (key, first), = seqs.items()
+    edited = pd.read_parquet(cache).assign(flops=lambda t: 3 * t["flops"])
+    capture_cache.write(edited, cache)  # this code's fingerprint: the cache is trusted as it stands
+    trusted, _ = kernelbench.sequences(root, timings, cache, progress=False)
+    assert trusted[key]["flops"].sum() == 3 * first["flops"].sum() > 0
+    assert capsys.readouterr().err == ""
+    edited.to_parquet(cache, index=False)  # as an older version wrote it: no fingerprint
+    redone, _ = kernelbench.sequences(root, timings, cache, progress=False)
+    assert redone[key]["flops"].sum() == first["flops"].sum()
+    assert f"warning: {cache}: captured by another version of the capture code" in capsys.readouterr().err
+    kernelbench.sequences(root, timings, cache, progress=False)  # rewritten with the fingerprint: silent
+    assert capsys.readouterr().err == ""
 
 
 def test_a_problem_that_cannot_be_captured_is_listed_and_cached(tmp_path):
