@@ -12,8 +12,10 @@ from pathlib import Path
 import click
 
 from predictor.capture.importers import IMPORTERS, import_onto_zoo, import_traces
+from predictor import peaks
 from predictor.cli_errors import UserErrorGroup
 from predictor.gpus import names_help
+from predictor.inputs import InputError
 from predictor.outputs import OutputError
 from predictor.trace_table import TraceFormatError, dataset_info, read_dataset, write_traces
 
@@ -203,6 +205,24 @@ def info(directory: Path, as_json: bool) -> None:
     click.echo("framework-overhead share (gap / iteration): "
                + ", ".join(f"{k} {v:.1%}" for k, v in share.items()))
 
+
+
+@dataset.command("peaks")
+@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--overwrite", is_flag=True, help="Replace peaks recorded for this CPU before.")
+def peaks_cmd(directory: Path, overwrite: bool) -> None:
+    """Measure this machine's CPU peaks (a float32 GEMM and a large copy, a few seconds) and
+    record them in DIRECTORY/peaks.json, for the CPU traces collected here."""
+    try:
+        if peaks.recorded(directory, "cpu") is not None and not overwrite:
+            raise click.ClickException(f"{directory / peaks.PEAKS_FILE} already records this dataset's cpu "
+                                       "peaks; --overwrite replaces them")
+        measured = peaks.measure_cpu()
+        path = peaks.record(directory, measured)
+    except InputError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"{path}: cpu {measured.gemm_flops['float32'] / 1e9:,.1f} GFLOP/s float32 GEMM, "
+               f"{measured.bytes_per_s / 1e9:,.1f} GB/s ({measured.origin})")
 
 from predictor.checkpoint_cli import checkpoint  # noqa: E402  (commands live there)
 from predictor.devices_cli import devices  # noqa: E402
