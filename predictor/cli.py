@@ -11,8 +11,8 @@ from pathlib import Path
 
 import click
 
-from predictor.capture.importers import IMPORTERS, import_onto_zoo, import_traces
 from predictor import peaks
+from predictor.capture.importers import IMPORTERS, import_onto_zoo, import_traces
 from predictor.cli_errors import UserErrorGroup
 from predictor.gpus import names_help
 from predictor.inputs import InputError
@@ -206,7 +206,6 @@ def info(directory: Path, as_json: bool) -> None:
                + ", ".join(f"{k} {v:.1%}" for k, v in share.items()))
 
 
-
 @dataset.command("peaks")
 @click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--overwrite", is_flag=True, help="Replace peaks recorded for this CPU before.")
@@ -223,6 +222,7 @@ def peaks_cmd(directory: Path, overwrite: bool) -> None:
         raise click.ClickException(str(exc)) from None
     click.echo(f"{path}: cpu {measured.gemm_flops['float32'] / 1e9:,.1f} GFLOP/s float32 GEMM, "
                f"{measured.bytes_per_s / 1e9:,.1f} GB/s ({measured.origin})")
+
 
 from predictor.checkpoint_cli import checkpoint  # noqa: E402  (commands live there)
 from predictor.devices_cli import devices  # noqa: E402

@@ -32,14 +32,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
-from predictor.capture.costs import op_class
+from predictor.capture.costs import GEMM_CLASSES, op_class
 from predictor.gpus import UnknownGpuTypeError, entry
 from predictor.inputs import InputError, load_json, read_bytes, short
 
 PEAKS_FILE = "peaks.json"
-GEMM_CLASSES = ("conv", "matmul", "lstm")
-HALF = ("float16", "bfloat16")
 RECORD_COMMAND = "ets dataset peaks DATASET_DIR"
 
 
@@ -59,9 +58,13 @@ class Peaks:
 
     def estimate_us(self, ops: list[str] | np.ndarray, flops: np.ndarray, nbytes: np.ndarray,
                     dtypes: list[str] | np.ndarray) -> np.ndarray:
-        """The analytical time (µs) of each op: max(FLOPs / rate, bytes / bandwidth)."""
+        """The analytical time (µs) of each op: max(FLOPs / rate, bytes / bandwidth); 0 for an op
+        with neither FLOPs nor bytes (nothing to anchor it to)."""
         flops, nbytes = np.asarray(flops, dtype=float), np.asarray(nbytes, dtype=float)
-        rate = np.array([self.rate(str(o), str(d)) for o, d in zip(ops, dtypes)], dtype=float)
+        pairs = pd.MultiIndex.from_arrays([pd.Index(ops, dtype=object).astype(str),
+                                           pd.Index(dtypes, dtype=object).astype(str)])
+        codes, unique = pairs.factorize()  # a dataset has millions of ops but few (op, dtype) pairs
+        rate = np.array([self.rate(o, d) for o, d in unique], dtype=float)[codes]
         return np.maximum(flops / rate, nbytes / self.bytes_per_s) * 1e6
 
     def rate(self, op: str, dtype: str) -> float:

@@ -50,6 +50,7 @@ _CLASSES: tuple[tuple[str, str], ...] = (
     ("embedding", r"embedding"),
 )
 OP_CLASSES: tuple[str, ...] = tuple(c for c, _ in _CLASSES) + ("elementwise",)
+GEMM_CLASSES: tuple[str, ...] = ("conv", "matmul", "lstm")  # compute-bound, with a tensor-core path
 _ELEMENTWISE_COST = {"gelu": 8, "sigmoid": 4, "tanh": 4, "silu": 5, "hardswish": 4, "hardsigmoid": 3,
                      "elu": 4, "erf": 8, "exp": 4, "log": 4, "sqrt": 2, "rsqrt": 2, "pow": 2, "div": 1}
 

@@ -54,7 +54,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from predictor.capture.costs import op_class
+from predictor.capture.costs import GEMM_CLASSES, op_class
 from predictor.devices import kernels as kernel_model
 from predictor.devices.problems import trace_problems
 from predictor.devices.specs import DeviceParams, DeviceSpec, regime_host_factor
@@ -64,7 +64,6 @@ from predictor.zoo.config import stable_int
 MIN_KERNEL_US = 2.0
 KERNEL_NOISE = 0.02
 HOST_NOISE = 0.05
-GEMM_CLASSES = ("conv", "matmul", "lstm")
 HALF = ("float16", "bfloat16")
 KERNEL_FREE = re.compile(
     r"^(view|_unsafe_view|reshape|t|transpose|permute|expand|expand_as|slice|select|unsqueeze|squeeze|"
