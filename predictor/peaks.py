@@ -104,7 +104,7 @@ def gpu_peaks(gpu: str) -> Peaks:
     fp32 = spec.fp32_tflops * 1e12
     gemm = {"float32": max(fp32, spec.tf32_tflops * 1e12), "float64": fp32,
             "float16": max(fp32, spec.fp16_tflops * 1e12),
-            "bfloat16": max(fp32, (spec.bf16_tflops or 0.0) * 1e12)}
+            "bfloat16": max(fp32, spec.bf16_tflops * 1e12)}
     other = {"float32": fp32, "float64": fp32, "float16": 2 * fp32, "bfloat16": 2 * fp32}
     return Peaks(spec.name, gemm, other, spec.memory_gbs * 1e9,
                  f"spec-derived: catalogue entry {spec.name} ({spec.source})")

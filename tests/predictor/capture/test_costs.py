@@ -71,5 +71,5 @@ def test_bytes_and_classes():
     assert [op_class(o) for o in ("aten::convolution", "addmm", "layer_norm", "avg_pool2d", "softmax",
                                   "embedding", "lstm", "add_")] == \
         ["conv", "matmul", "norm", "pool", "softmax", "embedding", "lstm", "elementwise"]
-    # every fused recurrent op is one class ("lstm"); names that merely contain "rnn" are not
+    # every fused recurrent op is one class ("lstm"), the CPU's MKL-DNN layer included
     assert {op_class(o) for o in ("aten::gru", "rnn_tanh", "rnn_relu", "MkldnnRnnLayerBackward0")} == {"lstm"}
