@@ -36,6 +36,7 @@ from predictor import methods
 from predictor.collect import collect
 from predictor.dataset import split_by_family
 from predictor.evaluate import evaluate, markdown
+from predictor.peaks import measure_cpu, record, recorded
 from predictor.trace_table import dataset_info, read_dataset
 from predictor.zoo.registry import zoo_configs
 
@@ -53,8 +54,8 @@ def train_and_score(method: str, traces: pd.DataFrame, split, minutes: float, ou
     """Train, save ``OUT/<method>.pt``, score the held-out families (overall and per family)."""
     options = {"max_minutes": minutes, **(ETS_SETTINGS if method == "ets" else {})}
     config = methods.make_config(method, **options)
-    model = methods.module(method).train(split.part(traces, "train"), split.part(traces, "val"), config,
-                                         device=DEVICE, split=split.to_dict())
+    model = methods.train(method, split.part(traces, "train"), split.part(traces, "val"), config,
+                          device=DEVICE, split=split.to_dict(), data_dir=out / "data")
     model.save(out / f"{method}.pt")
     result = evaluate(model, split.part(traces, "test"))
     best = min(model.history, key=lambda h: h["val_mre"])
@@ -64,6 +65,13 @@ def train_and_score(method: str, traces: pd.DataFrame, split, minutes: float, ou
             "test_units": list(split.test_units),
             "by_family": {f: {"traces": int(len(g)), "mre": float(g["abs_err"].mean()),
                               "signed": float(g["rel_err"].mean())} for f, g in per_family}}
+
+
+def record_peaks(data: Path) -> None:
+    """Measure this CPU's peaks with the profiling thread count, once per dataset (the anchor of
+    the anchored targets, :mod:`predictor.peaks`); kept when already recorded."""
+    if recorded(data, DEVICE) is None:
+        record(data, measure_cpu())
 
 
 def report(rows: list[dict], info: dict, configs: int, threads: int) -> str:
@@ -111,6 +119,7 @@ def main(limit: int, max_batch: int, max_size: int, threads: int, minutes: float
          baseline_minutes: float, seed: int, out: Path) -> None:
     configs = benchmark_configs(limit, max_batch, max_size)
     torch.set_num_threads(threads)
+    record_peaks(out / "data")
     counts = collect(configs, DEVICE, out / "data", workers=1)
     torch.set_num_threads(os.cpu_count() or 1)  # training: every core
     if counts["failed"]:

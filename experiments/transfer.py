@@ -27,7 +27,6 @@ appended to ``results.jsonl`` as they come, and a rerun skips what is there.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -40,6 +39,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from experiments.results_log import ResultsLog  # noqa: E402
 from predictor import methods  # noqa: E402
 from predictor.dataset import split_by_family  # noqa: E402
 from predictor.evaluate import evaluate  # noqa: E402
@@ -58,27 +58,11 @@ def mre(model, traces: pd.DataFrame) -> float:
     return float(evaluate(model, traces.assign(device=model.device)).headline()["mre"])
 
 
-class Results:
-    """results.jsonl, appended per run and read back on resume."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.rows = [json.loads(line) for line in path.read_text().splitlines() if line] if path.exists() else []
-        self.done = {self.key(r) for r in self.rows}
-
-    @staticmethod
-    def key(row: dict) -> tuple:
-        return row["experiment"], row["seed"], row["n"], row["method"]
-
-    def add(self, row: dict) -> None:
-        self.rows.append(row)
-        self.done.add(self.key(row))
-        with self.path.open("a") as f:
-            f.write(json.dumps(row) + "\n")
+RESULT_KEY = ("experiment", "seed", "n", "method")
 
 
-def _run(results: Results, key: dict, fit, test: pd.DataFrame) -> None:
-    if Results.key(key) in results.done:
+def _run(results: ResultsLog, key: dict, fit, test: pd.DataFrame) -> None:
+    if results.key(key) in results.done:
         return
     started = time.perf_counter()
     model = fit()
@@ -97,7 +81,7 @@ def counts_for(pool: int, counts) -> list[int]:
     return out
 
 
-def _curves(results: Results, base: dict, parents: dict, subset: pd.DataFrame, test: pd.DataFrame, seed: int,
+def _curves(results: ResultsLog, base: dict, parents: dict, subset: pd.DataFrame, test: pd.DataFrame, seed: int,
             fit_options: dict) -> None:
     """Every parent fine-tuned both ways (N = 0: the parent alone), and from scratch, on ``subset``."""
     for parent_name, parent in parents.items():
@@ -113,7 +97,7 @@ def _curves(results: Results, base: dict, parents: dict, subset: pd.DataFrame, t
              lambda: fit_small(subset, None, seed=seed, progress=False, **fit_options), test)
 
 
-def t4_curve(results: Results, real: pd.DataFrame, parent, seeds: int, counts, fit_options: dict) -> None:
+def t4_curve(results: ResultsLog, real: pd.DataFrame, parent, seeds: int, counts, fit_options: dict) -> None:
     for seed in range(seeds):
         split = split_by_family(real, test_fraction=TEST_FRACTION, val_fraction=0.0, seed=seed)
         test = split.part(real, "test")
@@ -124,7 +108,7 @@ def t4_curve(results: Results, real: pd.DataFrame, parent, seeds: int, counts, f
                     seed, fit_options)
 
 
-def rtx_curve(results: Results, real: pd.DataFrame, parents: dict, seeds: int, counts,
+def rtx_curve(results: ResultsLog, real: pd.DataFrame, parents: dict, seeds: int, counts,
               fit_options: dict) -> None:
     ids = sorted(real["config_id"].unique())
     for seed in range(seeds):
@@ -227,7 +211,7 @@ def main(seeds: int, pretrained: Path | None, ets_traces: Path, out: Path, minut
                                              160, 0)
     seeds, counts = (1, QUICK_COUNTS) if quick else (seeds, COUNTS)
     fit_options = {"minutes": minutes, "epochs": 2 if quick else None, "parent_path": str(parent_path)}
-    results = Results(out / "results.jsonl")
+    results = ResultsLog(out / "results.jsonl", RESULT_KEY)
     t4_curve(results, t4, parent, seeds, counts, fit_options)
     real_t4 = fit_small(t4, parent, seed=0, progress=False, **fit_options)  # every real T4 trace, default rule
     real_t4.save(out / "ets-T4-real.pt")

@@ -41,7 +41,8 @@ import torch
 from torch import nn
 
 from predictor.features import FeatureSpec, decode_targets, encode, encode_targets, fit_features, raw_targets
-from predictor.training import (CheckpointError, EarlyStopping, device_rows, load_weights,
+from predictor.peaks import Peaks
+from predictor.training import (CheckpointError, EarlyStopping, anchor_peaks, device_rows, load_weights,
                                 read_checkpoint, with_intervals, write_checkpoint)
 from predictor.windows import average_windows, first_window_only, window_index
 
@@ -224,7 +225,7 @@ class EtsPredictor:
         combine = average_windows if self.config.overlap else first_window_only
         normalised = combine(predictions, w.index, total)
         ordered = pd.concat(w.traces, ignore_index=True)
-        micro = decode_targets(self.spec, ordered["op"], normalised)
+        micro = decode_targets(self.spec, ordered, normalised)
         return ordered.assign(pred_duration_us=micro[:, 0] * self.scale[0], pred_gap_us=micro[:, 1] * self.scale[1])
 
     def lineage_of_child(self, path: str) -> list[dict]:
@@ -289,12 +290,16 @@ def iteration_mre(summary: pd.DataFrame) -> float:
 
 def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: TrainConfig | None = None, *,
           device: str | None = None, split: dict | None = None, progress: bool = True,
-          log=None, parent: "EtsPredictor | None" = None, parent_path: str = "") -> EtsPredictor:
+          log=None, parent: "EtsPredictor | None" = None, parent_path: str = "",
+          peaks: Peaks | None = None) -> EtsPredictor:
     """Fit a window model on ``train_traces``; early stopping on ``val_traces``' iteration MRE.
 
     ``parent``: continue training that predictor (its feature spec, scalers and weights; the
     result records it in ``lineage`` and models the data's device) instead of starting afresh;
-    a calibration ``scale`` of the parent is not carried: the weights learn the device instead.
+    a calibration ``scale`` of the parent is not carried: the weights learn the device instead;
+    an anchored parent is re-anchored on the data's device.
+    ``peaks``: the device's peaks for anchored targets (a CPU dataset's recorded ones,
+    :func:`predictor.peaks.for_device`); None: the GPU catalogue's.
     Empty ``val_traces`` (too few traces to hold any out): exactly ``max_epochs`` epochs, the
     last weights kept; the history's MRE is then the training traces'."""
     config = config or TrainConfig()
@@ -306,10 +311,13 @@ def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: TrainCon
     rng = np.random.default_rng(config.seed)
     if parent is None:
         spec = fit_features(train_traces, top_k=config.top_k, norm=config.norm,
-                            target_transform=config.target_transform, context=config.context)
+                            target_transform=config.target_transform, context=config.context,
+                            peaks=anchor_peaks(config.target_transform, device, peaks))
         model, lineage = WindowModel(spec.dim, config), []
     else:
         spec, model = parent.spec, copy.deepcopy(parent.model)
+        if spec.anchored and device != parent.device:
+            spec = spec.with_peaks(anchor_peaks(spec.target_transform, device, peaks))
         lineage = parent.lineage_of_child(parent_path)
     fixed = val_traces.empty
     checked = train_traces if fixed else val_traces

@@ -40,15 +40,36 @@ the loss weighs a 10 µs op's error relative to its size rather than to the larg
 the data set — our zoo spans batch 2–512 and images 16–768, six orders of magnitude of op time,
 where the authors' raw z-scoring ("none", also available) lets big kernels drown the small ones
 whose gaps make up the overhead.
+
+"anchored" (physics-anchored targets) predicts each op's duration as a correction of its analytical
+time on the modelled device, a = max(FLOPs / peak rate, bytes / bandwidth) (:mod:`predictor.peaks`):
+the duration target is log(1 + d) − log(1 + a), i.e. the log of the op's inefficiency (in (0, 1]
+as efficiency), and log(1 + a) joins the features. Why: a raw or log time learned on small ops
+does not carry to ops larger than any in training (VGG's convolutions on the real CPU benchmark
+were predicted 45 % too fast), while an op's efficiency saturates as it grows and carries there
+(NeuSight's insight). The decoded duration is (1 + a)·exp(max(r, 0)) − 1 ≥ a: the bound that no
+prediction beats the roofline is in the decoding, so no weight can break it. Real convolutions can
+beat the direct-convolution count (cuDNN's Winograd and FFT algorithms do fewer multiplications:
+11 % of the real T4 convolutions, 37 % of their time, run faster than it), so the bound of each op
+class is the fastest ratio r its training ops reached when that is below 0 (``floor``; 0, the
+roofline, for data that never beat it, such as every emulated device). The continuous
+features are clipped to their training range (``low``, ``high``): the correction of an op larger
+than any seen is the one learned at the edge of training, and the anchor alone carries the
+growth, where a learned correction extrapolated along log FLOPs drifts. Gaps are not
+anchored (the host's issue rate is not a roofline of the device): they keep the log transform.
+The peaks are those of the device the model is trained for, stored in the spec, so a trace is
+priced on the model's device whatever device recorded it (a meta-device op sequence included).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
 
+from predictor.capture.costs import op_class
+from predictor.peaks import Peaks
 from predictor.trace_table import DTYPES, MAX_PARAMS, PHASES
 
 OPTIMIZERS = ("sgd", "adam")
@@ -56,7 +77,8 @@ MIN_PER_OP_ROWS = 50
 HEAVY_SHARE = 0.05
 NORMS = ("global", "per-op")
 CONTEXT_COLUMNS = 6
-TARGET_TRANSFORMS = ("log", "none")
+TARGET_TRANSFORMS = ("log", "none", "anchored")
+ANCHOR_COLUMNS = 1  # log(1 + analytical time) with anchored targets
 
 
 def optimizer_of(config_id: str) -> str:
@@ -77,6 +99,20 @@ class FeatureSpec:
     target_std: list[float] = field(default_factory=list)
     per_op: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # op -> mean/std/target_mean/target_std
     context: bool = False  # the iteration-context columns (see the module docstring)
+    peaks: dict = field(default_factory=dict)  # the modelled device's Peaks (JSON form) for "anchored"
+    low: list[float] = field(default_factory=list)  # continuous columns' training range ("anchored": clipped to it)
+    high: list[float] = field(default_factory=list)
+    floor: dict[str, float] = field(default_factory=dict)  # op class -> lowest log(1+d) - log(1+a) in training, <= 0
+
+    def __post_init__(self) -> None:
+        if self.anchored and not self.peaks:
+            raise ValueError("anchored targets need the modelled device's peaks; the spec has none")
+        if self.anchored:
+            Peaks.from_json(self.peaks, "feature spec: field 'peaks'")  # every field checked, a bad one named
+
+    @property
+    def anchored(self) -> bool:
+        return self.target_transform == "anchored"
 
     @property
     def n_onehot(self) -> int:
@@ -84,7 +120,7 @@ class FeatureSpec:
 
     @property
     def n_continuous(self) -> int:
-        return 4 + MAX_PARAMS + (CONTEXT_COLUMNS if self.context else 0)
+        return 4 + MAX_PARAMS + (CONTEXT_COLUMNS if self.context else 0) + (ANCHOR_COLUMNS if self.anchored else 0)
 
     @property
     def dim(self) -> int:
@@ -94,11 +130,24 @@ class FeatureSpec:
         return {"ops": self.ops, "norm": self.norm, "target_transform": self.target_transform,
                 "mean": self.mean, "std": self.std,
                 "target_mean": self.target_mean, "target_std": self.target_std, "per_op": self.per_op,
-                "context": self.context}
+                "context": self.context,
+                **({"peaks": self.peaks, "low": self.low, "high": self.high, "floor": self.floor} if self.peaks else {})}
 
     @classmethod
     def from_dict(cls, d: dict) -> "FeatureSpec":
         return cls(**d)
+
+    def with_peaks(self, peaks: Peaks) -> "FeatureSpec":
+        """This spec anchored on another device (a model adapted to it); unchanged if not anchored."""
+        return replace(self, peaks=peaks.to_json()) if self.anchored else self
+
+    def anchor_us(self, traces: pd.DataFrame) -> np.ndarray:
+        """Each op's analytical time on the modelled device (zeros when not anchored)."""
+        if not self.anchored:
+            return np.zeros(len(traces))
+        return Peaks.from_json(self.peaks, "feature spec").estimate_us(
+            traces["op"].to_numpy(), np.maximum(traces["flops"].to_numpy(np.float64), 0),
+            np.maximum(traces["bytes"].to_numpy(np.float64), 0), traces["dtype"].to_numpy())
 
     def op_slot(self, ops: pd.Series) -> np.ndarray:
         return _lookup(ops, self.ops, default=len(self.ops))
@@ -124,7 +173,7 @@ def _lookup(values: pd.Series, names, default: int = -1) -> np.ndarray:
     return table[codes]  # code -1 (missing value) picks the trailing default
 
 
-def _continuous(traces: pd.DataFrame, context: bool = False) -> np.ndarray:
+def _continuous(traces: pd.DataFrame, context: bool = False, anchor: np.ndarray | None = None) -> np.ndarray:
     params = np.zeros((len(traces), MAX_PARAMS))
     for i, p in enumerate(traces["params"]):
         values = np.asarray(p, dtype=np.float64)[:MAX_PARAMS]
@@ -132,7 +181,8 @@ def _continuous(traces: pd.DataFrame, context: bool = False) -> np.ndarray:
     scalars = np.column_stack([traces["batch"].to_numpy(np.float64), traces["input_size"].to_numpy(np.float64),
                                np.log1p(np.maximum(traces["flops"].to_numpy(np.float64), 0)),
                                np.log1p(np.maximum(traces["bytes"].to_numpy(np.float64), 0))])
-    return np.hstack([scalars, params, iteration_context(traces)] if context else [scalars, params])
+    parts = [scalars, params] + ([iteration_context(traces)] if context else [])
+    return np.hstack(parts + ([np.log1p(anchor)[:, None]] if anchor is not None else []))
 
 
 def iteration_context(traces: pd.DataFrame) -> np.ndarray:
@@ -151,10 +201,23 @@ def iteration_context(traces: pd.DataFrame) -> np.ndarray:
     return np.log1p(np.hstack([before, totals]))
 
 
-def raw_targets(traces: pd.DataFrame, transform: str = "none") -> np.ndarray:
+def raw_targets(traces: pd.DataFrame, transform: str = "none", anchor: np.ndarray | None = None) -> np.ndarray:
+    """[rows, 2] (duration, gap) in the target space of ``transform`` ("anchored" needs ``anchor``)."""
     t = np.column_stack([np.maximum(traces["duration_us"].to_numpy(np.float64), 0.0),
                          np.maximum(traces["gap_us"].to_numpy(np.float64), 0.0)])
-    return np.log1p(t) if transform == "log" else t
+    if transform == "none":
+        return t
+    t = np.log1p(t)
+    if transform == "anchored":
+        t[:, 0] -= np.log1p(anchor)
+    return t
+
+
+def op_classes(ops: pd.Series) -> pd.Series:
+    """The cost class of each op (:func:`predictor.capture.costs.op_class`), via the distinct names."""
+    codes, names = pd.factorize(ops)
+    classes = np.array([op_class(str(n)) for n in names] + [""], dtype=object)
+    return pd.Series(classes[codes], index=ops.index)
 
 
 def _safe_std(x: np.ndarray) -> np.ndarray:
@@ -163,19 +226,29 @@ def _safe_std(x: np.ndarray) -> np.ndarray:
 
 
 def fit_features(train: pd.DataFrame, top_k: int = 25, norm: str = "global",
-                 target_transform: str = "log", context: bool = False) -> FeatureSpec:
-    """Vocabulary and scalers from the training split's ops."""
+                 target_transform: str = "log", context: bool = False, peaks: Peaks | None = None) -> FeatureSpec:
+    """Vocabulary and scalers from the training split's ops; ``peaks``: the modelled device's,
+    required by anchored targets."""
     if norm not in NORMS:
         raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
     if target_transform not in TARGET_TRANSFORMS:
         raise ValueError(f"target_transform must be one of {TARGET_TRANSFORMS}, got {target_transform!r}")
     if train.empty:
         raise ValueError("cannot fit features on an empty training split")
+    if target_transform == "anchored" and peaks is None:
+        raise ValueError("anchored targets need the modelled device's peaks (predictor.peaks.for_device)")
     counts = train["op"].value_counts()
     ops = sorted(set(counts.index[:top_k]) | heavy_ops(train), key=lambda o: (-counts[o], o))
-    cont, targets = _continuous(train, context), raw_targets(train, target_transform)
-    spec = FeatureSpec(ops, norm, target_transform, cont.mean(axis=0).tolist(), _safe_std(cont).tolist(),
-                       targets.mean(axis=0).tolist(), _safe_std(targets).tolist(), context=context)
+    spec = FeatureSpec(ops, norm, target_transform, context=context,
+                       peaks=peaks.to_json() if target_transform == "anchored" else {})
+    anchor = spec.anchor_us(train) if spec.anchored else None
+    cont, targets = _continuous(train, context, anchor), raw_targets(train, target_transform, anchor)
+    spec.mean, spec.std = cont.mean(axis=0).tolist(), _safe_std(cont).tolist()
+    if spec.anchored:
+        spec.low, spec.high = cont.min(axis=0).tolist(), cont.max(axis=0).tolist()
+        lowest = pd.Series(targets[:, 0]).groupby(op_classes(train["op"]).to_numpy()).min()
+        spec.floor = {str(c): float(v) for c, v in lowest.items() if v < 0}
+    spec.target_mean, spec.target_std = targets.mean(axis=0).tolist(), _safe_std(targets).tolist()
     if norm == "per-op":
         values = train["op"].to_numpy()
         for op, n in counts.items():
@@ -213,21 +286,29 @@ def encode(spec: FeatureSpec, traces: pd.DataFrame) -> np.ndarray:
             raise ValueError(f"value {bad!r} not encodable; known: {', '.join(names)}")
         onehot[rows, offset + index] = 1
         offset += len(names)
-    cont = _continuous(traces, spec.context)
+    cont = _continuous(traces, spec.context, spec.anchor_us(traces) if spec.anchored else None)
+    if spec.low:
+        cont = np.clip(cont, spec.low, spec.high)
     cont = (cont - spec._stats(traces["op"], "mean", spec.mean)) / spec._stats(traces["op"], "std", spec.std)
     return np.hstack([onehot, cont.astype(np.float32)])
 
 
 def encode_targets(spec: FeatureSpec, traces: pd.DataFrame) -> np.ndarray:
     """[rows, 2] normalised (duration, gap)."""
-    t = raw_targets(traces, spec.target_transform)
+    t = raw_targets(traces, spec.target_transform, spec.anchor_us(traces))
     return ((t - spec._stats(traces["op"], "target_mean", spec.target_mean))
             / spec._stats(traces["op"], "target_std", spec.target_std)).astype(np.float32)
 
 
-def decode_targets(spec: FeatureSpec, ops: pd.Series, normalised: np.ndarray) -> np.ndarray:
-    """Normalised predictions back to µs (negative predictions clipped to 0)."""
+def decode_targets(spec: FeatureSpec, traces: pd.DataFrame, normalised: np.ndarray) -> np.ndarray:
+    """Normalised predictions of ``traces``' ops back to µs (negative predictions clipped to 0;
+    anchored durations bounded below by each op's analytical time, times its class's ``floor``)."""
+    ops = traces["op"]
     out = normalised * spec._stats(ops, "target_std", spec.target_std) + spec._stats(ops, "target_mean", spec.target_mean)
-    if spec.target_transform == "log":
-        out = np.expm1(np.minimum(out, 30.0))
-    return np.maximum(out, 0.0)
+    if spec.target_transform == "none":
+        return np.maximum(out, 0.0)
+    if spec.anchored:
+        out = out.copy()
+        floor = op_classes(traces["op"]).map(spec.floor).fillna(0.0).to_numpy(np.float64)
+        out[:, 0] = np.maximum(out[:, 0], floor) + np.log1p(spec.anchor_us(traces))
+    return np.maximum(np.expm1(np.minimum(out, 30.0)), 0.0)

@@ -69,6 +69,18 @@ def make_config(method: str, **options):
     return cls(**given)
 
 
+def train(method: str, train_traces: pd.DataFrame, val_traces: pd.DataFrame, config, *, device: str,
+          data_dir: str | Path | None = None, **options) -> IterationTimePredictor:
+    """Train ``method`` for ``device``; a config with anchored targets gets the device's peaks
+    (recorded in ``data_dir``'s ``peaks.json``, else the GPU catalogue's; a CPU without a record
+    is refused with the command that records it)."""
+    if getattr(config, "target_transform", None) == "anchored":
+        from predictor.peaks import for_device
+
+        options["peaks"] = for_device(device, data_dir)
+    return module(method).train(train_traces, val_traces, config, device=device, **options)
+
+
 def checkpoint_method(path: str | Path) -> str:
     """Which method wrote a checkpoint (CheckpointError for a missing or foreign file)."""
     from predictor.checkpoint_file import CheckpointError, read  # torch: only once the file is checked

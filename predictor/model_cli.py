@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import click
 import pandas as pd
 
+from predictor.features import TARGET_TRANSFORMS
 from predictor.intervals import DEFAULT_LEVEL, check_level
 from predictor.trace_table import TraceFormatError, device_file, read_dataset, read_trace_file
 
@@ -144,8 +145,11 @@ def _print_evaluation(result, as_json: bool, extra: dict) -> None:
 @click.option("--hidden", type=click.IntRange(1), help="Hidden size [method default; ets: the feature dimension].")
 @click.option("--norm", type=click.Choice(["global", "per-op"]),
               help="Z-score the features over all training ops, or per op type [global].")
-@click.option("--target-transform", type=click.Choice(["log", "none"]),
-              help="ets/opbased: z-score log(1 + µs) targets (default), or raw µs as the authors.")
+@click.option("--target-transform", type=click.Choice(TARGET_TRANSFORMS),
+              help="ets/opbased/dnnperf: z-score log(1 + µs) targets (default), raw µs as the authors (not dnnperf), "
+                   "or 'anchored': "
+                   "log of each op's time over its roofline on the device (peaks from the GPU catalogue or, "
+                   "for a CPU, the dataset's peaks.json: ets dataset peaks DIR).")
 @click.option("--epochs", type=click.IntRange(1), help="Maximum epochs [200].")
 @click.option("--patience", type=click.IntRange(1), help="Stop after this many epochs without a better validation MRE.")
 @click.option("--minutes", type=MINUTES, default=15.0, show_default=True,
@@ -184,8 +188,8 @@ def train_cmd(method: str, data_dir: Path, out: Path, overwrite: bool, device: s
             method, width=window, stride=stride, arch=arch, layers=layers, hidden=hidden, norm=norm,
             target_transform=target_transform, lr=lr, batch_size=batch_size, max_epochs=epochs, patience=patience,
             max_minutes=minutes, seed=seed, source_device=source_device)
-        model = methods.module(method).train(split.part(traces, "train"), split.part(traces, "val"), config,
-                                             device=str(target["device"].iloc[0]), split=split.to_dict())
+        model = methods.train(method, split.part(traces, "train"), split.part(traces, "val"), config,
+                              device=str(target["device"].iloc[0]), split=split.to_dict(), data_dir=data_dir)
         test = split.part(traces, "test")
         result = None if test.empty else fit_intervals(
             model, test, f"{data_dir}: held-out families {', '.join(split.test_units)}")

@@ -20,6 +20,7 @@ from torch import nn
 
 from predictor import checkpoint_file
 from predictor.checkpoint_file import CheckpointError
+from predictor.peaks import Peaks, for_device
 
 if TYPE_CHECKING:
     from predictor.intervals import IntervalCalibration
@@ -91,6 +92,15 @@ def device_rows(train_traces: pd.DataFrame, val_traces: pd.DataFrame,
         if rows.empty:
             raise ValueError(f"the {name} split holds no traces of device {device!r}; present: {', '.join(devices)}")
     return device, train_rows, val_rows
+
+
+def anchor_peaks(target_transform: str, device: str, peaks: Peaks | None) -> Peaks | None:
+    """The peaks anchored targets use for ``device``: ``peaks`` when given (a CPU dataset's
+    recorded ones), else the GPU catalogue's; a CPU without them is refused with the command
+    that records them (:func:`predictor.peaks.for_device`). None for the other targets."""
+    if target_transform != "anchored":
+        return None
+    return peaks or for_device(device)
 
 
 class EarlyStopping:

@@ -26,6 +26,10 @@ The paper's pieces and ours:
 * **Target**: z-scored log iteration time (Σ duration + gap of the trace). Iteration times span
   orders of magnitude over our zoo; the paper regresses the raw time, whose loss the largest
   models would dominate. The loss is the MAE in that space, i.e. roughly the relative error.
+* **Anchored target** (``target_transform="anchored"``, :mod:`predictor.features`): log of the
+  iteration time over the sum of its ops' analytical times on the device (+1 µs), the node features
+  with the analytical time and clipped to the training range — the ablation of ETS's anchor on
+  the graph model.
 * **Training** as ETS: Adam, learning rate halved after 2 epochs without improvement, early
   stopping on the validation iteration MRE with the best weights kept, ``patience`` and
   ``max_minutes`` budgets; mini-batches of whole graphs (``torch_geometric.loader.DataLoader``,
@@ -56,7 +60,8 @@ from predictor.baselines.graph import EDGE_KINDS, build_graph, edge_features
 from predictor.ets import fingerprint, sorted_traces
 from predictor.features import OPTIMIZERS, FeatureSpec, encode, fit_features, optimizer_of
 from predictor.trace_table import DTYPES
-from predictor.training import (CheckpointError, EarlyStopping, device_rows, load_weights,
+from predictor.peaks import Peaks
+from predictor.training import (CheckpointError, EarlyStopping, anchor_peaks, device_rows, load_weights,
                                 read_checkpoint, with_intervals, write_checkpoint)
 
 METHOD = "dnnperf"
@@ -80,6 +85,7 @@ class DnnPerfConfig:
     seed: int = 0
     top_k: int = 25  # op types with their own one-hot slot (predictor.features)
     norm: str = "global"  # node-feature normalisation (predictor.features): global | per-op
+    target_transform: str = "log"  # log iteration time, or "anchored": over the ops' analytical times
 
 
 @dataclass
@@ -90,7 +96,7 @@ class Scalers:
     edge_std: float = 1.0
     global_mean: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])  # log batch, input, ops
     global_std: list[float] = field(default_factory=lambda: [1.0, 1.0, 1.0])
-    target_mean: float = 0.0  # log iteration time (µs)
+    target_mean: float = 0.0  # log iteration time (µs; anchored: over the analytical time)
     target_std: float = 1.0
     node_scale: float = 1.0  # mean op count of the training graphs (sum-pool scale)
 
@@ -172,11 +178,16 @@ def _mean_std(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return x.mean(axis=0), np.where(std > 1e-9, std, 1.0)
 
 
-def fit_scalers(parts: list[pd.DataFrame], graphs: list) -> Scalers:
+def anchors(spec: FeatureSpec, parts: list[pd.DataFrame]) -> np.ndarray:
+    """Per trace: 1 µs plus its ops' analytical times with an anchored spec; 1 otherwise."""
+    return np.array([1.0 + spec.anchor_us(t).sum() if spec.anchored else 1.0 for t in parts])
+
+
+def fit_scalers(spec: FeatureSpec, parts: list[pd.DataFrame], graphs: list) -> Scalers:
     """Scalers from the training traces (sorted, one per config) and their graphs."""
     edge_mean, edge_std = _mean_std(_log_bytes(graphs))
     global_mean, global_std = _mean_std(np.stack([_global_raw(t) for t in parts]))
-    target_mean, target_std = _mean_std(np.log([iteration_us(t) for t in parts]))
+    target_mean, target_std = _mean_std(np.log([iteration_us(t) for t in parts] / anchors(spec, parts)))
     return Scalers(float(edge_mean), float(edge_std), global_mean.tolist(), global_std.tolist(),
                    float(target_mean), float(target_std), float(np.mean([len(t) for t in parts])))
 
@@ -194,6 +205,7 @@ def make_graph_set(spec: FeatureSpec, scalers: Scalers, parts: list[pd.DataFrame
     """One ``Data`` per trace: node features, both-way edges with features, globals, target."""
     features = encode(spec, pd.concat(parts, ignore_index=True))
     offsets = np.concatenate([[0], np.cumsum([len(t) for t in parts])])
+    anchor = anchors(spec, parts)
     data = []
     for i, (trace, graph) in enumerate(zip(parts, graphs)):
         attr = edge_features(graph)
@@ -207,7 +219,7 @@ def make_graph_set(spec: FeatureSpec, scalers: Scalers, parts: list[pd.DataFrame
                     edge_attr=torch.from_numpy(both.astype(np.float32)),
                     g=torch.from_numpy(g.astype(np.float32)).unsqueeze(0), num_nodes=len(trace))
         if with_targets:
-            item.y = torch.tensor([(np.log(iteration_us(trace)) - scalers.target_mean) / scalers.target_std],
+            item.y = torch.tensor([(np.log(iteration_us(trace) / anchor[i]) - scalers.target_mean) / scalers.target_std],
                                   dtype=torch.float32)
         data.append(item)
     return GraphSet(data, parts)
@@ -239,7 +251,8 @@ class DnnPerfPredictor:
         self.model.eval()
         out = [self.model(batch).numpy() for batch in DataLoader(graphs.data, batch_size=batch_size)]
         normalised = np.concatenate(out).astype(np.float64)
-        return np.exp(np.minimum(normalised * self.scalers.target_std + self.scalers.target_mean, 50.0))
+        scale = anchors(self.spec, graphs.traces)
+        return scale * np.exp(np.minimum(normalised * self.scalers.target_std + self.scalers.target_mean, 50.0))
 
     def summary(self, graphs: GraphSet, pred_us: np.ndarray) -> pd.DataFrame:
         """Per trace: the contract's iteration-time columns (no breakdown: NaN) and the truth."""
@@ -290,17 +303,21 @@ def load(path: str | Path) -> DnnPerfPredictor:
 
 def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: DnnPerfConfig | None = None, *,
           device: str | None = None, split: dict | None = None, progress: bool = True,
-          log: Callable[[dict], None] | None = None) -> DnnPerfPredictor:
-    """Fit the graph regressor on ``train_traces``; early stopping on ``val_traces``' iteration MRE."""
+          log: Callable[[dict], None] | None = None, peaks: Peaks | None = None) -> DnnPerfPredictor:
+    """Fit the graph regressor on ``train_traces``; early stopping on ``val_traces``' iteration MRE.
+    ``peaks``: the device's peaks for anchored targets (None: the GPU catalogue's)."""
     config = config or DnnPerfConfig()
+    if config.target_transform not in ("log", "anchored"):
+        raise ValueError(f"dnnperf target_transform must be 'log' or 'anchored', got {config.target_transform!r}")
     device, train_traces, val_traces = device_rows(train_traces, val_traces, device)
     torch.manual_seed(config.seed)
-    spec = fit_features(train_traces, top_k=config.top_k, norm=config.norm)
+    spec = fit_features(train_traces, top_k=config.top_k, norm=config.norm, target_transform=config.target_transform,
+                        peaks=anchor_peaks(config.target_transform, device, peaks))
     train_parts, val_parts = sorted_traces(train_traces), sorted_traces(val_traces)
     _check_times(train_parts)
     _check_times(val_parts)
     train_graphs = [build_graph(t) for t in train_parts]
-    scalers = fit_scalers(train_parts, train_graphs)
+    scalers = fit_scalers(spec, train_parts, train_graphs)
     model = GraphRegressor(spec.dim, config, scalers.node_scale)
     predictor = DnnPerfPredictor(spec, scalers, config, model, device,
                                  fingerprint(pd.concat([train_traces, val_traces])), [], split)

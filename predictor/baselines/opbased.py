@@ -33,7 +33,8 @@ from torch import nn
 
 from predictor.ets import fingerprint, sorted_traces, summarize
 from predictor.features import FeatureSpec, decode_targets, encode, encode_targets, fit_features
-from predictor.training import (CheckpointError, EarlyStopping, device_rows, load_weights,
+from predictor.peaks import Peaks
+from predictor.training import (CheckpointError, EarlyStopping, anchor_peaks, device_rows, load_weights,
                                 read_checkpoint, with_intervals, write_checkpoint)
 
 METHOD = "opbased"
@@ -92,7 +93,7 @@ class OpBasedPredictor:
     def _durations(self, ordered: pd.DataFrame, features: np.ndarray) -> np.ndarray:
         normalised = run_mlp(self.model, features)
         both = np.column_stack([normalised, np.zeros_like(normalised)])
-        return decode_targets(self.spec, ordered["op"], both)[:, 0]
+        return decode_targets(self.spec, ordered, both)[:, 0]
 
     def predict_ops(self, traces: pd.DataFrame) -> pd.DataFrame:
         """The trace rows (sorted by config and idx) with pred_duration_us and pred_gap_us (= 0)."""
@@ -124,13 +125,15 @@ def load(path: str | Path) -> OpBasedPredictor:
 
 def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: OpBasedConfig | None = None, *,
           device: str | None = None, split: dict | None = None, progress: bool = True,
-          log: Callable[[dict], None] | None = None) -> OpBasedPredictor:
-    """Fit the per-op duration MLP on ``train_traces``; early stopping on ``val_traces``' iteration MRE."""
+          log: Callable[[dict], None] | None = None, peaks: Peaks | None = None) -> OpBasedPredictor:
+    """Fit the per-op duration MLP on ``train_traces``; early stopping on ``val_traces``' iteration MRE.
+    ``peaks``: the device's peaks for anchored targets (None: the GPU catalogue's)."""
     config = config or OpBasedConfig()
     device, train_traces, val_traces = device_rows(train_traces, val_traces, device)
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
-    spec = fit_features(train_traces, top_k=config.top_k, norm=config.norm, target_transform=config.target_transform)
+    spec = fit_features(train_traces, top_k=config.top_k, norm=config.norm, target_transform=config.target_transform,
+                        peaks=anchor_peaks(config.target_transform, device, peaks))
     model = mlp(spec.dim, config.hidden, config.layers)
     predictor = OpBasedPredictor(spec, config, model, device, fingerprint(pd.concat([train_traces, val_traces])),
                                  [], split)

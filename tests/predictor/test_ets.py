@@ -207,7 +207,7 @@ def test_log_target_transform_round_trips(traces):
 
     for transform in ("log", "none"):
         spec = fit_features(traces, target_transform=transform)
-        back = decode_targets(spec, traces["op"], encode_targets(spec, traces))
+        back = decode_targets(spec, traces, encode_targets(spec, traces))
         assert np.allclose(back, raw_targets(traces), rtol=1e-4, atol=1e-2), transform
     with pytest.raises(ValueError, match="target_transform"):
         fit_features(traces, target_transform="sqrt")

@@ -1,0 +1,260 @@
+"""Generalisation: every method on families it never saw, over several family splits, one budget.
+
+Why one protocol: an accuracy claim is only worth its split. Every set here is scored the same
+way — ``--splits`` family splits (``predictor.dataset.split_by_family``, seeds 0, 1, ...), every
+variant trained with the same wall-time budget on the same training and validation configs,
+scored on the held-out families — and reported as mean ± sd over the splits, per family of the
+held-out ones, and against the best baseline. Every method runs with and without
+physics-anchored targets (``predictor.features``: "anchored"; the ``-log`` variants keep log
+targets): the ablation of the anchor on the same data and budget.
+
+    python -m experiments.generalisation [--set cpu] [--set t4-real] [--set emulated:T4=DIR] ...
+                                         [--splits 3] [--minutes 3] [--variants ets,ets-log,...]
+                                         [--out reports/generalisation] [--quick]
+
+Sets (each a dataset of one device):
+* ``cpu[=DIR]``: the real CPU benchmark (``python -m experiments.cpu_benchmark``; default
+  ``reports/cpu_benchmark/data``, with the peaks recorded at profiling time) — **real**;
+* ``t4-real``: the ETS authors' real T4 iterations (``$ETS_TRACES_DIR`` or ``../shared/ets_traces``)
+  aligned onto the zoo's captures (our FLOP and byte counts) — **real**;
+* ``emulated:<GPU>=DIR``: an emulated dataset (e.g. ``reports/pretrain/data`` of
+  ``python -m experiments.pretrain``) — **emulated**.
+
+Habitat-style is not a variant: it predicts one device from another's traces, and every set
+here holds one device. ``--quick`` (the test suite's mode): a few tiny zoo configs emulated on
+a T4, three splits, seconds of training. Results go to ``OUT/results.jsonl`` as they come (a rerun
+skips what is there; a set whose data changed since is run again: its fingerprint is part of the
+key), then ``OUT/report.md`` and ``OUT/generalisation.png``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+from experiments.pretrain import ETS_SETTINGS  # noqa: E402  (the shipped checkpoints' settings)
+from experiments.results_log import ResultsLog  # noqa: E402
+from experiments.shared_data import shared_dir  # noqa: E402
+from predictor import methods  # noqa: E402
+from predictor.dataset import split_by_family  # noqa: E402
+from predictor.ets import fingerprint  # noqa: E402
+from predictor.evaluate import evaluate  # noqa: E402
+from predictor.trace_table import read_dataset  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A method with the options that make it this variant (besides the shared budget)."""
+
+    name: str
+    method: str
+    options: dict
+
+    @property
+    def baseline(self) -> bool:
+        return self.method != "ets"
+
+
+VARIANTS = {v.name: v for v in (
+    Variant("ets", "ets", {**ETS_SETTINGS, "target_transform": "anchored"}),
+    Variant("ets-log", "ets", dict(ETS_SETTINGS)),
+    Variant("opbased", "opbased", {"target_transform": "anchored"}),
+    Variant("opbased-log", "opbased", {}),
+    Variant("dnnperf", "dnnperf", {"target_transform": "anchored"}),
+    Variant("dnnperf-log", "dnnperf", {}),
+)}
+QUICK_OPTIONS = {"ets": {"hidden": 16, "layers": 2, "max_epochs": 2}, "opbased": {"hidden": 32, "max_epochs": 2},
+                 "dnnperf": {"hidden": 16, "layers": 1, "max_epochs": 2}}
+KINDS = {"cpu": "real", "t4-real": "real"}  # anything else: emulated
+
+
+@dataclass
+class Dataset:
+    name: str
+    kind: str  # real | emulated
+    traces: pd.DataFrame
+    data_dir: Path | None  # where its recorded peaks are (CPU sets)
+
+
+def load_set(spec: str) -> Dataset:
+    """``NAME[=DIR]`` as a dataset; a missing one is named with the command that builds it."""
+    name, _, where = spec.partition("=")
+    if name == "t4-real":
+        from experiments.sim_to_real import real_traces
+
+        traces = Path(os.environ.get("ETS_TRACES_DIR") or shared_dir() / "ets_traces")
+        return Dataset(name, "real", real_traces(traces, "T4", progress=False)[1], None)
+    if name == "cpu":
+        directory = Path(where or "reports/cpu_benchmark/data")
+        hint = "python -m experiments.cpu_benchmark"
+    elif name.startswith("emulated:") and where:
+        directory, hint = Path(where), "python -m experiments.pretrain"
+    else:
+        raise click.BadParameter(f"{spec!r}: expected cpu[=DIR], t4-real or emulated:<GPU>=DIR", param_hint="--set")
+    if not directory.is_dir():
+        raise click.BadParameter(f"{spec!r}: {directory} is not a dataset (build it with `{hint}`)",
+                                 param_hint="--set")
+    traces = read_dataset(directory)
+    device = "cpu" if name == "cpu" else name
+    rows = traces[traces["device"] == device]
+    if rows.empty:
+        raise click.BadParameter(f"{spec!r}: {directory} holds no {device!r} traces "
+                                 f"(devices: {', '.join(sorted(traces['device'].unique()))})", param_hint="--set")
+    return Dataset(name, KINDS.get(name, "emulated"), rows, directory)
+
+
+def quick_set() -> Dataset:
+    """Tiny zoo configs of six families emulated on a T4 (seconds to capture)."""
+    from predictor.capture.opseq import capture
+    from predictor.devices.specs import load_params
+    from predictor.devices.timing import emulate
+    from predictor.zoo.config import ModelConfig
+
+    params = load_params()
+    tiny = [("alexnet", "alexnet", 64), ("resnet", "resnet18", 32), ("squeezenet", "squeezenet1_1", 32),
+            ("vgg", "vgg11", 32), ("mobilenet_v2", "mobilenet_v2", 32), ("shufflenet", "shufflenet_v2_x0_5", 32)]
+    parts = [emulate(capture(ModelConfig(kind="vision", family=f, model=m, batch=b, input_size=s, num_classes=10),
+                             "meta"), "emulated:T4", params, seed=1)
+             for f, m, s in tiny for b in (2, 4)]
+    return Dataset("quick:emulated:T4", "emulated", pd.concat(parts, ignore_index=True), None)
+
+
+RESULT_KEY = ("set", "data", "split", "variant", "minutes")
+
+
+def run_one(data: Dataset, split, variant: Variant, minutes: float, quick: bool) -> dict:
+    """Train ``variant`` on the split's training families, score the held-out ones."""
+    options = {**variant.options, "max_minutes": minutes, "seed": 0,
+               **(QUICK_OPTIONS[variant.method] if quick else {})}
+    config = methods.make_config(variant.method, **options)
+    device = str(data.traces["device"].iloc[0])
+    started = time.perf_counter()
+    model = methods.train(variant.method, split.part(data.traces, "train"), split.part(data.traces, "val"), config,
+                          device=device, data_dir=data.data_dir, split=split.to_dict(), progress=False)
+    fit_s = time.perf_counter() - started
+    per_trace = evaluate(model, split.part(data.traces, "test")).per_trace
+    err = per_trace["rel_err"]
+    by_family = {f: {"traces": int(len(g)), "mre": float(g.abs().mean()), "signed": float(g.mean())}
+                 for f, g in err.groupby(per_trace["family"])}
+    return {"mre": float(err.abs().mean()), "signed": float(err.mean()), "traces": int(len(per_trace)),
+            "by_family": by_family, "fit_s": round(fit_s, 1), "epochs": len(model.history)}
+
+
+def run(sets: list[Dataset], variants: list[Variant], splits: int, minutes: float, results: ResultsLog,
+        quick: bool = False) -> list[dict]:
+    """Every (set, split, variant) not yet in ``results``; returns this run's rows (old and new)."""
+    jobs = [(d, s, v) for d in sets for s in range(splits) for v in variants]
+    fingerprints = {d.name: fingerprint(d.traces) for d in sets}
+    keys = []
+    bar = tqdm(jobs, desc="generalisation", unit="run", disable=quick)
+    for data, seed, variant in bar:
+        key = {"set": data.name, "kind": data.kind, "data": fingerprints[data.name], "split": seed,
+               "variant": variant.name, "method": variant.method, "minutes": minutes}
+        keys.append(results.key(key))
+        if keys[-1] in results.done:
+            continue
+        split = split_by_family(data.traces, seed=seed)
+        bar.set_postfix_str(f"{data.name} split {seed} {variant.name}")
+        results.add({**key, "test_units": list(split.test_units), **run_one(data, split, variant, minutes, quick)})
+    wanted = set(keys)
+    return [r for r in results.rows if results.key(r) in wanted]
+
+
+def summary(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per set and variant: MRE mean and sd over splits, and the ratio to the best baseline."""
+    table = rows.groupby(["set", "kind", "variant"], sort=False).agg(
+        splits=("mre", "size"), mre=("mre", "mean"), sd=("mre", "std"), signed=("signed", "mean"),
+        fit_s=("fit_s", "mean")).reset_index()
+    table["sd"] = table["sd"].fillna(0.0)
+    base = rows[rows["method"] != "ets"].groupby(["set", "variant"]).mre.mean().groupby(level=0).min()
+    table["vs_best_baseline"] = table["mre"] / table["set"].map(base)
+    return table
+
+
+def per_family(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per set, held-out family and variant: MRE over the splits that held the family out."""
+    records = [{"set": r["set"], "variant": r["variant"], "family": f, "mre": v["mre"]}
+               for r in rows.to_dict("records") for f, v in r["by_family"].items()]
+    table = pd.DataFrame(records).groupby(["set", "family", "variant"]).mre.mean().unstack("variant")
+    return table
+
+
+def report(rows: pd.DataFrame, out: Path) -> str:
+    table = summary(rows)
+    lines = ["# Generalisation: held-out families, mean ± sd over family splits", "",
+             "Every variant had the same training budget on the same split; every score is on families the "
+             "model never saw. Kind: **real** (measured on hardware) or **emulated** (GPU model fitted to real "
+             "kernels). Variants without a suffix use physics-anchored targets; `-log` is the same method with "
+             "log targets (the anchor's ablation).", "",
+             "| set | kind | variant | splits | MRE (mean ± sd) | signed | vs best baseline | fit s |",
+             "|---|---|---|---:|---:|---:|---:|---:|"]
+    for r in table.itertuples():
+        lines.append(f"| {r.set} | {r.kind} | {r.variant} | {r.splits} | {r.mre:.1%} ± {r.sd:.1%} | "
+                     f"{r.signed:+.1%} | {r.vs_best_baseline:.2f} | {r.fit_s:.0f} |")
+    families = per_family(rows)
+    lines += ["", "Per held-out family (MRE, mean over the splits that held it out):", "",
+              "| set | family | " + " | ".join(families.columns) + " |",
+              "|---|---|" + "---:|" * len(families.columns)]
+    for (name, family), values in families.iterrows():
+        lines.append(f"| {name} | {family} | " + " | ".join("-" if np.isnan(v) else f"{v:.1%}" for v in values) + " |")
+    plot(table, out / "generalisation.png")
+    return "\n".join(lines) + "\n"
+
+
+def plot(table: pd.DataFrame, path: Path) -> None:
+    sets = list(dict.fromkeys(table["set"]))
+    variants = list(dict.fromkeys(table["variant"]))
+    fig, ax = plt.subplots(figsize=(1.5 + 1.2 * len(sets) * len(variants) / 3, 3.5))
+    width = 0.8 / len(variants)
+    for i, variant in enumerate(variants):
+        rows = table[table["variant"] == variant].set_index("set").reindex(sets)
+        ax.bar(np.arange(len(sets)) + i * width, 100 * rows["mre"], width, yerr=100 * rows["sd"], label=variant,
+               capsize=2)
+    kinds = table.groupby("set", sort=False)["kind"].first()
+    ax.set_xticks(np.arange(len(sets)) + 0.4 - width / 2, [f"{s}\n({kinds[s]})" for s in sets])
+    ax.set(ylabel="held-out-family MRE (%)", title="Generalisation to unseen families (mean ± sd over splits)")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    fig.savefig(path.with_suffix(".pdf"))
+    plt.close(fig)
+
+
+@click.command()
+@click.option("--set", "set_specs", multiple=True, default=("cpu", "t4-real"), show_default=True,
+              help="A dataset: cpu[=DIR], t4-real, emulated:<GPU>=DIR (repeatable).")
+@click.option("--splits", type=click.IntRange(1), default=3, show_default=True, help="Family splits (seeds 0..N-1).")
+@click.option("--minutes", type=click.FloatRange(0, min_open=True), default=3.0, show_default=True,
+              help="Training budget of every variant.")
+@click.option("--variants", default=",".join(VARIANTS), show_default=True, help="Comma-separated variants.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("reports/generalisation"),
+              show_default=True)
+@click.option("--quick", is_flag=True, help="Tiny emulated set, seconds of training (the test suite's mode).")
+def main(set_specs: tuple[str, ...], splits: int, minutes: float, variants: str, out: Path, quick: bool) -> None:
+    chosen = [v.strip() for v in variants.split(",") if v.strip()]
+    unknown = [v for v in chosen if v not in VARIANTS]
+    if unknown or not chosen:
+        raise click.BadParameter(f"unknown variant(s) {', '.join(unknown) or '(none)'}; known: {', '.join(VARIANTS)}",
+                                 param_hint="--variants")
+    sets = [quick_set()] if quick else [load_set(s) for s in set_specs]
+    out.mkdir(parents=True, exist_ok=True)
+    results = ResultsLog(out / "results.jsonl", RESULT_KEY)
+    rows = pd.DataFrame(run(sets, [VARIANTS[v] for v in chosen], splits, 0.05 if quick else minutes, results, quick))
+    text = report(rows, out)
+    (out / "report.md").write_text(text)
+    click.echo(text)
+
+
+if __name__ == "__main__":
+    main()
