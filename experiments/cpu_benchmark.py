@@ -10,7 +10,9 @@ over 1,000 configs in about an hour on 2 cores; the split holds whole families o
                                         [--minutes 10] [--dnnperf-minutes 6] [--baseline-minutes 2]
                                         [--out reports/cpu_benchmark]
 
-Stages, each resumable (a rerun skips what exists): profile (``OUT/data``, one Parquet); train
+Stages, each resumable (a rerun skips what exists): this CPU's peaks measured with the profiling
+thread count and recorded (``OUT/data/peaks.json``, the anchor of anchored targets); profile
+(``OUT/data``, one Parquet); train
 and evaluate each method (``OUT/results.jsonl``, one line per method); the report
 (``OUT/report.md``: held-out MRE per method, ETS against the best baseline, the overhead-share
 distribution of the set). Habitat-style is not run: it scales op times between GPUs by their

@@ -177,6 +177,10 @@ def summary(rows: pd.DataFrame) -> pd.DataFrame:
         splits=("mre", "size"), mre=("mre", "mean"), sd=("mre", "std"), signed=("signed", "mean"),
         fit_s=("fit_s", "mean")).reset_index()
     table["sd"] = table["sd"].fillna(0.0)
+    order = {name: i for i, name in enumerate(VARIANTS)}
+    table = table.sort_values("variant", key=lambda v: v.map(order).fillna(len(order)), kind="stable")
+    table = table.sort_values("set", key=lambda s: s.map({n: i for i, n in enumerate(dict.fromkeys(rows["set"]))}),
+                              kind="stable").reset_index(drop=True)
     base = rows[rows["method"] != "ets"].groupby(["set", "variant"]).mre.mean().groupby(level=0).min()
     table["vs_best_baseline"] = table["mre"] / table["set"].map(base)
     return table

@@ -28,3 +28,14 @@ def test_report_ratio_and_overhead_by_hand():
     assert "p50 10.0%, p90 40.0%" in text and "Held-out units: vgg, lstm:x." in text
     assert "1 intra-op thread" in text and "Habitat-style is not run" in text
     assert "| vgg | 4 | 5.0% | – | – |" in text  # per family, where a method recorded it
+
+
+def test_peaks_are_recorded_once_before_profiling(tmp_path, monkeypatch):
+    from predictor import peaks
+
+    calls = []
+    measured = peaks.Peaks("cpu", {"float32": 5e10}, {"float32": 5e10}, 1e10, "measured: stub")
+    monkeypatch.setattr(cpu_benchmark, "measure_cpu", lambda: calls.append(1) or measured)
+    cpu_benchmark.record_peaks(tmp_path)
+    cpu_benchmark.record_peaks(tmp_path)  # a resumed run keeps the first record
+    assert calls == [1] and peaks.recorded(tmp_path, "cpu") == measured

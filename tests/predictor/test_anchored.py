@@ -169,3 +169,13 @@ def test_ets_train_on_a_cpu_dataset_names_the_peaks_command_then_uses_the_record
     from predictor import methods
 
     assert methods.load(tmp_path / "m.pt").spec.peaks["origin"] == "measured: by hand"
+
+
+def test_a_shipped_checkpoint_of_the_log_design_still_loads_and_predicts():
+    from predictor.checkpoints import pretrained
+    from tests.predictor.ets_data import tiny_traces
+
+    model = pretrained("T4")
+    assert model.spec.target_transform == "log" and not model.spec.anchored and not model.spec.peaks
+    times = model.iteration_times(tiny_traces())
+    assert (times["pred_us"] > 0).all() and np.isfinite(times["pred_us"]).all()
