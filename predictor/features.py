@@ -45,8 +45,8 @@ whose gaps make up the overhead.
 time on the modelled device, a = max(FLOPs / peak rate, bytes / bandwidth) (:mod:`predictor.peaks`):
 the duration target is log(1 + d) − log(1 + a), i.e. the log of the op's inefficiency (in (0, 1]
 as efficiency), and log(1 + a) joins the features. Why: a raw or log time learned on small ops
-does not carry to ops larger than any in training (VGG's convolutions on the real CPU benchmark
-were predicted 45 % too fast), while an op's efficiency saturates as it grows and carries there
+does not carry to ops larger than any in training (VGG, whose convolutions are larger than any
+other family's, was predicted 45 % too fast on the real CPU benchmark), while an op's efficiency saturates as it grows and carries there
 (NeuSight's insight). The decoded duration is (1 + a)·exp(max(r, 0)) − 1 ≥ a: the bound that no
 prediction beats the roofline is in the decoding, so no weight can break it. Real convolutions can
 beat the direct-convolution count (cuDNN's Winograd and FFT algorithms do fewer multiplications:
@@ -109,6 +109,9 @@ class FeatureSpec:
             raise ValueError("anchored targets need the modelled device's peaks; the spec has none")
         if self.anchored:
             Peaks.from_json(self.peaks, "feature spec: field 'peaks'")  # every field checked, a bad one named
+            if self.low and not (len(self.low) == len(self.high) == self.n_continuous):
+                raise ValueError(f"feature spec: fields 'low'/'high' hold {len(self.low)}/{len(self.high)} values "
+                                 f"for {self.n_continuous} continuous columns")
 
     @property
     def anchored(self) -> bool:

@@ -124,6 +124,8 @@ def test_a_spec_round_trips_with_its_peaks_and_an_old_spec_still_loads(sets):
     assert "peaks" not in old and FeatureSpec.from_dict(old).anchored is False
     with pytest.raises(ValueError, match="peaks"):
         FeatureSpec.from_dict({**spec.to_dict(), "peaks": {}})
+    with pytest.raises(ValueError, match="'low'/'high'"):  # a stranger's spec: refused on load, not on use
+        FeatureSpec.from_dict({**spec.to_dict(), "low": spec.low[:-1]})
 
 
 def test_fine_tuning_on_another_gpu_re_anchors_on_it(sets):
