@@ -2,47 +2,59 @@
 
 Why: every other large comparison we print is on emulated GPUs. Here every iteration is a real
 measurement (torch.profiler on the CPU, ``ets collect --device cpu``), of every zoo family
-(vision, RandWire, transformer, LSTM), batch and input size capped so that one run profiles
-over 1,000 configs in about an hour on 2 cores; the split holds whole families out
-(``predictor.dataset``), so the scores are on architectures the models never saw.
+(vision, RandWire, transformer, LSTM), batch and input size capped so that a config profiles in
+seconds; the split holds whole families out (``predictor.dataset``), so the scores are on
+architectures the models never saw.
 
     python -m experiments.cpu_benchmark [--limit 1100] [--max-batch 8] [--max-size 128] [--threads 1]
                                         [--minutes 10] [--dnnperf-minutes 6] [--baseline-minutes 2]
-                                        [--out reports/cpu_benchmark]
+                                        [--repeats 12] [--out reports/cpu_benchmark]
 
-Stages, each resumable (a rerun skips what exists): this CPU's peaks measured with the profiling
-thread count and recorded (``OUT/data/peaks.json``, the anchor of anchored targets); profile
-(``OUT/data``, one Parquet); train
-and evaluate each method (``OUT/results.jsonl``, one line per method); the report
-(``OUT/report.md``: held-out MRE per method, ETS against the best baseline, the overhead-share
-distribution of the set). Habitat-style is not run: it scales op times between GPUs by their
-spec sheets (SMs, clock, bandwidth), which a CPU does not have.
+Stages, each resumable (a rerun skips what exists):
+1. this CPU's peaks, measured with the profiling thread count (``OUT/data/peaks.json``, the
+   anchor of anchored targets);
+2. the profiles (``OUT/data``, one Parquet). A profile taken while other processes kept the
+   machine busy is taken again, and left for the next run when it stays disturbed
+   (:mod:`predictor.capture.disturbance`; ``OUT/data/failures.jsonl``);
+3. the noise floor: ``--repeats`` configs profiled again after the collection
+   (``OUT/data/repeatability.json``) — no method can be more accurate than the data agrees with
+   itself;
+4. each method trained and scored (``OUT/results.jsonl``, one line per method);
+5. the report (``OUT/report.md``: held-out MRE per method and per family, ETS against the best
+   baseline, the noise floor, the overhead share of the set).
 
-The profiling uses ``--threads`` intra-op threads (1 by default: timings of one core, which a
-second process on the other core disturbs least); pin the process to a core (``taskset -c 0``)
-to keep the other core's work off it.
+Habitat-style is not run: it scales op times between GPUs by their spec sheets (SMs, clock,
+bandwidth), which a CPU does not have. The profiling uses ``--threads`` intra-op threads (1 by
+default: timings of one core); pin the process to a core (``taskset -c 0``) and keep the machine
+otherwise idle — a job on the other core slows the profiled one (:mod:`predictor.capture.disturbance`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+from datetime import date
 from pathlib import Path
 
 import click
+import numpy as np
 import pandas as pd
 import torch
+from tqdm import tqdm
 
 from experiments.pretrain import ETS_SETTINGS  # the shipped checkpoints' settings
 from predictor import methods
+from predictor.capture.disturbance import undisturbed
+from predictor.capture.opseq import capture
 from predictor.collect import collect
 from predictor.dataset import split_by_family
-from predictor.evaluate import evaluate, markdown
+from predictor.evaluate import evaluate, iteration_truth, markdown
 from predictor.peaks import measure_cpu, record, recorded
 from predictor.trace_table import dataset_info, read_dataset
 from predictor.zoo.registry import zoo_configs
 
 DEVICE = "cpu"
+REFERENCE_DATA = Path(__file__).parent / "data" / "cpu_benchmark"  # the committed profiles (README there)
 METHODS = tuple(m for m in methods.METHODS if m != "habitat")  # Habitat-style needs a second device's traces
 
 
@@ -76,7 +88,36 @@ def record_peaks(data: Path) -> None:
         record(data, measure_cpu())
 
 
-def report(rows: list[dict], info: dict, configs: int, threads: int) -> str:
+def noise_floor(first: pd.Series, second: pd.Series) -> dict:
+    """How far two profiles of the same configs (iteration times, indexed by config) differ: the
+    median, 90th percentile and largest |second / first - 1| and each config's ratio."""
+    ratio = (second / first.reindex(second.index)).dropna()
+    dev = (ratio - 1).abs()
+    return {"configs": int(len(ratio)), "median": float(dev.median()), "p90": float(dev.quantile(0.9)),
+            "max": float(dev.max()), "ratios": {k: round(float(v), 4) for k, v in ratio.items()}}
+
+
+def repeatability(configs: list, data: Path, sample: int, seed: int = 0) -> dict:
+    """Profile a seeded sample of the dataset's configs again, after the collection, and compare
+    (``DATA/repeatability.json``, kept when there): the noise floor below which no method's error
+    means anything, and the drift of the machine over the run."""
+    path = data / "repeatability.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    truth = iteration_truth(read_dataset(data)).set_index("config_id")["true_us"]
+    profiled = [c for c in configs if c.config_id in truth.index]
+    chosen = [profiled[i] for i in sorted(np.random.default_rng(seed).choice(len(profiled), min(sample, len(profiled)),
+                                                                           replace=False))]
+    again = {}
+    for config in tqdm(chosen, desc="profile again", unit="config"):
+        trace = undisturbed(lambda: capture(config, DEVICE))
+        again[config.config_id] = float(trace["duration_us"].sum() + trace["gap_us"].sum())
+    result = {**noise_floor(truth, pd.Series(again)), "measured": date.today().isoformat()}
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def report(rows: list[dict], info: dict, configs: int, threads: int, noise: dict | None = None) -> str:
     table = pd.DataFrame([{k: r[k] for k in ("method", "traces", "mre", "rmse_ms", "wape", "epochs", "train_minutes")}
                           for r in rows])
     ets = next((r["mre"] for r in rows if r["method"] == "ets"), None)
@@ -90,6 +131,10 @@ def report(rows: list[dict], info: dict, configs: int, threads: int) -> str:
              + ", ".join(f"{k} {v}" for k, v in info["per_family"].items()) + ".",
              f"Held-out units: {', '.join(rows[0]['test_units']) if rows else '-'}.", "",
              markdown(table), ""]
+    if noise:
+        lines += [f"Noise floor: {noise['configs']} configs profiled again after the collection differ from their first "
+                  f"profile by {noise['median']:.1%} (median), {noise['p90']:.1%} (90th percentile), {noise['max']:.1%} "
+                  "(largest) in iteration time.", ""]
     if ets is not None and best is not None:
         lines.append(f"ETS / best baseline ({best['method']}): {ets / best['mre']:.2f}.")
     families = sorted({f for r in rows for f in r.get("by_family", {})})
@@ -115,14 +160,17 @@ def report(rows: list[dict], info: dict, configs: int, threads: int) -> str:
 @click.option("--dnnperf-minutes", type=float, default=6.0, show_default=True)
 @click.option("--baseline-minutes", type=float, default=2.0, show_default=True, help="Operator-based MLP.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Split seed.")
+@click.option("--repeats", type=click.IntRange(2), default=12, show_default=True,
+              help="Configs profiled again after the collection: the noise floor.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("reports/cpu_benchmark"),
               show_default=True)
 def main(limit: int, max_batch: int, max_size: int, threads: int, minutes: float, dnnperf_minutes: float,
-         baseline_minutes: float, seed: int, out: Path) -> None:
+         baseline_minutes: float, seed: int, repeats: int, out: Path) -> None:
     configs = benchmark_configs(limit, max_batch, max_size)
     torch.set_num_threads(threads)
     record_peaks(out / "data")
     counts = collect(configs, DEVICE, out / "data", workers=1)
+    noise = repeatability(configs, out / "data", repeats)
     torch.set_num_threads(os.cpu_count() or 1)  # training: every core
     if counts["failed"]:
         click.echo(f"{counts['failed']} configs failed to profile: see {out / 'data' / 'failures.jsonl'}")
@@ -139,7 +187,7 @@ def main(limit: int, max_batch: int, max_size: int, threads: int, minutes: float
         rows.append(row)
         with results_path.open("a") as f:
             f.write(json.dumps(row, default=float) + "\n")
-    text = report(rows, dataset_info(traces), len(configs), threads)
+    text = report(rows, dataset_info(traces), len(configs), threads, noise)
     (out / "report.md").write_text(text)
     click.echo(text)
 

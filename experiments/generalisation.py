@@ -13,8 +13,10 @@ targets): the ablation of the anchor on the same data and budget.
                                          [--out reports/generalisation] [--quick]
 
 Sets (each a dataset of one device):
-* ``cpu[=DIR]``: the real CPU benchmark (``python -m experiments.cpu_benchmark``; default
-  ``reports/cpu_benchmark/data``, with the peaks recorded at profiling time) — **real**;
+* ``cpu[=DIR]``: the real CPU benchmark — by default the committed reference profiles
+  (``experiments/data/cpu_benchmark``, README there), or ``DIR``, e.g. ``OUT/data`` of
+  ``python -m experiments.cpu_benchmark`` on your own CPU, with the peaks recorded at profiling
+  time — **real**;
 * ``t4-real``: the ETS authors' real T4 iterations (``$ETS_TRACES_DIR`` or ``../shared/ets_traces``)
   aligned onto the zoo's captures (our FLOP and byte counts) — **real**;
 * ``emulated:<GPU>=DIR``: an emulated dataset (e.g. ``reports/pretrain/data`` of
@@ -43,6 +45,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
+from experiments.cpu_benchmark import REFERENCE_DATA  # noqa: E402
 from experiments.pretrain import ETS_SETTINGS  # noqa: E402  (the shipped checkpoints' settings)
 from experiments.results_log import ResultsLog  # noqa: E402
 from experiments.shared_data import shared_dir  # noqa: E402
@@ -96,7 +99,7 @@ def load_set(spec: str) -> Dataset:
         traces = Path(os.environ.get("ETS_TRACES_DIR") or shared_dir() / "ets_traces")
         return Dataset(name, "real", real_traces(traces, "T4", progress=False)[1], None)
     if name == "cpu":
-        directory = Path(where or "reports/cpu_benchmark/data")
+        directory = Path(where) if where else REFERENCE_DATA
         hint = "python -m experiments.cpu_benchmark"
     elif name.startswith("emulated:") and where:
         directory, hint = Path(where), "python -m experiments.pretrain"

@@ -4,18 +4,24 @@ Why: datasets of hundreds to thousands of configs take long; an interrupted run 
 where it stopped (configs already in the device's Parquet file are skipped), and one config that
 cannot be built must not stop the others (it is written to ``failures.jsonl`` with its error).
 Meta-device captures run in parallel worker processes; CPU profiling defaults to one worker, since
-concurrent work on the same cores would distort the timings it measures.
+concurrent work on the same cores would distort the timings it measures; a CPU profile taken while
+other processes kept the machine busy is taken again (:mod:`predictor.capture.disturbance`).
 """
 
 from __future__ import annotations
 
 import json
+import signal
+import threading
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pandas as pd
 from tqdm import tqdm
 
+from predictor.capture.heap import return_freed_memory
 from predictor.trace_table import device_file, read_trace_file, write_traces
 from predictor.zoo.config import ModelConfig
 
@@ -31,9 +37,15 @@ def _capture(config_dict: dict, device: str, regime: str = "plain") -> tuple[str
             from predictor.devices.timing import emulate
 
             return config.config_id, emulate(capture(config, "meta"), device, load_params(), regime=regime), None
+        if device == "cpu":  # CPU timings are taken again while other work disturbs them
+            from predictor.capture.disturbance import undisturbed
+
+            return config.config_id, undisturbed(lambda: capture(config, device)), None
         return config.config_id, capture(config, device), None
     except Exception as exc:  # recorded, never silently dropped
         return config.config_id, None, f"{type(exc).__name__}: {exc}"
+    finally:
+        return_freed_memory()  # a long collection must not grow with every config
 
 
 def dataset_device(device: str) -> str:
@@ -68,6 +80,24 @@ def _open_dataset(device: str, out: str | Path, regime: str) -> tuple[str, Path,
     return device, out, set(done["config_id"]) if done is not None else set()
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (``kill``, a job scheduler's stop) raises KeyboardInterrupt while inside, so a
+    stopped run still writes what it captured; outside the main thread signals stay as they are."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def collect(configs: list[ModelConfig], device: str, out: str | Path, *, workers: int = 1,
             flush_every: int = 20, progress: bool = True, regime: str = "plain") -> dict:
     """Capture every config not yet in ``out``; returns counts (done, skipped, failed). ``regime``
@@ -95,20 +125,24 @@ def collect(configs: list[ModelConfig], device: str, out: str | Path, *, workers
             flush()
 
     bar = tqdm(total=len(todo), desc=f"collect {device}", unit="config", disable=not progress)
-    try:
-        if workers <= 1:
-            for config in todo:
-                handle(*_capture(config.to_dict(), device, regime))
-                bar.update(1)
-        else:
-            with ProcessPoolExecutor(max_workers=workers) as pool:
-                futures = [pool.submit(_capture, c.to_dict(), device, regime) for c in todo]
-                for future in as_completed(futures):
-                    handle(*future.result())
+    with terminate_as_interrupt():
+        try:
+            if workers <= 1:
+                for config in todo:
+                    handle(*_capture(config.to_dict(), device, regime))
                     bar.update(1)
-    finally:
-        flush()  # an interrupted run keeps everything captured so far
-        bar.close()
+            else:
+                pool = ProcessPoolExecutor(max_workers=workers)
+                try:
+                    futures = [pool.submit(_capture, c.to_dict(), device, regime) for c in todo]
+                    for future in as_completed(futures):
+                        handle(*future.result())
+                        bar.update(1)
+                finally:
+                    pool.shutdown(cancel_futures=True)  # a stopped run waits only for the configs in flight
+        finally:
+            flush()  # an interrupted (or terminated) run keeps everything captured so far
+            bar.close()
     return counts
 
 

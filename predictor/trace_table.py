@@ -237,7 +237,8 @@ def write_traces(directory: str | Path, traces: pd.DataFrame) -> list[Path]:
         check(rows, path)
         _check_one_device_per_config(rows, path)
         with atomic_file(path) as tmp:  # a crash mid-write must not lose the old file
-            rows.to_parquet(tmp, index=False, write_page_checksum=True)  # flipped bytes are caught on read
+            # page checksums: flipped bytes are caught on read
+            rows.to_parquet(tmp, index=False, compression="zstd", write_page_checksum=True)
         written.append(path)
     return written
 

@@ -164,6 +164,7 @@ class GraphSet:
 
     data: list[Data]
     traces: list[pd.DataFrame]
+    anchors: np.ndarray  # per trace: what its predicted (normalised log) time is relative to
 
 
 def _log_bytes(graphs: list) -> np.ndarray:
@@ -183,11 +184,11 @@ def anchors(spec: FeatureSpec, parts: list[pd.DataFrame]) -> np.ndarray:
     return np.array([1.0 + spec.anchor_us(t).sum() if spec.anchored else 1.0 for t in parts])
 
 
-def fit_scalers(spec: FeatureSpec, parts: list[pd.DataFrame], graphs: list) -> Scalers:
-    """Scalers from the training traces (sorted, one per config) and their graphs."""
+def fit_scalers(parts: list[pd.DataFrame], graphs: list, anchor: np.ndarray) -> Scalers:
+    """Scalers from the training traces (sorted, one per config), their graphs and anchors."""
     edge_mean, edge_std = _mean_std(_log_bytes(graphs))
     global_mean, global_std = _mean_std(np.stack([_global_raw(t) for t in parts]))
-    target_mean, target_std = _mean_std(np.log([iteration_us(t) for t in parts] / anchors(spec, parts)))
+    target_mean, target_std = _mean_std(np.log([iteration_us(t) for t in parts] / anchor))
     return Scalers(float(edge_mean), float(edge_std), global_mean.tolist(), global_std.tolist(),
                    float(target_mean), float(target_std), float(np.mean([len(t) for t in parts])))
 
@@ -201,11 +202,12 @@ def _check_times(parts: list[pd.DataFrame]) -> None:
 
 
 def make_graph_set(spec: FeatureSpec, scalers: Scalers, parts: list[pd.DataFrame], graphs: list,
-                   with_targets: bool) -> GraphSet:
-    """One ``Data`` per trace: node features, both-way edges with features, globals, target."""
+                   with_targets: bool, anchor: np.ndarray | None = None) -> GraphSet:
+    """One ``Data`` per trace: node features, both-way edges with features, globals, target
+    (``anchor``: the traces' anchors when already computed)."""
     features = encode(spec, pd.concat(parts, ignore_index=True))
     offsets = np.concatenate([[0], np.cumsum([len(t) for t in parts])])
-    anchor = anchors(spec, parts)
+    anchor = anchors(spec, parts) if anchor is None else anchor
     data = []
     for i, (trace, graph) in enumerate(zip(parts, graphs)):
         attr = edge_features(graph)
@@ -222,7 +224,7 @@ def make_graph_set(spec: FeatureSpec, scalers: Scalers, parts: list[pd.DataFrame
             item.y = torch.tensor([(np.log(iteration_us(trace) / anchor[i]) - scalers.target_mean) / scalers.target_std],
                                   dtype=torch.float32)
         data.append(item)
-    return GraphSet(data, parts)
+    return GraphSet(data, parts, anchor)
 
 
 # -- the predictor ------------------------------------------------------------------------------------
@@ -251,8 +253,7 @@ class DnnPerfPredictor:
         self.model.eval()
         out = [self.model(batch).numpy() for batch in DataLoader(graphs.data, batch_size=batch_size)]
         normalised = np.concatenate(out).astype(np.float64)
-        scale = anchors(self.spec, graphs.traces)
-        return scale * np.exp(np.minimum(normalised * self.scalers.target_std + self.scalers.target_mean, 50.0))
+        return graphs.anchors * np.exp(np.minimum(normalised * self.scalers.target_std + self.scalers.target_mean, 50.0))
 
     def summary(self, graphs: GraphSet, pred_us: np.ndarray) -> pd.DataFrame:
         """Per trace: the contract's iteration-time columns (no breakdown: NaN) and the truth."""
@@ -317,11 +318,12 @@ def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: DnnPerfC
     _check_times(train_parts)
     _check_times(val_parts)
     train_graphs = [build_graph(t) for t in train_parts]
-    scalers = fit_scalers(spec, train_parts, train_graphs)
+    train_anchors = anchors(spec, train_parts)
+    scalers = fit_scalers(train_parts, train_graphs, train_anchors)
     model = GraphRegressor(spec.dim, config, scalers.node_scale)
     predictor = DnnPerfPredictor(spec, scalers, config, model, device,
                                  fingerprint(pd.concat([train_traces, val_traces])), [], split)
-    train_set = make_graph_set(spec, scalers, train_parts, train_graphs, with_targets=True)
+    train_set = make_graph_set(spec, scalers, train_parts, train_graphs, with_targets=True, anchor=train_anchors)
     val_set = make_graph_set(spec, scalers, val_parts, [build_graph(t) for t in val_parts], with_targets=False)
     val_truth = np.array([iteration_us(t) for t in val_parts])
     loader = DataLoader(train_set.data, batch_size=config.batch_size, shuffle=True,

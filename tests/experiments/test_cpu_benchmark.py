@@ -39,3 +39,34 @@ def test_peaks_are_recorded_once_before_profiling(tmp_path, monkeypatch):
     cpu_benchmark.record_peaks(tmp_path)
     cpu_benchmark.record_peaks(tmp_path)  # a resumed run keeps the first record
     assert calls == [1] and peaks.recorded(tmp_path, "cpu") == measured
+
+
+def test_noise_floor_by_hand():
+    import pandas as pd
+
+    first = pd.Series({"a": 100.0, "b": 200.0, "c": 50.0, "d": 10.0})
+    second = pd.Series({"a": 110.0, "b": 190.0, "c": 50.0})  # d was not profiled again
+    got = cpu_benchmark.noise_floor(first, second)
+    assert got["configs"] == 3 and got["ratios"] == {"a": 1.1, "b": 0.95, "c": 1.0}
+    assert abs(got["median"] - 0.05) < 1e-12 and abs(got["max"] - 0.1) < 1e-12
+    assert abs(got["p90"] - 0.09) < 1e-12  # linear between 0.05 and 0.1 at 0.9 of the way from the 2nd
+    text = cpu_benchmark.report([], {"iterations": 3, "rows": 9, "iteration_ms_median": 1.0, "per_family": {},
+                                     "overhead_share": {"p50": 0.1}}, 3, 1, got)
+    assert "Noise floor: 3 configs profiled again after the collection differ from their first profile by 5.0% " \
+           "(median), 9.0% (90th percentile), 10.0% (largest)" in text
+
+
+def test_repeatability_profiles_a_sample_again_once(tmp_path, monkeypatch):
+    from predictor.capture import disturbance
+    from predictor.collect import collect
+    from predictor.zoo.config import ModelConfig
+
+    configs = [ModelConfig(kind="vision", family="resnet", model="resnet18", batch=2, input_size=16, num_classes=10),
+               ModelConfig(kind="vision", family="resnet", model="resnet18", batch=4, input_size=16, num_classes=10)]
+    monkeypatch.setattr(disturbance, "DISTURBANCE_LIMIT", float("inf"))  # the guard is tested on its own
+    collect(configs, "cpu", tmp_path, progress=False)
+    first = cpu_benchmark.repeatability(configs, tmp_path, sample=1)
+    assert first["configs"] == 1 and set(first["ratios"]) <= {c.config_id for c in configs}
+    assert 0.3 < next(iter(first["ratios"].values())) < 3.0  # the same config, profiled twice on this CPU
+    assert cpu_benchmark.repeatability(configs, tmp_path, sample=2) == first  # kept: not profiled again
+

@@ -244,3 +244,27 @@ def test_a_mis_parented_local_scalar_dense_is_not_an_update_op():
                                                  event("aten::add_", 3), event("aten::_local_scalar_dense", 4)])
     ops = [r.op for r in profile.extract_ops([step], "float32")]
     assert ops == ["item", "add_", "_local_scalar_dense"]  # only the one after item is dropped
+
+
+def test_a_terminated_collect_keeps_what_it_captured(tmp_path, monkeypatch):
+    import os
+    import signal
+
+    from predictor import collect as collect_module
+
+    real = collect_module._capture
+    calls = []
+
+    def capture_then_terminate(config_dict, device, regime="plain"):
+        calls.append(config_dict)
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)  # as `kill PID` would, mid-run
+        return real(config_dict, device, regime)
+
+    monkeypatch.setattr(collect_module, "_capture", capture_then_terminate)
+    before = signal.getsignal(signal.SIGTERM)
+    second = ModelConfig(kind="vision", family="resnet", model="resnet18", batch=4, input_size=32, num_classes=10)
+    with pytest.raises(KeyboardInterrupt):
+        collect([SMALL, second], "meta", tmp_path, progress=False, flush_every=10)
+    assert set(read_dataset(tmp_path)["config_id"]) == {SMALL.config_id}  # flushed, not lost
+    assert signal.getsignal(signal.SIGTERM) is before
