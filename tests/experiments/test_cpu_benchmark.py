@@ -70,3 +70,20 @@ def test_repeatability_profiles_a_sample_again_once(tmp_path, monkeypatch):
     assert 0.3 < next(iter(first["ratios"].values())) < 3.0  # the same config, profiled twice on this CPU
     assert cpu_benchmark.repeatability(configs, tmp_path, sample=2) == first  # kept: not profiled again
 
+
+
+def test_the_committed_reference_profiles_are_the_benchmarks_own_and_say_what_they_hold():
+    import json
+
+    from predictor import peaks
+    from predictor.trace_table import read_dataset
+
+    data = cpu_benchmark.REFERENCE_DATA
+    traces = read_dataset(data)
+    assert set(traces["device"]) == {"cpu"} and peaks.recorded(data, "cpu") is not None
+    configs = set(traces["config_id"])
+    assert configs <= {c.config_id for c in cpu_benchmark.benchmark_configs(1100, 8, 128)}
+    noise = json.loads((data / "repeatability.json").read_text())
+    assert set(noise["ratios"]) <= configs and noise["configs"] == len(noise["ratios"])
+    readme = (data / "README.md").read_text()
+    assert f"{len(configs):,} configs" in readme and f"{traces['family'].nunique()} families" in readme
