@@ -44,7 +44,7 @@ from tqdm import tqdm
 
 from experiments.pretrain import ETS_SETTINGS  # the shipped checkpoints' settings
 from predictor import methods
-from predictor.capture.disturbance import undisturbed
+from predictor.capture.disturbance import DisturbedError, undisturbed
 from predictor.capture.opseq import capture
 from predictor.collect import collect
 from predictor.dataset import split_by_family
@@ -170,7 +170,10 @@ def main(limit: int, max_batch: int, max_size: int, threads: int, minutes: float
     torch.set_num_threads(threads)
     record_peaks(out / "data")
     counts = collect(configs, DEVICE, out / "data", workers=1)
-    noise = repeatability(configs, out / "data", repeats)
+    try:
+        noise = repeatability(configs, out / "data", repeats)
+    except DisturbedError as exc:  # the profiles are kept: a rerun on a quiet machine goes on from here
+        raise click.ClickException(f"noise floor of {out / 'data'}: {exc}") from None
     torch.set_num_threads(os.cpu_count() or 1)  # training: every core
     if counts["failed"]:
         click.echo(f"{counts['failed']} configs failed to profile: see {out / 'data' / 'failures.jsonl'}")

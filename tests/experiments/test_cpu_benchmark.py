@@ -87,3 +87,26 @@ def test_the_committed_reference_profiles_are_the_benchmarks_own_and_say_what_th
     assert set(noise["ratios"]) <= configs and noise["configs"] == len(noise["ratios"])
     readme = (data / "README.md").read_text()
     assert f"{len(configs):,} configs" in readme and f"{traces['family'].nunique()} families" in readme
+
+
+def test_a_noise_floor_that_stays_disturbed_is_one_line_and_keeps_the_profiles(tmp_path, monkeypatch):
+    import torch
+    from click.testing import CliRunner
+
+    from predictor.capture.disturbance import DisturbedError
+
+    def disturbed(*args, **kwargs):
+        raise DisturbedError("other processes kept 1.00, 1.01, 0.98 cores busy during the 3 tries (limit 0.25)")
+
+    monkeypatch.setattr(cpu_benchmark, "benchmark_configs", lambda *args: [])
+    monkeypatch.setattr(cpu_benchmark, "record_peaks", lambda data: None)
+    monkeypatch.setattr(cpu_benchmark, "collect", lambda *args, **kwargs: {"failed": 0})
+    monkeypatch.setattr(cpu_benchmark, "repeatability", disturbed)
+    threads = torch.get_num_threads()
+    try:
+        result = CliRunner().invoke(cpu_benchmark.main, ["--out", str(tmp_path)])
+    finally:
+        torch.set_num_threads(threads)
+    assert result.exit_code == 1
+    assert f"Error: noise floor of {tmp_path / 'data'}: other processes kept 1.00" in result.output
+    assert "Traceback" not in result.output
