@@ -71,7 +71,6 @@ def test_repeatability_profiles_a_sample_again_once(tmp_path, monkeypatch):
     assert cpu_benchmark.repeatability(configs, tmp_path, sample=2) == first  # kept: not profiled again
 
 
-
 def test_the_committed_reference_profiles_are_the_benchmarks_own_and_say_what_they_hold():
     import json
 
