@@ -48,7 +48,7 @@ from predictor.trace_table import read_dataset  # noqa: E402
 DEFAULT_TRACES = Path(os.environ.get("ETS_TRACES_DIR", "../shared/ets_traces"))
 GPU = "T4"
 EMULATED = f"emulated:{GPU}"
-LEFT_OUT_FAMILIES = ("gpt", "opt", "bert")
+LEFT_OUT_FAMILIES = ("gpt2", "gpt3", "opt", "bert")
 
 
 def half_configs(count: int) -> list:

@@ -9,7 +9,8 @@ kernels leaves the GPU idle; the same kernel between big ones does not).
   set), or the ablation alternatives "gru", "transformer" (encoder over the window with learned
   positions and a padding mask) and "mlp" (on the flattened window); a linear head gives
   (duration, gap) per step.
-* Training: MAE on the normalised (log) targets over real (non-padding) slots, each op weighted
+* Training: MAE on the normalised targets (anchored by default: the log of each op's time over its
+  roofline on the device, :mod:`predictor.features`) over real (non-padding) slots, each op weighted
   half uniformly and half by its share of the iteration time (:func:`op_weights`; ``loss_weight
   = "uniform"`` for the plain MAE); Adam; mini-batches of windows drawn with a seeded generator;
   an exponential moving average of the weights (``ema``) is what gets validated and kept; after
@@ -59,7 +60,7 @@ class TrainConfig:
     hidden: int | None = None  # None: the feature dimension (the authors' choice)
     top_k: int = 25
     norm: str = "global"
-    target_transform: str = "log"
+    target_transform: str = "anchored"
     lr: float = 2e-3
     batch_size: int = 256
     max_epochs: int = 200

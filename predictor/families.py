@@ -32,7 +32,8 @@ _FAMILIES: tuple[tuple[str, str], ...] = (
     ("randwire", r"randwire"),
     # the LLM zoo's models (predictor/zoo/llm.py) by their zoo and NeuSight names, anchored, so
     # that other "bert..." / "gpt..." names (bert_base_squad, imported traces) stay "transformer"
-    ("gpt", r"(gpt2_(medium|med|large|xl)|gpt3_(xl|2\.7b|27))$"),
+    ("gpt2", r"gpt2_(medium|med|large|xl)$"),
+    ("gpt3", r"gpt3_(xl|2\.7b|27)$"),
     ("opt", r"opt_(1\.3b|13)$"),
     ("bert", r"bert_large$"),
     ("transformer", r"transformer|bert|gpt"),
@@ -52,7 +53,7 @@ def family_of(model: str) -> str:
 
 
 JOB_CLASSES = ("image", "language", "speech")
-LANGUAGE_FAMILIES = ("transformer", "gpt", "opt", "bert")
+LANGUAGE_FAMILIES = ("transformer", "gpt2", "gpt3", "opt", "bert")
 
 
 def job_class(family: str, model: str) -> str:

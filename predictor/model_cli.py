@@ -146,10 +146,9 @@ def _print_evaluation(result, as_json: bool, extra: dict) -> None:
 @click.option("--norm", type=click.Choice(["global", "per-op"]),
               help="Z-score the features over all training ops, or per op type [global].")
 @click.option("--target-transform", type=click.Choice(TARGET_TRANSFORMS),
-              help="ets/opbased/dnnperf: z-score log(1 + µs) targets (default), raw µs as the authors (not dnnperf), "
-                   "or 'anchored': "
-                   "log of each op's time over its roofline on the device (peaks from the GPU catalogue or, "
-                   "for a CPU, the dataset's peaks.json: ets dataset peaks DIR).")
+              help="ets/opbased/dnnperf: 'anchored' (default): log of each op's time over its roofline on the "
+                   "device (peaks from the GPU catalogue or, for a CPU, the dataset's peaks.json: "
+                   "ets dataset peaks DIR); 'log': z-scored log(1 + µs); 'none': raw µs as the authors (not dnnperf).")
 @click.option("--epochs", type=click.IntRange(1), help="Maximum epochs [200].")
 @click.option("--patience", type=click.IntRange(1), help="Stop after this many epochs without a better validation MRE.")
 @click.option("--minutes", type=MINUTES, default=15.0, show_default=True,

@@ -182,8 +182,10 @@ def for_device(device: str, directory: str | Path | None = None) -> Peaks:
     if device == "cpu" or device.startswith("cpu:"):
         where = f"dataset {directory}" if directory is not None else "this dataset"
         raise PeaksError(f"{where}: device {device!r} has no recorded peaks; on the machine that measured "
-                         f"it run `{RECORD_COMMAND}` (a GEMM and a copy, a few seconds)")
+                         f"it run `{RECORD_COMMAND}` (a GEMM and a copy, a few seconds), "
+                         f"or train with --target-transform log")
     try:
         return gpu_peaks(name)
     except UnknownGpuTypeError as exc:
-        raise PeaksError(f"device {device!r}: no peaks: {exc.brief}; add the GPU to the catalogue") from None
+        raise PeaksError(f"device {device!r}: no peaks: {exc.brief}; add the GPU to the catalogue "
+                         f"(predictor/gpu_catalog/) or train with --target-transform log") from None

@@ -23,13 +23,13 @@ The paper's pieces and ours:
 * **Readout**: sum pooling (scaled by the training graphs' mean op count, so its magnitude stays
   near 1) and mean pooling, concatenated with global features — log batch, log input size, log op
   count (z-scored on the training traces), optimizer and dtype one-hots — into an MLP.
-* **Target**: z-scored log iteration time (Σ duration + gap of the trace). Iteration times span
-  orders of magnitude over our zoo; the paper regresses the raw time, whose loss the largest
-  models would dominate. The loss is the MAE in that space, i.e. roughly the relative error.
-* **Anchored target** (``target_transform="anchored"``, :mod:`predictor.features`): log of the
-  iteration time over the sum of its ops' analytical times on the device (+1 µs), the node features
-  with the analytical time and clipped to the training range — the ablation of ETS's anchor on
-  the graph model.
+* **Target** (``target_transform="anchored"``, the default; :mod:`predictor.features`): z-scored
+  log of the iteration time (Σ duration + gap of the trace) over the sum of its ops' analytical
+  times on the device (+1 µs), the node features with the analytical time and clipped to the
+  training range — ETS's anchor on the graph model. ``"log"``: the log iteration time alone.
+  Iteration times span orders of magnitude over our zoo; the paper regresses the raw time, whose
+  loss the largest models would dominate. The loss is the MAE in that space, i.e. roughly the
+  relative error.
 * **Training** as ETS: Adam, learning rate halved after 2 epochs without improvement, early
   stopping on the validation iteration MRE with the best weights kept, ``patience`` and
   ``max_minutes`` budgets; mini-batches of whole graphs (``torch_geometric.loader.DataLoader``,
@@ -85,7 +85,7 @@ class DnnPerfConfig:
     seed: int = 0
     top_k: int = 25  # op types with their own one-hot slot (predictor.features)
     norm: str = "global"  # node-feature normalisation (predictor.features): global | per-op
-    target_transform: str = "log"  # log iteration time, or "anchored": over the ops' analytical times
+    target_transform: str = "anchored"  # log of the iteration time over its ops' analytical times, or "log"
 
 
 @dataclass

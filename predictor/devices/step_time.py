@@ -73,7 +73,7 @@ def known_families() -> list[str]:
     from predictor.families import TORCHVISION_FAMILIES
     from predictor.zoo import llm, nlp
 
-    return [*TORCHVISION_FAMILIES, "randwire", *dict.fromkeys(nlp.FAMILY.values()), *dict.fromkeys(llm.FAMILY.values())]
+    return [*TORCHVISION_FAMILIES, "randwire", *dict.fromkeys(nlp.FAMILY.values()), *llm.FAMILIES]
 
 
 def _unknown(name: str) -> UnknownModelError:

@@ -16,8 +16,9 @@ config ids stay short (``gpt2_large:b4:s1024:float32:adam:c50257``). ``extra`` o
 test/experiment overrides of the sizes (``layers``, ``d_model``, ``heads``, ``ff``, ``positions``);
 ``num_classes`` is the vocabulary (as in ``nlp.py``).
 
-Families (the unit of family-disjoint splits, see ``predictor.families``): ``gpt`` (GPT-2 medium /
-large / XL, GPT-3 XL / 2.7B), ``opt`` (OPT-1.3B), ``bert`` (BERT-large). ``input_size`` = sequence
+Families (the unit of family-disjoint splits, see ``predictor.families``): ``gpt2`` (GPT-2 medium /
+large / XL), ``gpt3`` (GPT-3 XL / 2.7B: GPT-2's architecture at other sizes and 2,048 positions, so
+a model trained on GPT-2 can be tested on an unseen GPT-3), ``opt`` (OPT-1.3B), ``bert`` (BERT-large). ``input_size`` = sequence
 length. Optimizer Adam by default (LLMs are trained with Adam).
 
 Architectures (as the HF originals NeuSight ran; dropout probabilities from the same configs):
@@ -56,6 +57,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from predictor.families import family_of
 from predictor.zoo.common import input_factory, randint
 from predictor.zoo.config import ZOO_DTYPES, ModelBuildError, ModelConfig
 
@@ -88,7 +90,7 @@ SPECS: dict[str, Spec] = {
     "bert_large": Spec("bert", 24, 1024, 16, 4096, 30522, 512, "bert_large.json"),
 }
 MODELS: tuple[str, ...] = tuple(SPECS)
-FAMILY = {"gpt": "gpt", "opt": "opt", "bert": "bert"}  # arch -> family
+FAMILIES: tuple[str, ...] = tuple(dict.fromkeys(family_of(m) for m in MODELS))  # gpt2, gpt3, opt, bert
 # NeuSight's file / label names -> zoo names (the others are spelled the same)
 ALIASES = {"gpt2_med": "gpt2_medium", "gpt3_27": "gpt3_2.7b", "opt_13": "opt_1.3b"}
 NEUSIGHT_NAMES: dict[str, str] = {
@@ -128,7 +130,7 @@ def config_for(model: str, batch: int, seq_len: int, dtype: str = "float32", opt
     unknown = sorted(set(overrides) - set(OVERRIDES))
     if unknown:
         raise ModelBuildError(f"{model}: unknown size overrides {unknown} (allowed: {', '.join(OVERRIDES)}, vocab)")
-    return ModelConfig(kind=KIND, family=FAMILY[spec.arch], model=model, batch=batch, input_size=seq_len,
+    return ModelConfig(kind=KIND, family=family_of(model), model=model, batch=batch, input_size=seq_len,
                        dtype=dtype, optimizer=optimizer, num_classes=vocab, extra=tuple(sorted(overrides.items())))
 
 
@@ -149,8 +151,8 @@ def sizes(config: ModelConfig) -> Spec:
     if config.model not in SPECS:
         raise ModelBuildError(config, f"unknown LLM {config.model!r} (known: {', '.join(MODELS)})")
     spec = SPECS[config.model]
-    if config.kind != KIND or config.family != FAMILY[spec.arch]:
-        raise ModelBuildError(config, f"{config.model} is kind {KIND!r}, family {FAMILY[spec.arch]!r}")
+    if config.kind != KIND or config.family != family_of(config.model):
+        raise ModelBuildError(config, f"{config.model} is kind {KIND!r}, family {family_of(config.model)!r}")
     extra = config.extra_dict
     unknown = sorted(set(extra) - set(OVERRIDES))
     if unknown:

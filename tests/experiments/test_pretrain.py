@@ -11,7 +11,8 @@ def test_extra_configs_extend_the_stratified_prefix_with_one_family_only():
     base, extra = dataset_configs(42)
     assert len(base) == 42 + LLM_CONFIGS and len(extra) == EXTRA_CONFIGS["lstm"]
     assert [c.config_id for c in base[42:]] == [c.config_id for c in llm_configs()]
-    assert {c.family for c in base[42:]} == {"gpt", "opt", "bert"} <= set(TEST_UNITS)
+    assert {c.family for c in base[42:]} == {"gpt2", "gpt3", "opt", "bert"}
+    assert {"gpt3", "opt"} <= set(TEST_UNITS) and not {"gpt2", "bert"} & set(TEST_UNITS)  # held out by family
     assert len({c.config_id for c in base[42:]}) == LLM_CONFIGS  # every model x dtype, distinct points
     assert {c.family for c in extra} == {"lstm"}
     assert not {c.config_id for c in base} & {c.config_id for c in extra}

@@ -13,7 +13,9 @@ from predictor.evaluate import evaluate
 from predictor.trace_table import read_dataset, write_traces
 from tests.predictor.baselines.multi_device_data import multi_device_traces
 
-TINY = {"layers": 1, "hidden": 8, "max_epochs": 6, "seed": 0}
+# log targets: a parent whose V100 times are far off the T4 (anchored, re-anchoring on the T4 alone
+# takes it most of the way: tests/predictor/test_anchored.py)
+TINY = {"layers": 1, "hidden": 8, "max_epochs": 6, "seed": 0, "target_transform": "log"}
 
 
 @pytest.fixture(scope="module")

@@ -72,7 +72,11 @@ def test_scalers_come_from_the_training_split(overfit, traces):
     model, data, _ = overfit
     parts = data.groupby("config_id")
     assert model.scalers.node_scale == pytest.approx(parts.size().mean())
-    log_times = np.log((data["duration_us"] + data["gap_us"]).groupby(data["config_id"]).sum())
+    # anchored (the default): log of each iteration time over 1 µs plus its ops' analytical times
+    times = (data["duration_us"] + data["gap_us"]).groupby(data["config_id"]).sum()
+    anchor = 1 + pd.Series(model.spec.anchor_us(data), index=data.index).groupby(data["config_id"]).sum()
+    assert model.spec.anchored and (anchor > 1).all()
+    log_times = np.log(times / anchor)
     assert model.scalers.target_mean == pytest.approx(log_times.mean())
     assert model.scalers.target_std == pytest.approx(log_times.std(ddof=0))
 

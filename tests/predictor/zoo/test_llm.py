@@ -75,7 +75,7 @@ def test_names_aliases_and_families():
         assert config.kind == "llm" and config.family == family_of(model)
         assert job_class(config.family, model) == "language"
         assert config.extra == () and config.optimizer == "adam"
-    assert {llm.config_for(m, 1, 128).family for m in llm.MODELS} == {"gpt", "opt", "bert"}
+    assert {llm.config_for(m, 1, 128).family for m in llm.MODELS} == {"gpt2", "gpt3", "opt", "bert"}
     assert llm.config_for("gpt2_large", 4, 1024).config_id == "gpt2_large:b4:s1024:float32:adam:c50257"
     # other transformer names keep their family
     assert family_of("bert_base_squad") == family_of("transformer_encoder") == "transformer"
@@ -101,9 +101,9 @@ def test_grid():
     assert all(c.input_size <= llm.SPECS[c.model].positions for c in grid)
     assert {c.dtype for c in grid} == {"float32", "float16", "bfloat16"} and {c.optimizer for c in grid} == {"adam"}
     assert sorted(c.config_id for c in zoo_configs("llm")) == sorted(c.config_id for c in grid)
-    assert {c.family for c in zoo_configs("llm", limit=3)} == {"gpt", "opt", "bert"}
+    assert {c.family for c in zoo_configs("llm", limit=4)} == {"gpt2", "gpt3", "opt", "bert"}
     # the ``all`` zoo is unchanged: no LLM in it
-    assert not {"gpt", "opt", "bert"} & {c.family for c in zoo_configs("all", limit=200)}
+    assert not {"gpt2", "gpt3", "opt", "bert"} & {c.family for c in zoo_configs("all", limit=200)}
 
 
 TINY = {"layers": 2, "d_model": 64, "heads": 4, "ff": 256, "vocab": 100, "positions": 32}
