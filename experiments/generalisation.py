@@ -71,11 +71,11 @@ class Variant:
 
 VARIANTS = {v.name: v for v in (
     Variant("ets", "ets", {**ETS_SETTINGS, "target_transform": "anchored"}),
-    Variant("ets-log", "ets", dict(ETS_SETTINGS)),
+    Variant("ets-log", "ets", {**ETS_SETTINGS, "target_transform": "log"}),
     Variant("opbased", "opbased", {"target_transform": "anchored"}),
-    Variant("opbased-log", "opbased", {}),
+    Variant("opbased-log", "opbased", {"target_transform": "log"}),
     Variant("dnnperf", "dnnperf", {"target_transform": "anchored"}),
-    Variant("dnnperf-log", "dnnperf", {}),
+    Variant("dnnperf-log", "dnnperf", {"target_transform": "log"}),
 )}
 QUICK_OPTIONS = {"ets": {"hidden": 16, "layers": 2, "max_epochs": 2}, "opbased": {"hidden": 32, "max_epochs": 2},
                  "dnnperf": {"hidden": 16, "layers": 1, "max_epochs": 2}}

@@ -45,3 +45,12 @@ def test_quick_generalisation_runs_every_variant_on_three_splits_and_resumes(tmp
 def test_bad_options_are_named(args, named, tmp_path):
     result = CliRunner().invoke(generalisation.main, [*args, "--out", str(tmp_path / "o")])
     assert result.exit_code == 2 and named in result.output
+
+
+def test_each_variant_trains_with_the_targets_its_name_says():
+    """The ``-log`` ablations must not follow the methods' default (anchored) targets."""
+    from predictor import methods
+
+    for name, variant in generalisation.VARIANTS.items():
+        config = methods.make_config(variant.method, **variant.options)
+        assert config.target_transform == ("log" if name.endswith("-log") else "anchored"), name
