@@ -251,7 +251,8 @@ def load(path: str | Path) -> EtsPredictor:
     if spec.dim != body.get("dim"):
         raise CheckpointError(f"{path}: feature spec gives {spec.dim} features but the model was built for "
                               f"{body.get('dim')}: the checkpoint was written by an incompatible version")
-    config = TrainConfig(**{"context": spec.context, **body["config"]})  # older checkpoints: no context columns
+    # older checkpoints: no context columns; targets as their spec says (the default was log)
+    config = TrainConfig(**{"context": spec.context, "target_transform": spec.target_transform, **body["config"]})
     model = WindowModel(spec.dim, config)
     load_weights(path, model, body["state_dict"])
     return with_intervals(body, EtsPredictor(spec, config, model, body["device"], body.get("fingerprint", ""), body.get("history"),

@@ -284,7 +284,7 @@ def load(path: str | Path) -> DnnPerfPredictor:
     body = read_checkpoint(path, METHOD)
     try:
         spec = FeatureSpec.from_dict(body["spec"])
-        config = DnnPerfConfig(**body["config"])
+        config = DnnPerfConfig(**{"target_transform": spec.target_transform, **body["config"]})  # older: log
         scalers = Scalers(**body["scalers"])
     except (KeyError, TypeError) as exc:
         raise CheckpointError(f"{path}: incomplete dnnperf checkpoint ({type(exc).__name__}: {exc})") from None

@@ -117,7 +117,7 @@ def load(path: str | Path) -> OpBasedPredictor:
     if spec.dim != body.get("dim"):
         raise CheckpointError(f"{path}: feature spec gives {spec.dim} features but the model was built for "
                               f"{body.get('dim')}: the checkpoint was written by an incompatible version")
-    config = OpBasedConfig(**body["config"])
+    config = OpBasedConfig(**{"target_transform": spec.target_transform, **body["config"]})  # older: log
     model = mlp(spec.dim, config.hidden, config.layers)
     load_weights(path, model, body["state_dict"])
     return with_intervals(body, OpBasedPredictor(spec, config, model, body["device"], body.get("fingerprint", ""),

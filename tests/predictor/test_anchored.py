@@ -184,3 +184,16 @@ def test_a_shipped_checkpoint_of_the_log_design_still_loads_and_predicts():
     assert model.spec.target_transform == "log" and not model.spec.anchored and not model.spec.peaks
     times = model.iteration_times(tiny_traces())
     assert (times["pred_us"] > 0).all() and np.isfinite(times["pred_us"]).all()
+
+
+def test_a_checkpoint_whose_config_predates_the_target_option_keeps_its_spec_targets(tmp_path):
+    """The default became anchored; a config saved without the field must not claim it."""
+    from pathlib import Path
+
+    from predictor import checkpoint_file, methods
+
+    body = checkpoint_file.read(Path(__file__).parent / "data" / "ets-T4-log-design.pt")
+    del body["config"]["target_transform"]
+    checkpoint_file.write(tmp_path / "old.pt", body)
+    model = methods.load(tmp_path / "old.pt")
+    assert model.config.target_transform == model.spec.target_transform == "log"
