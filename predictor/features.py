@@ -52,7 +52,17 @@ prediction beats the roofline is in the decoding, so no weight can break it. Rea
 beat the direct-convolution count (cuDNN's Winograd and FFT algorithms do fewer multiplications:
 11 % of the real T4 convolutions, 37 % of their time, run faster than it), so the bound of each op
 class is the fastest ratio r its training ops reached when that is below 0 (``floor``; 0, the
-roofline, for data that never beat it, such as every emulated device). The continuous
+roofline, for data that never beat it, such as every emulated device). Above, the correction
+is bounded by the op's size where the data says that holds: an op is at most as inefficient as
+the most inefficient training op of its class that was at least as large, times a margin
+(``ceiling``: per class, the highest ratio r in each half-decade of analytical time, running
+maximum from the largest down; :func:`size_ceiling` calibrates the margin on the training
+families, each priced under the others' envelope, and drops the ceiling where no margin up to 5×
+holds). Why: on a GPU efficiency saturates as ops grow, so a large op of a kind never seen
+(ConvNeXt's 7×7 depthwise convolutions, after 3×3 and 5×5 ones) is not predicted slower than
+anything of its size ever was — unbounded, the model put such a convolution at 12× its true
+time. On a real CPU the envelope does not hold (caches: VGG's largest ops are less efficient
+than smaller ones) and the calibration turns it off. The continuous
 features are clipped to their training range (``low``, ``high``): the correction of an op larger
 than any seen is the one learned at the edge of training, and the anchor alone carries the
 growth, where a learned correction extrapolated along log FLOPs drifts. Gaps are not
@@ -79,6 +89,10 @@ NORMS = ("global", "per-op")
 CONTEXT_COLUMNS = 6
 TARGET_TRANSFORMS = ("log", "none", "anchored")
 ANCHOR_COLUMNS = 1  # log(1 + analytical time) with anchored targets
+CEILING_BIN = 0.5  # decades of analytical time per bin of the size ceiling
+CEILING_SMALLEST_US = 1e-6  # the analytical time of the lowest bin (ops without one go there)
+CEILING_MARGINS = (1.0, 1.25, 1.5, 2.0, 3.0, 5.0)  # tried in turn on the training families (size_ceiling)
+CEILING_TOLERANCE = 0.01  # the share of a family's true time the others' envelope may cut
 
 
 def optimizer_of(config_id: str) -> str:
@@ -103,6 +117,7 @@ class FeatureSpec:
     low: list[float] = field(default_factory=list)  # continuous columns' training range ("anchored": clipped to it)
     high: list[float] = field(default_factory=list)
     floor: dict[str, float] = field(default_factory=dict)  # op class -> lowest log(1+d) - log(1+a) in training, <= 0
+    ceiling: dict[str, list[list[float]]] = field(default_factory=dict)  # op class -> [[size bin, highest r at or above, + margin]]
 
     def __post_init__(self) -> None:
         if self.anchored and not self.peaks:
@@ -112,6 +127,7 @@ class FeatureSpec:
             if self.low and not (len(self.low) == len(self.high) == self.n_continuous):
                 raise ValueError(f"feature spec: fields 'low'/'high' hold {len(self.low)}/{len(self.high)} values "
                                  f"for {self.n_continuous} continuous columns")
+            _check_ceiling(self.ceiling)
 
     @property
     def anchored(self) -> bool:
@@ -134,7 +150,8 @@ class FeatureSpec:
                 "mean": self.mean, "std": self.std,
                 "target_mean": self.target_mean, "target_std": self.target_std, "per_op": self.per_op,
                 "context": self.context,
-                **({"peaks": self.peaks, "low": self.low, "high": self.high, "floor": self.floor} if self.peaks else {})}
+                **({"peaks": self.peaks, "low": self.low, "high": self.high, "floor": self.floor,
+                    "ceiling": self.ceiling} if self.peaks else {})}
 
     @classmethod
     def from_dict(cls, d: dict) -> "FeatureSpec":
@@ -251,6 +268,7 @@ def fit_features(train: pd.DataFrame, top_k: int = 25, norm: str = "global",
         spec.low, spec.high = cont.min(axis=0).tolist(), cont.max(axis=0).tolist()
         lowest = pd.Series(targets[:, 0]).groupby(op_classes(train["op"]).to_numpy()).min()
         spec.floor = {str(c): float(v) for c, v in lowest.items() if v < 0}
+        spec.ceiling = size_ceiling(train, anchor, targets[:, 0])
     spec.target_mean, spec.target_std = targets.mean(axis=0).tolist(), _safe_std(targets).tolist()
     if norm == "per-op":
         values = train["op"].to_numpy()
@@ -261,6 +279,78 @@ def fit_features(train: pd.DataFrame, top_k: int = 25, norm: str = "global",
                                         "target_mean": targets[rows].mean(axis=0).tolist(),
                                         "target_std": _safe_std(targets[rows]).tolist()}
     return spec
+
+
+def _check_ceiling(ceiling: object) -> None:
+    """A stranger's ceiling is refused on load, naming what is wrong, not on use."""
+    if not isinstance(ceiling, dict):
+        raise ValueError(f"feature spec: field 'ceiling' must be an object, got {type(ceiling).__name__}")
+    for cls, table in ceiling.items():
+        ok = isinstance(table, list) and len(table) > 0 and all(
+            isinstance(row, list) and len(row) == 2 and isinstance(row[0], int) and not isinstance(row[0], bool)
+            and isinstance(row[1], (int, float)) and np.isfinite(row[1]) for row in table)
+        if not ok or [row[0] for row in table] != sorted({row[0] for row in table}):
+            raise ValueError(f"feature spec: field 'ceiling.{cls}' must list [size bin, finite value] pairs "
+                             "in ascending, distinct bins")
+
+
+def size_bins(anchor_us: np.ndarray) -> np.ndarray:
+    """Each op's half-decade of analytical time (an op without one in the lowest)."""
+    return np.floor(np.log10(np.maximum(anchor_us, CEILING_SMALLEST_US)) / CEILING_BIN).astype(int)
+
+
+def size_ceiling(train: pd.DataFrame, anchor_us: np.ndarray, ratio: np.ndarray) -> dict[str, list[list[float]]]:
+    """Per op class, [size bin, highest ratio at or above it, plus the margin] for each bin that
+    holds training ops (ascending); {} where the envelope does not hold.
+
+    Calibrated on the training families themselves: each is priced under the envelope of the
+    others, and the margin is the smallest of :data:`CEILING_MARGINS` at which none loses more
+    than :data:`CEILING_TOLERANCE` of its true time. Where none passes (on a real CPU, VGG's and
+    the LSTMs' largest ops are less efficient than smaller ones of other families: caches), the
+    device gets no ceiling; with one family there is nothing to check it on, and none either."""
+    classes, bins, family = op_classes(train["op"]).to_numpy(), size_bins(anchor_us), train["family"].to_numpy()
+    duration = np.maximum(train["duration_us"].to_numpy(np.float64), 0.0)
+    total = pd.Series(duration + np.maximum(train["gap_us"].to_numpy(np.float64), 0.0)).groupby(family).sum()
+    per_family = pd.Series(ratio).groupby([family, classes, bins]).max()
+    names = per_family.index.get_level_values(0).unique()
+    if len(names) < 2:
+        return {}
+    margins = np.log(CEILING_MARGINS)
+    worst = np.zeros(len(margins))
+    for name in names:
+        rows = family == name
+        cap = _ceiling_lookup(_envelope(per_family.drop(name, level=0).groupby(level=[1, 2]).max()),
+                              classes[rows], bins[rows])
+        for i, margin in enumerate(margins):
+            kept = np.expm1(np.minimum(ratio[rows], cap + margin) + np.log1p(anchor_us[rows]))
+            worst[i] = max(worst[i], float((duration[rows] - kept).sum() / total[name]))
+    passing = np.flatnonzero(worst <= CEILING_TOLERANCE)
+    if not len(passing):
+        return {}
+    margin = float(margins[passing[0]])
+    return {cls: [[b, v + margin] for b, v in table]
+            for cls, table in _envelope(pd.Series(ratio).groupby([classes, bins]).max()).items()}
+
+
+def _envelope(highest: pd.Series) -> dict[str, list[list[float]]]:
+    """(class, bin) -> highest ratio, as per class [bin, running maximum from the largest down]."""
+    out = {}
+    for cls, per_bin in highest.groupby(level=0):
+        running = np.maximum.accumulate(per_bin.to_numpy()[::-1])[::-1]
+        out[str(cls)] = [[int(b), float(v)] for b, v in zip(per_bin.index.get_level_values(-1), running)]
+    return out
+
+
+def _ceiling_lookup(ceiling: dict[str, list[list[float]]], classes: np.ndarray, bins: np.ndarray) -> np.ndarray:
+    """Each op's ceiling (+inf for a class without one): the value of the largest bin at or below
+    its own, the lowest bin's for an op smaller than any seen."""
+    out = np.full(len(classes), np.inf)
+    for cls, table in ceiling.items():
+        rows = classes == cls
+        if rows.any():
+            edges, values = np.array([b for b, _ in table]), np.array([v for _, v in table])
+            out[rows] = values[np.maximum(np.searchsorted(edges, bins[rows], side="right") - 1, 0)]
+    return out
 
 
 def heavy_ops(train: pd.DataFrame, share: float = HEAVY_SHARE) -> set[str]:
@@ -305,7 +395,8 @@ def encode_targets(spec: FeatureSpec, traces: pd.DataFrame) -> np.ndarray:
 
 def decode_targets(spec: FeatureSpec, traces: pd.DataFrame, normalised: np.ndarray) -> np.ndarray:
     """Normalised predictions of ``traces``' ops back to µs (negative predictions clipped to 0;
-    anchored durations bounded below by each op's analytical time, times its class's ``floor``)."""
+    anchored durations bounded below by each op's analytical time, times its class's ``floor``,
+    and above by its size's ``ceiling``)."""
     ops = traces["op"]
     out = normalised * spec._stats(ops, "target_std", spec.target_std) + spec._stats(ops, "target_mean", spec.target_mean)
     if spec.target_transform == "none":
@@ -313,5 +404,7 @@ def decode_targets(spec: FeatureSpec, traces: pd.DataFrame, normalised: np.ndarr
     if spec.anchored:
         out = out.copy()
         floor = op_classes(traces["op"]).map(spec.floor).fillna(0.0).to_numpy(np.float64)
-        out[:, 0] = np.maximum(out[:, 0], floor) + np.log1p(spec.anchor_us(traces))
+        anchor = spec.anchor_us(traces)
+        out[:, 0] = np.minimum(np.maximum(out[:, 0], floor),
+                               _ceiling_lookup(spec.ceiling, op_classes(ops).to_numpy(), size_bins(anchor))) + np.log1p(anchor)
     return np.maximum(np.expm1(np.minimum(out, 30.0)), 0.0)

@@ -6,6 +6,7 @@ not (NeuSight's insight; research/predictors.md). The estimate of an op is
 
     time = max(FLOPs / peak FLOP/s of its precision and op class, bytes / peak bandwidth)
 
+(0 for an op that launches no kernel: a view moves no bytes, whatever its shapes would copy),
 and no op runs faster than it, so a model that predicts time = estimate / efficiency with an
 efficiency in (0, 1] can never predict an op faster than its roofline.
 
@@ -34,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from predictor.capture.costs import GEMM_CLASSES, op_class
+from predictor.capture.costs import GEMM_CLASSES, kernel_free, op_class
 from predictor.gpus import UnknownGpuTypeError, entry
 from predictor.inputs import InputError, load_json, read_bytes, short
 
@@ -59,13 +60,15 @@ class Peaks:
     def estimate_us(self, ops: list[str] | np.ndarray, flops: np.ndarray, nbytes: np.ndarray,
                     dtypes: list[str] | np.ndarray) -> np.ndarray:
         """The analytical time (µs) of each op: max(FLOPs / rate, bytes / bandwidth); 0 for an op
-        with neither FLOPs nor bytes (nothing to anchor it to)."""
+        with neither FLOPs nor bytes (nothing to anchor it to) and for one that launches no kernel
+        (a view: its truth is no time on a GPU, and a bound at its would-be copy was no bound)."""
         flops, nbytes = np.asarray(flops, dtype=float), np.asarray(nbytes, dtype=float)
         pairs = pd.MultiIndex.from_arrays([pd.Index(ops, dtype=object).astype(str),
                                            pd.Index(dtypes, dtype=object).astype(str)])
         codes, unique = pairs.factorize()  # a dataset has millions of ops but few (op, dtype) pairs
         rate = np.array([self.rate(o, d) for o, d in unique], dtype=float)[codes]
-        return np.maximum(flops / rate, nbytes / self.bytes_per_s) * 1e6
+        moves = np.array([not kernel_free(o) for o, _ in unique], dtype=bool)[codes]
+        return np.maximum(flops / rate, nbytes / self.bytes_per_s) * 1e6 * moves
 
     def rate(self, op: str, dtype: str) -> float:
         """FLOP/s of ``op`` in ``dtype`` (float32's rate for a dtype the device has no entry for)."""

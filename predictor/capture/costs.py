@@ -51,6 +51,13 @@ _CLASSES: tuple[tuple[str, str], ...] = (
 )
 OP_CLASSES: tuple[str, ...] = tuple(c for c, _ in _CLASSES) + ("elementwise",)
 GEMM_CLASSES: tuple[str, ...] = ("conv", "matmul", "lstm")  # compute-bound, with a tensor-core path
+# Ops that launch no kernel: views, and AccumulateGrad under ``set_to_none`` (it hands the gradient
+# over). Their FLOPs and bytes above count the copy they would be; they move nothing.
+KERNEL_FREE = re.compile(
+    r"^(view|_unsafe_view|reshape|t|transpose|permute|expand|expand_as|slice|select|unsqueeze|squeeze|"
+    r"flatten|unflatten|chunk|split|split_with_sizes|unbind|narrow|detach|alias|as_strided|view_as|"
+    r"AccumulateGrad|(T|View|UnsafeView|Transpose|Permute|Unsqueeze|Squeeze|ReshapeAlias|Alias|Detach)"
+    r"Backward\d*)$")
 _ELEMENTWISE_COST = {"gelu": 8, "sigmoid": 4, "tanh": 4, "silu": 5, "hardswish": 4, "hardsigmoid": 3,
                      "elu": 4, "erf": 8, "exp": 4, "log": 4, "sqrt": 2, "rsqrt": 2, "pow": 2, "div": 1}
 
@@ -62,6 +69,11 @@ def op_class(op: str) -> str:
         if re.search(pattern, name):
             return cls
     return "elementwise"
+
+
+def kernel_free(op: str) -> bool:
+    """Whether ``op`` launches no kernel (a view; :data:`KERNEL_FREE`)."""
+    return bool(KERNEL_FREE.match(op))
 
 
 def numel(shape: Shape) -> int:

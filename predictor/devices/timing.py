@@ -23,8 +23,8 @@ Kernel time of an op (µs), op class from :func:`predictor.capture.costs.op_clas
   The roofline below prices the rest (LSTM, embedding) and every op when no model ships.
 * roofline kernel time = ``kernel_latency_us × kernels + max(compute, memory)``.
 * kernels per op (not recorded by the meta device): 0 for views and their backward nodes
-  (:data:`KERNEL_FREE`), ``AccumulateGrad`` (under ``set_to_none`` it hands the gradient over
-  without a copy) and ops without FLOPs and bytes (scalar bookkeeping), 2 for convolution
+  (:data:`predictor.capture.costs.KERNEL_FREE`), ``AccumulateGrad`` (under ``set_to_none`` it
+  hands the gradient over without a copy) and ops without FLOPs and bytes (scalar bookkeeping), 2 for convolution
   backward (grad-input and grad-weight), 2 × sequence length for LSTMs (a GEMM pair per step),
   else 1.
 
@@ -49,12 +49,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import re
-
 import numpy as np
 import pandas as pd
 
-from predictor.capture.costs import GEMM_CLASSES, op_class
+from predictor.capture.costs import GEMM_CLASSES, kernel_free, op_class
 from predictor.devices import kernels as kernel_model
 from predictor.devices.problems import trace_problems
 from predictor.devices.specs import DeviceParams, DeviceSpec, regime_host_factor
@@ -65,11 +63,6 @@ MIN_KERNEL_US = 2.0
 KERNEL_NOISE = 0.02
 HOST_NOISE = 0.05
 HALF = ("float16", "bfloat16")
-KERNEL_FREE = re.compile(
-    r"^(view|_unsafe_view|reshape|t|transpose|permute|expand|expand_as|slice|select|unsqueeze|squeeze|"
-    r"flatten|unflatten|chunk|split|split_with_sizes|unbind|narrow|detach|alias|as_strided|view_as|"
-    r"AccumulateGrad|(T|View|UnsafeView|Transpose|Permute|Unsqueeze|Squeeze|ReshapeAlias|Alias|Detach)"
-    r"Backward\d*)$")
 
 
 @dataclass(frozen=True)
@@ -94,7 +87,7 @@ class OpArrays:
         flops = trace["flops"].to_numpy(dtype=float)
         nbytes = trace["bytes"].to_numpy(dtype=float)
         phase = trace["phase"].to_numpy().astype(object)
-        free = np.array([bool(KERNEL_FREE.match(o)) for o in ops], dtype=bool)
+        free = np.array([kernel_free(o) for o in ops], dtype=bool)
         kernels = np.where(((flops > 0) | (nbytes > 0)) & ~free, 1, 0)
         backward_conv = (classes == "conv") & (phase == "backward")
         kernels = np.where(backward_conv & (kernels > 0), 2, kernels)

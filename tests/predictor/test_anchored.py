@@ -101,6 +101,66 @@ def test_a_class_whose_training_ops_beat_the_roofline_is_bounded_by_the_fastest_
     assert (out[linear] < bound[linear]).all() and (out[linear] >= 0.5 * bound[linear] * 0.99).all()
 
 
+def test_an_op_that_launches_no_kernel_has_no_analytical_time():
+    """A view's shapes would copy 2 × 4 MB; it moves nothing, and a GPU records no time for it."""
+    nbytes, flops = 8.0 * 2 ** 20, 2.0 ** 20
+    est = T4.estimate_us(["permute", "PermuteBackward0", "view", "AccumulateGrad", "add"], [flops] * 5,
+                         [nbytes] * 5, ["float32"] * 5)
+    assert est[:4].tolist() == [0.0] * 4
+    assert est[4] == pytest.approx(nbytes / 320e9 * 1e6)  # 26.2 µs: memory-bound at 320 GB/s
+
+
+def _ceiling_trace(family: str, ratios_by_width: dict[int, float]) -> pd.DataFrame:
+    """Linear ops (batch 64 × w → w) running at exp(ratio) × their roofline on the T4."""
+    base = roofline_trace(f"{family}:0", family, 64, list(ratios_by_width))
+    linear = (base["op"] == "linear").to_numpy()
+    anchor = T4.estimate_us(base["op"], base["flops"], base["bytes"], base["dtype"])
+    ratio = base["params"].map(lambda p: ratios_by_width[p[1]]).to_numpy()
+    duration = np.where(linear, np.expm1(np.log1p(anchor) + ratio), base["duration_us"])
+    return base.assign(duration_us=duration)
+
+
+def _ceiling_spec(ratios_a: dict[int, float], ratios_b: dict[int, float]):
+    train = pd.concat([_ceiling_trace("a", ratios_a), _ceiling_trace("b", ratios_b)], ignore_index=True)
+    return train, fit_features(train, target_transform="anchored", peaks=T4)
+
+
+def test_an_op_is_no_slower_than_the_slowest_training_op_of_its_class_at_least_its_size():
+    # T4 analytical times of a batch-64 linear: width 256 ≈ 0.28 µs, 1024 ≈ 13.9 µs, 4096 ≈ 222 µs
+    ratios = {256: 2.0, 1024: 1.0, 4096: 0.5}
+    train, spec = _ceiling_spec(ratios, ratios)  # each family fits under the other's envelope: margin 1
+    from predictor.features import size_bins
+
+    linear = (train["op"] == "linear").to_numpy()
+    bins = size_bins(spec.anchor_us(train)[linear][:3]).tolist()
+    assert spec.ceiling["matmul"] == [[bins[0], 2.0], [bins[1], 1.0], [bins[2], 0.5]]  # running max, large down
+    test = _ceiling_trace("t", {64: 0.0, 2048: 0.0, 16384: 0.0})
+    out = decode_targets(spec, test, np.full((len(test), 2), 1e3, dtype=np.float32))[:, 0]
+    a = spec.anchor_us(test)
+    mask = (test["op"] == "linear").to_numpy()
+    # smaller than any seen: the class's highest; between 1024 and 4096: 1024's; larger than any: 4096's
+    assert out[mask] == pytest.approx(np.expm1(np.log1p(a[mask]) + np.array([2.0, 1.0, 0.5])), rel=1e-9)
+    # the relus' launch cost makes small ones the least efficient: their ceiling falls with size
+    values = [v for _, v in spec.ceiling["elementwise"]]
+    assert len(values) > 1 and values == sorted(values, reverse=True)
+    assert (out[~mask] <= np.expm1(np.log1p(a[~mask]) + values[0]) * (1 + 1e-9)).all()
+
+
+def test_the_ceiling_widens_until_every_training_family_fits_under_the_others_and_else_is_off():
+    flat = {256: 0.2, 1024: 0.2, 4096: 0.2}
+    # family b's largest linear is 1.4x less efficient than a's: it fits under a's envelope x 1.5,
+    # not x 1.25 (it is most of b's time), so the margin is 1.5 for every bin
+    _, spec = _ceiling_spec(flat, {**flat, 4096: 0.2 + np.log(1.4)})
+    envelope = [0.2 + np.log(1.4)] * 3
+    assert [v for _, v in spec.ceiling["matmul"]] == pytest.approx([e + np.log(1.5) for e in envelope])
+    # 12x less efficient: no margin up to 5x fits it, so the envelope does not hold on this device
+    _, off = _ceiling_spec(flat, {**flat, 4096: 2.5})
+    assert off.ceiling == {}
+    # one family: nothing to check the envelope on
+    single = fit_features(_ceiling_trace("a", flat), target_transform="anchored", peaks=T4)
+    assert single.ceiling == {}
+
+
 def test_anchored_features_carry_the_analytical_time_clipped_to_the_training_range(sets):
     train, test = sets
     spec = fit_features(train, target_transform="anchored", peaks=T4)
@@ -126,6 +186,11 @@ def test_a_spec_round_trips_with_its_peaks_and_an_old_spec_still_loads(sets):
         FeatureSpec.from_dict({**spec.to_dict(), "peaks": {}})
     with pytest.raises(ValueError, match="'low'/'high'"):  # a stranger's spec: refused on load, not on use
         FeatureSpec.from_dict({**spec.to_dict(), "low": spec.low[:-1]})
+    for bad in ([[3, 1.0], [2, 0.5]], [[2, float("nan")]], [["2", 1.0]], "high", []):
+        with pytest.raises(ValueError, match="'ceiling.matmul'"):
+            FeatureSpec.from_dict({**spec.to_dict(), "ceiling": {"matmul": bad}})
+    with pytest.raises(ValueError, match="'ceiling' must be an object"):
+        FeatureSpec.from_dict({**spec.to_dict(), "ceiling": [1]})
 
 
 def test_fine_tuning_on_another_gpu_re_anchors_on_it(sets):
