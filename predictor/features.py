@@ -309,8 +309,9 @@ def size_ceiling(train: pd.DataFrame, anchor_us: np.ndarray, ratio: np.ndarray) 
     the LSTMs' largest ops are less efficient than smaller ones of other families: caches), the
     device gets no ceiling; with one family there is nothing to check it on, and none either."""
     classes, bins, family = op_classes(train["op"]).to_numpy(), size_bins(anchor_us), train["family"].to_numpy()
-    duration = np.maximum(train["duration_us"].to_numpy(np.float64), 0.0)
-    total = pd.Series(duration + np.maximum(train["gap_us"].to_numpy(np.float64), 0.0)).groupby(family).sum()
+    duration = np.nan_to_num(np.maximum(train["duration_us"].to_numpy(np.float64), 0.0))
+    gap = np.nan_to_num(np.maximum(train["gap_us"].to_numpy(np.float64), 0.0))
+    total = pd.Series(duration + gap).groupby(family).sum()
     per_family = pd.Series(ratio).groupby([family, classes, bins]).max()
     names = per_family.index.get_level_values(0).unique()
     if len(names) < 2:
@@ -323,7 +324,7 @@ def size_ceiling(train: pd.DataFrame, anchor_us: np.ndarray, ratio: np.ndarray) 
                               classes[rows], bins[rows])
         for i, margin in enumerate(margins):
             kept = np.expm1(np.minimum(ratio[rows], cap + margin) + np.log1p(anchor_us[rows]))
-            worst[i] = max(worst[i], float((duration[rows] - kept).sum() / total[name]))
+            worst[i] = max(worst[i], float((duration[rows] - kept).sum() / max(total[name], 1e-9)))
     passing = np.flatnonzero(worst <= CEILING_TOLERANCE)
     if not len(passing):
         return {}
