@@ -404,8 +404,9 @@ def decode_targets(spec: FeatureSpec, traces: pd.DataFrame, normalised: np.ndarr
         return np.maximum(out, 0.0)
     if spec.anchored:
         out = out.copy()
-        floor = op_classes(traces["op"]).map(spec.floor).fillna(0.0).to_numpy(np.float64)
+        classes = op_classes(ops)
+        floor = classes.map(spec.floor).fillna(0.0).to_numpy(np.float64)
         anchor = spec.anchor_us(traces)
-        out[:, 0] = np.minimum(np.maximum(out[:, 0], floor),
-                               _ceiling_lookup(spec.ceiling, op_classes(ops).to_numpy(), size_bins(anchor))) + np.log1p(anchor)
+        ceiling = _ceiling_lookup(spec.ceiling, classes.to_numpy(), size_bins(anchor))
+        out[:, 0] = np.minimum(np.maximum(out[:, 0], floor), ceiling) + np.log1p(anchor)
     return np.maximum(np.expm1(np.minimum(out, 30.0)), 0.0)
