@@ -27,12 +27,12 @@ import click
 import numpy as np
 import pandas as pd
 
+from experiments.pretrain import ETS_SETTINGS
 from predictor import ets
 from predictor.dataset import split_by_family
 from predictor.evaluate import evaluate, markdown
 from predictor.trace_table import device_file
 from predictor.zoo.registry import zoo_configs
-from experiments.pretrain import ETS_SETTINGS
 
 WIDTHS = (4, 8, 12, 16, 24)
 STRIDES = (1, 2, 3, 4, 6, 8)

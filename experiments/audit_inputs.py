@@ -27,9 +27,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import click
 import pandas as pd
@@ -118,7 +118,8 @@ def common_fixtures(c: Path) -> None:
 def run_tool(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> None:
     """Run a fixture's command line (``env`` added to this process's), or stop the audit naming it."""
     done = subprocess.run(child(argv), cwd=cwd,
-                          capture_output=True, text=True, env={**os.environ, **(env or {}), "AUDIT_RSS_FILE": os.devnull})
+                          capture_output=True, text=True,
+                          env={**os.environ, **(env or {}), "AUDIT_RSS_FILE": os.devnull})
     if done.returncode:
         raise click.ClickException(f"fixture {' '.join(argv)} failed: {done.stderr.strip()[-500:]}")
 
@@ -226,8 +227,8 @@ def truncate(table: Path) -> None:
 
 def long_run(d: Path, _c: Path) -> subprocess.Popen:
     """A real run into {d}/out that lasts minutes (killed after the case)."""
-    run = subprocess.Popen(child(["simrun", "--policy", "fifo", "--predictor", "truth", "--workload", "pai-like:1000000",
-                                  "--out", str(d / "out"), "--quiet"]),
+    run = subprocess.Popen(child(["simrun", "--policy", "fifo", "--predictor", "truth", "--workload",
+                                  "pai-like:1000000", "--out", str(d / "out"), "--quiet"]),
                            cwd=d, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                            env={**os.environ, "AUDIT_RSS_FILE": os.devnull})
     lock, pid = d / "out" / ".lock", f"{run.pid}\n"

@@ -34,11 +34,11 @@ import subprocess
 import sys
 import time
 from collections import deque
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Iterator
 
 import click
 import numpy as np

@@ -110,7 +110,7 @@ def repeatability(configs: list, data: Path, sample: int, seed: int = 0) -> dict
                                                                            replace=False))]
     again = {}
     for config in tqdm(chosen, desc="profile again", unit="config"):
-        trace = undisturbed(lambda: capture(config, DEVICE))
+        trace = undisturbed(lambda config=config: capture(config, DEVICE))
         again[config.config_id] = float(iteration_truth(trace)["true_us"].iloc[0])
     result = {**noise_floor(truth, pd.Series(again)), "measured": date.today().isoformat()}
     path.write_text(json.dumps(result, indent=1) + "\n")
@@ -132,14 +132,15 @@ def report(rows: list[dict], info: dict, configs: int, threads: int, noise: dict
              f"Held-out units: {', '.join(rows[0]['test_units']) if rows else '-'}.", "",
              markdown(table), ""]
     if noise:
-        lines += [f"Noise floor: {noise['configs']} configs profiled again after the collection differ from their first "
-                  f"profile by {noise['median']:.1%} (median), {noise['p90']:.1%} (90th percentile), {noise['max']:.1%} "
-                  "(largest) in iteration time.", ""]
+        lines += [f"Noise floor: {noise['configs']} configs profiled again after the collection differ from their "
+                  f"first profile by {noise['median']:.1%} (median), {noise['p90']:.1%} (90th percentile), "
+                  f"{noise['max']:.1%} (largest) in iteration time.", ""]
     if ets is not None and best is not None:
         lines.append(f"ETS / best baseline ({best['method']}): {ets / best['mre']:.2f}.")
     families = sorted({f for r in rows for f in r.get("by_family", {})})
     if families:
-        lines += ["", "Held-out MRE per family:", "", "| family | traces | " + " | ".join(r["method"] for r in rows) + " |",
+        lines += ["", "Held-out MRE per family:", "",
+                  "| family | traces | " + " | ".join(r["method"] for r in rows) + " |",
                   "|---|---:|" + "---:|" * len(rows)]
         for f in families:
             n = next(r["by_family"][f]["traces"] for r in rows if f in r.get("by_family", {}))
@@ -155,7 +156,8 @@ def report(rows: list[dict], info: dict, configs: int, threads: int, noise: dict
 @click.option("--limit", type=click.IntRange(10), default=1100, show_default=True)
 @click.option("--max-batch", type=click.IntRange(1), default=8, show_default=True)
 @click.option("--max-size", type=click.IntRange(1), default=128, show_default=True)
-@click.option("--threads", type=click.IntRange(1), default=1, show_default=True, help="Intra-op threads while profiling.")
+@click.option("--threads", type=click.IntRange(1), default=1, show_default=True,
+              help="Intra-op threads while profiling.")
 @click.option("--minutes", type=float, default=10.0, show_default=True, help="ETS training time limit.")
 @click.option("--dnnperf-minutes", type=float, default=6.0, show_default=True)
 @click.option("--baseline-minutes", type=float, default=2.0, show_default=True, help="Operator-based MLP.")

@@ -44,7 +44,8 @@ def table(rows: pd.DataFrame) -> str:
     for cls, r in by.iterrows():
         overall = rows.loc[rows["cls"] == cls, "rel_error"].median()
         lines.append(f"| {cls} | " + " | ".join("–" if np.isnan(v) else f"{v:.1%}" for v in r) + f" | {overall:.1%} |")
-    lines += ["", "| dataset | op class | kernel | precision | rows | median | p90 |", "|---|---|---|---|---:|---:|---:|"]
+    lines += ["", "| dataset | op class | kernel | precision | rows | median | p90 |",
+              "|---|---|---|---|---:|---:|---:|"]
     for (ds, cls, kernel, math_), g in rows.groupby(["dataset", "cls", "kernel", "math"]):
         lines.append(f"| {ds} | {cls} | {kernel} | {math_} | {len(g):,} | {g['rel_error'].median():.1%} | "
                      f"{g['rel_error'].quantile(0.9):.1%} |")
@@ -83,7 +84,7 @@ def mlp_leave_one_gpu_out(data: pd.DataFrame, epochs: int = 15) -> pd.DataFrame:
     torch.manual_seed(0)
     usable = data[~data["censored"] & (data["phase"] == "forward")]
     out = []
-    for group, classes in kernels.GROUPS.items():
+    for _group, classes in kernels.GROUPS.items():
         part = usable[usable["cls"].isin(classes)]
         mats = {d: (kernels.features(r, spec_sheets()[d]), np.log10(r["measured_us"].to_numpy()), r["cls"].to_numpy())
                 for d, r in part.groupby("device")}
@@ -131,7 +132,8 @@ def main(argv: list[str] | None = None) -> None:
     censored = int(data["censored"].sum())
     head = (f"Learned kernel model, leave-one-GPU-out (each GPU predicted by a model fitted without it; "
             f"{len(rows):,} uncensored rows of {len(data):,}; {censored:,} NeuSight rows at the call floor "
-            f"and {data.attrs['implausible']} implausible ETS rows excluded). Median |predicted − measured| / measured; {args.rounds} rounds; {logo_s:.0f} s.\n")
+            f"and {data.attrs['implausible']} implausible ETS rows excluded). Median |predicted − measured| "
+            f"/ measured; {args.rounds} rounds; {logo_s:.0f} s.\n")
     model = kernels.fit(data, spec_sheets(), args.rounds)
     summary = {"logo_median": {c: round(float(g["rel_error"].median()), 4) for c, g in rows.groupby("cls")},
                "rows": model.rows, "devices": list(model.devices)}

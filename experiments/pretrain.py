@@ -111,7 +111,8 @@ def emulated_datasets(sequences: pd.DataFrame, devices: list[str], out: Path) ->
     for gpu in devices:
         name = EMULATED_PREFIX + gpu
         path = device_file(out, name)
-        if path.exists() and set(pd.read_parquet(path, columns=["config_id"])["config_id"]) >= set(sequences["config_id"]):
+        if path.exists() and (set(pd.read_parquet(path, columns=["config_id"])["config_id"])
+                              >= set(sequences["config_id"])):
             continue
         parts = [emulate(seq, name, params, seed=0) for _, seq in
                  tqdm(sequences.groupby("config_id", sort=True), desc=f"emulate {gpu}", unit="config")]

@@ -132,9 +132,9 @@ def convergence(models: dict, out: Path) -> tuple[pd.DataFrame, list[Path]]:
 def scheduling(out: Path, quick: bool, workers: int) -> tuple[pd.DataFrame, pd.DataFrame, list[Path]]:
     """The predictor comparison and the error sweep as two resumable sweeps."""
     from simulator.plots import plot
-    from simulator.sweep import run_sweep
-    from simulator.sweep_grid import plan
-    from simulator.sweep_tables import normalise_to_truth
+    from simulator.sweep.driver import run_sweep
+    from simulator.sweep.grid import plan
+    from simulator.sweep.tables import normalise_to_truth
 
     jobs, seeds = (120, 1) if quick else (1000, 3)
     workloads = [f"pai-like:{jobs}", f"philly-like:{jobs}"]
@@ -157,7 +157,7 @@ def pooled_table(norm: pd.DataFrame) -> pd.DataFrame:
     """Per policy x workload x predictor: mean avg JCT and total tardiness over seeds, and their
     pooled ratio to truth (sum over seeds / sum of the truth runs'), the number the sweep table
     prints and the plots draw as the bar (a mean of per-seed ratios would disagree with both)."""
-    from simulator.sweep_tables import pooled_ratio
+    from simulator.sweep.tables import pooled_ratio
 
     rows = [{"policy": policy, "source": source, "predictor": predictor,
              "jct_mean": g["jct_mean"].mean(), "tardiness_total": g["tardiness_total"].mean(),
@@ -178,7 +178,8 @@ def ablation_section(path: Path) -> str:
 
 
 @click.command()
-@click.option("--quick", is_flag=True, help="A few minutes: 3 held-out configs per family, 120-job workloads, one seed.")
+@click.option("--quick", is_flag=True,
+              help="A few minutes: 3 held-out configs per family, 120-job workloads, one seed.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("reports/reproduce"),
               show_default=True)
 @click.option("--devices", default="T4,P100,V100", show_default=True)
@@ -192,7 +193,8 @@ def main(quick: bool, out: Path, devices: str, ablations: Path, workers: int) ->
     rows, models = accuracy(sequences, gpus)
     headline = pd.DataFrame([{k: r[k] for k in ("method", "device", "traces", "mre", "rmse_ms", "wape",
                                                 "interval_coverage", "interval_width")} for r in rows])
-    buckets = pd.DataFrame([{"method": r["method"], "device": r["device"], **b} for r in rows for b in r["by_op_count"]])
+    buckets = pd.DataFrame([{"method": r["method"], "device": r["device"], **b} for r in rows
+                            for b in r["by_op_count"]])
     randwire = pd.DataFrame([{"method": r["method"], "device": r["device"], **b} for r in rows
                              for b in r["randwire_by_op_count"]])
     curves, figures = convergence(models, out)

@@ -42,7 +42,7 @@ def policy_spec(policy: str, quantile: float | None) -> str:
 
 def grid(jobs: int, seeds: int, predictors=PREDICTORS, quantiles=QUANTILES, policies=POLICIES):
     """The sweep points: every policy setting with every predictor, plus each policy with truth."""
-    from simulator.sweep_grid import plan
+    from simulator.sweep.grid import plan
 
     workloads = [f"pai-like:{jobs}", f"philly-like:{jobs}"]
     specs = [policy_spec(p, q) for p in policies for q in (None, *quantiles)]
@@ -60,7 +60,7 @@ def setting_of(policy: str) -> tuple[str, str]:
 def ratios(results: pd.DataFrame) -> pd.DataFrame:
     """Per policy, setting, workload and predictor: the metrics' seed means and their pooled ratio
     to the same policy with true run times (matched per workload and seed)."""
-    from simulator.sweep_tables import source_label
+    from simulator.sweep.tables import source_label
 
     ok = results[results["status"] == "ok"].copy()
     ok["source"] = [source_label(r) for _, r in ok.iterrows()]
@@ -128,7 +128,7 @@ def plot(table: pd.DataFrame, out: Path) -> list[Path]:
 def run(out: Path, jobs: int, seeds: int, workers: int, quick: bool = False) -> tuple[pd.DataFrame, pd.DataFrame,
                                                                                       list[Path]]:
     """Run (or resume) the sweep; the ratio table, the change against the point estimate, the figures."""
-    from simulator.sweep import run_sweep
+    from simulator.sweep.driver import run_sweep
 
     points = grid(jobs, seeds, predictors=("ets", "noisy:0.2") if quick else PREDICTORS,
                   quantiles=(0.9,) if quick else QUANTILES)

@@ -205,7 +205,8 @@ def main(minutes: float, sequences_dir: Path, ets_traces: Path, out: Path, half_
         scored(shipped, aligned, "shipped ets-T4.pt, plain regime (zoo features)"),
         scored(shipped, recorded[recorded["config_id"].isin(set(aligned["config_id"]))],
                "shipped ets-T4.pt, plain regime (recorded features)"),
-        emulator_alone(aligned, "the emulated T4 itself, nsys regime (in-sample: these traces are calibration targets)"),
+        emulator_alone(aligned, "the emulated T4 itself, nsys regime "
+                                "(in-sample: these traces are calibration targets)"),
     ], ignore_index=True)
     per_trace.to_csv(out / "per_trace.csv", index=False)
     table = summary(per_trace)

@@ -230,7 +230,8 @@ class AlloxPolicy(Policy):
         by id), idle ones first, with when each is free: what :func:`plan_queues` keeps of all
         GPUs listed idle first, without computing every busy GPU's free time."""
         if self._gpus_of_type is None or self._gpus_of_type[0] is not view.gpu_type:  # a new run
-            self._gpus_of_type = (view.gpu_type, [np.flatnonzero(view.gpu_type == k) for k in range(len(view.gpu_types))])
+            self._gpus_of_type = (view.gpu_type,
+                                  [np.flatnonzero(view.gpu_type == k) for k in range(len(view.gpu_types))])
         idle_parts, busy_parts, busy_avail = [], [], []
         for ids in self._gpus_of_type[1]:
             busy = view.gpu_job[ids] >= 0

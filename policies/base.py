@@ -8,8 +8,9 @@ the engine: the engine fills the view and keeps its arrays current; policies onl
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -20,6 +21,13 @@ class PolicyError(RuntimeError):
 
 class PolicySpecError(ValueError):
     """An unknown policy name or option on the command line."""
+
+
+def read_only(array: np.ndarray) -> np.ndarray:
+    """A view of ``array`` that sees every later write to it but refuses its own writes."""
+    view = array.view()
+    view.flags.writeable = False
+    return view
 
 
 @dataclass(frozen=True)
@@ -38,8 +46,9 @@ class Placement:
 @dataclass
 class SchedulerView:
     """What a policy may look at: the clock, waiting and running jobs, free GPUs, and *predicted*
-    run times. True run times are deliberately absent. Arrays are the engine's own (current at
-    every call): read them, copy before changing."""
+    run times. True run times are deliberately absent. Arrays are read-only views of the engine's
+    own (zero-copy, current at every call): a policy that writes to one gets numpy's "read-only"
+    error instead of corrupting the simulation; copy before changing."""
 
     now: float
     gpu_types: list[str]
@@ -62,11 +71,16 @@ class SchedulerView:
     # the engine; None: the predictions are taken as exact (a view built by hand)
     quantiles: Callable[[float], np.ndarray] | None = None
 
+    def __post_init__(self) -> None:
+        for name, value in vars(self).items():
+            if isinstance(value, np.ndarray):
+                setattr(self, name, read_only(value))
+
     def quantile(self, q: float) -> np.ndarray:
         """Seconds, (job, type): the q-quantile of each job's true run time as the predictor's
         stated uncertainty gives it (the point estimate for a job already measured on that type).
-        The engine keeps the array current: a policy may hold on to it."""
-        return self.predicted if self.quantiles is None else self.quantiles(q)
+        The engine keeps the array current: a policy may hold on to it (read-only)."""
+        return self.predicted if self.quantiles is None else read_only(self.quantiles(q))
 
     def interval(self, level: float = 0.9) -> tuple[np.ndarray, np.ndarray]:
         """(lower, upper) bounds of the central ``level`` interval of every run time."""
@@ -101,7 +115,7 @@ class Policy(ABC):
 
     name: str = "policy"
 
-    def on_arrival(self, view: SchedulerView, jobs: list[int]) -> None:
+    def on_arrival(self, view: SchedulerView, jobs: list[int]) -> None:  # noqa: B027 (a hook: doing nothing is the default)
         """New jobs joined the waiting set (called before ``schedule`` at the same timestamp)."""
 
     @abstractmethod

@@ -7,7 +7,7 @@ everywhere and documented in ``simrun --help``.
 from __future__ import annotations
 
 import inspect
-from typing import Callable
+from collections.abc import Callable
 
 from policies.allox import AlloxPolicy
 from policies.base import Policy, PolicySpecError

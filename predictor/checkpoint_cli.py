@@ -52,7 +52,8 @@ def describe(body: dict, path: Path) -> dict:
     return {"checkpoint": str(path), "method": body.get("method"), "device": body.get("device"),
             "version": body.get("version"), "format": body.get("format"),
             "tensors": len(weights), "parameters": int(sum(w.numel() for w in weights)),
-            "epochs": len(body.get("history") or []), "test_units": list((body.get("split") or {}).get("test_units") or []),
+            "epochs": len(body.get("history") or []),
+            "test_units": list((body.get("split") or {}).get("test_units") or []),
             "intervals": bool(body.get("intervals")), "sha256": sha256}
 
 

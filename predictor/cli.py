@@ -93,10 +93,13 @@ def refuse_replacing(directory: Path, traces) -> None:
                    "profiling on this machine's GPU, kernels grouped per op (recorded as cuda:<GPU name>); "
                    "emulated:<GPU>: the op sequence timed by an emulated GPU (`ets devices list`); "
                    + names_help() + ".")
-@click.option("--limit", type=click.IntRange(1), help="At most N configs (sampled deterministically, every family kept).")
+@click.option("--limit", type=click.IntRange(1),
+              help="At most N configs (sampled deterministically, every family kept).")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--max-batch", type=click.IntRange(1), help="Only configs with batch <= N (CPU profiling of small configs).")
-@click.option("--max-size", type=click.IntRange(1), help="Only configs with input size (image side, sequence length) <= N.")
+@click.option("--max-batch", type=click.IntRange(1),
+              help="Only configs with batch <= N (CPU profiling of small configs).")
+@click.option("--max-size", type=click.IntRange(1),
+              help="Only configs with input size (image side, sequence length) <= N.")
 @click.option("--workers", type=click.IntRange(1), default=None,
               help="Worker processes [default: 2 for meta, 1 for cpu, whose timings contention would distort].")
 @click.option("--regime", type=click.Choice(["plain", "nsys"]), default="plain", show_default=True,
@@ -127,7 +130,8 @@ def collect_cmd(ctx: click.Context, zoo: str, device: str, limit: int | None, se
         if inference or dtype:
             raise click.UsageError("--inference and --dtype apply to --model-file (the zoo's grid sets its dtypes)")
     else:
-        zoo_only = [f"--{name.replace('_', '-')}" for name in ("zoo", "limit", "seed", "max_batch", "max_size", "workers")
+        zoo_only = [f"--{name.replace('_', '-')}"
+                    for name in ("zoo", "limit", "seed", "max_batch", "max_size", "workers")
                     if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT]
         if zoo_only:
             raise click.UsageError(f"{', '.join(zoo_only)}: zoo options; they do not apply to --model-file")

@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 import signal
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import pandas as pd
 from tqdm import tqdm
@@ -75,8 +75,8 @@ def _open_dataset(device: str, out: str | Path, regime: str) -> tuple[str, Path,
     if done is not None and device.startswith("emulated:"):
         other = sorted({s.split(" regime")[0].split("(")[-1] for s in done["source"] if f"({regime} regime" not in s})
         if other:
-            raise RegimeMismatchError(f"{existing}: holds {device} traces of the {', '.join(other)} regime, not {regime}; "
-                                      "collect into another --out")
+            raise RegimeMismatchError(f"{existing}: holds {device} traces of the {', '.join(other)} regime, "
+                                      f"not {regime}; collect into another --out")
     return device, out, set(done["config_id"]) if done is not None else set()
 
 

@@ -15,6 +15,7 @@ import click
 
 from predictor.gpus import names_help
 
+
 @click.group()
 def devices() -> None:
     """Emulated GPUs: list them, time a training step on one, calibrate and validate them on real
@@ -250,10 +251,10 @@ def _data_dirs(calibration_dir: Path | None, ets_dir: Path | None) -> tuple[Path
 
 def _inputs(calibration_dir: Path, ets_dir: Path, cache: Path):
     """Targets, skipped files, host table and real kernels; user errors as one line."""
-    from predictor.trace_table import TraceFormatError
     from predictor.devices import calibrate as cal
     from predictor.devices import kernel_corpus, kernel_data
     from predictor.devices.measurements import MeasurementError
+    from predictor.trace_table import TraceFormatError
 
     try:
         targets, skipped, host = cal.load_targets(calibration_dir, ets_dir)
@@ -379,8 +380,8 @@ def devices_validate(calibration_dir: Path | None, ets_dir: Path | None, cache: 
     passes and training steps (KernelBench level 3, Lambda, pytorch-gpu-benchmark) with the kernel
     model fitted without their GPU."""
     from predictor.devices import calibrate as cal
-    from predictor.devices import kernels as kernel_model
     from predictor.devices import endtoend, kernel_data, neusight_ops, validate
+    from predictor.devices import kernels as kernel_model
     from predictor.devices.measurements import NEUSIGHT_DIR, MeasurementError
     from predictor.devices.specs import load_params, spec_sheets
 

@@ -43,8 +43,16 @@ from torch import nn
 
 from predictor.features import FeatureSpec, decode_targets, encode, encode_targets, fit_features, raw_targets
 from predictor.peaks import Peaks
-from predictor.training import (CheckpointError, EarlyStopping, anchor_peaks, device_rows, load_weights,
-                                read_checkpoint, with_intervals, write_checkpoint)
+from predictor.training import (
+    CheckpointError,
+    EarlyStopping,
+    anchor_peaks,
+    device_rows,
+    load_weights,
+    read_checkpoint,
+    with_intervals,
+    write_checkpoint,
+)
 from predictor.windows import average_windows, first_window_only, window_index
 
 ARCHS = ("lstm", "gru", "transformer", "mlp")
@@ -255,8 +263,9 @@ def load(path: str | Path) -> EtsPredictor:
     config = TrainConfig(**{"context": spec.context, "target_transform": spec.target_transform, **body["config"]})
     model = WindowModel(spec.dim, config)
     load_weights(path, model, body["state_dict"])
-    return with_intervals(body, EtsPredictor(spec, config, model, body["device"], body.get("fingerprint", ""), body.get("history"),
-                        body.get("split"), body.get("lineage"), tuple(body.get("scale", (1.0, 1.0)))))
+    return with_intervals(body, EtsPredictor(spec, config, model, body["device"], body.get("fingerprint", ""),
+                                             body.get("history"), body.get("split"), body.get("lineage"),
+                                             tuple(body.get("scale", (1.0, 1.0)))))
 
 
 def summarize(ops: pd.DataFrame) -> pd.DataFrame:
@@ -292,7 +301,7 @@ def iteration_mre(summary: pd.DataFrame) -> float:
 
 def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: TrainConfig | None = None, *,
           device: str | None = None, split: dict | None = None, progress: bool = True,
-          log=None, parent: "EtsPredictor | None" = None, parent_path: str = "",
+          log=None, parent: EtsPredictor | None = None, parent_path: str = "",
           peaks: Peaks | None = None) -> EtsPredictor:
     """Fit a window model on ``train_traces``; early stopping on ``val_traces``' iteration MRE.
 

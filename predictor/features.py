@@ -46,7 +46,8 @@ time on the modelled device, a = max(FLOPs / peak rate, bytes / bandwidth) (:mod
 the duration target is log(1 + d) − log(1 + a), i.e. the log of the op's inefficiency (in (0, 1]
 as efficiency), and log(1 + a) joins the features. Why: a raw or log time learned on small ops
 does not carry to ops larger than any in training (VGG, whose convolutions are larger than any
-other family's, was predicted 45 % too fast on the real CPU benchmark), while an op's efficiency saturates as it grows and carries there
+other family's, was predicted 45 % too fast on the real CPU benchmark),
+while an op's efficiency saturates as it grows and carries there
 (NeuSight's insight). The decoded duration is (1 + a)·exp(max(r, 0)) − 1 ≥ a: the bound that no
 prediction beats the roofline is in the decoding, so no weight can break it. Real convolutions can
 beat the direct-convolution count (cuDNN's Winograd and FFT algorithms do fewer multiplications:
@@ -117,7 +118,8 @@ class FeatureSpec:
     low: list[float] = field(default_factory=list)  # continuous columns' training range ("anchored": clipped to it)
     high: list[float] = field(default_factory=list)
     floor: dict[str, float] = field(default_factory=dict)  # op class -> lowest log(1+d) - log(1+a) in training, <= 0
-    ceiling: dict[str, list[list[float]]] = field(default_factory=dict)  # op class -> [[size bin, highest r at or above, + margin]]
+    # op class -> [[size bin, highest r at or above, + margin]]
+    ceiling: dict[str, list[list[float]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.anchored and not self.peaks:
@@ -154,10 +156,10 @@ class FeatureSpec:
                     "ceiling": self.ceiling} if self.peaks else {})}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "FeatureSpec":
+    def from_dict(cls, d: dict) -> FeatureSpec:
         return cls(**d)
 
-    def with_peaks(self, peaks: Peaks) -> "FeatureSpec":
+    def with_peaks(self, peaks: Peaks) -> FeatureSpec:
         """This spec anchored on another device (a model adapted to it); unchanged if not anchored."""
         return replace(self, peaks=peaks.to_json()) if self.anchored else self
 
@@ -399,7 +401,8 @@ def decode_targets(spec: FeatureSpec, traces: pd.DataFrame, normalised: np.ndarr
     anchored durations bounded below by each op's analytical time, times its class's ``floor``,
     and above by its size's ``ceiling``)."""
     ops = traces["op"]
-    out = normalised * spec._stats(ops, "target_std", spec.target_std) + spec._stats(ops, "target_mean", spec.target_mean)
+    out = (normalised * spec._stats(ops, "target_std", spec.target_std)
+           + spec._stats(ops, "target_mean", spec.target_mean))
     if spec.target_transform == "none":
         return np.maximum(out, 0.0)
     if spec.anchored:

@@ -101,7 +101,8 @@ class GpuEntry:
 
 
 _TEXT = ("name", "vendor", "marketing_name", "architecture", "compute_capability", "form_factor", "source")
-_POSITIVE = ("sms", "boost_clock_mhz", "fp32_tflops", "fp16_tflops", "memory_gb", "memory_gbs", "l2_mb", "tdp_w", "year")
+_POSITIVE = ("sms", "boost_clock_mhz", "fp32_tflops", "fp16_tflops", "memory_gb", "memory_gbs", "l2_mb", "tdp_w",
+             "year")
 _RATES = ("tf32_tflops", "bf16_tflops", "fp8_tflops")  # 0 where the part has no such unit
 _INTS = ("sms", "year")
 FIELDS = _TEXT + ("aliases",) + _POSITIVE + _RATES

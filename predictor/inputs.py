@@ -218,7 +218,8 @@ def _escaped(chunk: np.ndarray, quotes: np.ndarray, carried: int) -> np.ndarray:
 
 def load_json(data: bytes | str, source: str | Path):
     """A JSON document, its nesting and its number of objects and arrays checked first (Python's
-    parser recurses: 100,000 levels crash it; and each parsed object costs ~100 bytes). ValueError (``json.JSONDecodeError``) for bad JSON is left
+    parser recurses: 100,000 levels crash it; and each parsed object costs ~100 bytes).
+    ValueError (``json.JSONDecodeError``) for bad JSON is left
     to the caller, who names its format."""
     opening = (b"{", b"[") if isinstance(data, bytes) else ("{", "[")
     containers = data.count(opening[0]) + data.count(opening[1])  # an upper bound: brackets in strings count too

@@ -127,7 +127,7 @@ class IntervalCalibration:
                 "families": list(self.families), "source": self.source}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "IntervalCalibration":
+    def from_dict(cls, data: dict) -> IntervalCalibration:
         return cls(np.asarray(data["log_ratios"], dtype="float64"), np.asarray(data["family_index"], dtype=np.int64),
                    tuple(data["families"]), str(data.get("source", "")))
 

@@ -17,6 +17,7 @@ import pandas as pd
 
 from predictor.features import TARGET_TRANSFORMS
 from predictor.intervals import DEFAULT_LEVEL, check_level
+from predictor.methods import METHODS
 from predictor.trace_table import TraceFormatError, device_file, read_dataset, read_trace_file
 
 if TYPE_CHECKING:
@@ -130,7 +131,7 @@ def _print_evaluation(result, as_json: bool, extra: dict) -> None:
 
 
 @click.command("train")
-@click.option("--method", type=click.Choice(["ets", "opbased", "habitat", "dnnperf"]), default="ets",
+@click.option("--method", type=click.Choice(list(METHODS)), default="ets",
               show_default=True, help="ETS, or a baseline: operator-based MLP, Habitat-style, DNNPerf-style GNN.")
 @click.option("--data", "data_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Dataset directory (`ets collect` / `ets import`).")
@@ -359,7 +360,8 @@ def calibrate_cmd(ckpt: Path, data_dir: Path, out: Path | None, overwrite: bool,
                                    "intervals calibrated on families it trained on would be too narrow; omit "
                                    "--families to use its held-out families")
     if not units:
-        raise click.ClickException(f"{ckpt} records no held-out families (split: {sorted(model.split or {}) or 'none'}); "
+        raise click.ClickException(f"{ckpt} records no held-out families "
+                                   f"(split: {sorted(model.split or {}) or 'none'}); "
                                    "pass --families with families it never trained on")
     _check_out(out or ckpt, overwrite)
     traces, data_device = _scored_rows(model, data_dir, data_device)
@@ -419,7 +421,8 @@ def predict_cmd(ctx: click.Context, ckpt: Path, target: str | None, model_files:
 
     check_model_or_files(target, model_files, "TARGET", inference)
     if model_files:
-        explicit = [f"--{n}" for n in ("batch", "size") if ctx.get_parameter_source(n) is not click.core.ParameterSource.DEFAULT]
+        explicit = [f"--{n}" for n in ("batch", "size")
+                    if ctx.get_parameter_source(n) is not click.core.ParameterSource.DEFAULT]
         if explicit:
             raise click.UsageError(f"{' and '.join(explicit)} apply to a model name; a model file sets its sizes in "
                                    "get_inputs()")
@@ -460,7 +463,8 @@ def _predict_model_files(ckpt: Path, model_files: tuple[str, ...], inference: bo
     intervals = model.intervals.describe() if model.intervals is not None else None
     run = ModelFileRun(model_files, inference=inference, dtype=dtype)
     for path, trace in run:
-        subject = _Subject(trace, f"a meta-device capture of {path} (op order and shapes; nothing timed)", captured=True)
+        subject = _Subject(trace, f"a meta-device capture of {path} (op order and shapes; nothing timed)",
+                           captured=True)
         try:
             rows = _predictions(model, ckpt, subject, level)
         except KernelModelError as exc:  # the installation's kernel model, not the file: stop

@@ -79,7 +79,7 @@ class Peaks:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, body: object, where: str) -> "Peaks":
+    def from_json(cls, body: object, where: str) -> Peaks:
         """Peaks from their JSON form; every field checked, a bad one named with ``where``."""
         if not isinstance(body, dict):
             raise PeaksError(f"{where}: expected an object, got {type(body).__name__}")

@@ -76,7 +76,7 @@ class IterationTimeTable:
         write_table(self.to_frame(), path)
 
     @classmethod
-    def load(cls, path: str | Path) -> "IterationTimeTable":
+    def load(cls, path: str | Path) -> IterationTimeTable:
         """A table file (any Parquet with the three columns), checked before it is trusted: a
         FIFO, an over-size or unreadable file, or a recorded content hash that does not match is
         refused in one line (ValueError). A file without a hash (made by hand) is taken as is."""
@@ -145,7 +145,8 @@ def read_table(path: str | Path) -> tuple[pd.DataFrame | None, str | None]:
         return None, f"content unreadable ({type(exc).__name__})"
     if recorded != actual.encode():
         text = recorded.decode("ascii", "replace")
-        shown = f"{text[:12]}…" if len(text) == 64 and all(c in "0123456789abcdef" for c in text) else "a malformed hash"
+        shown = (f"{text[:12]}…" if len(text) == 64 and all(c in "0123456789abcdef" for c in text)
+                 else "a malformed hash")
         return None, f"content hash {actual[:12]}… differs from the recorded {shown}"
     return frame, None
 

@@ -125,7 +125,8 @@ def check(df: pd.DataFrame, source: str | Path, *, ceiling_us: float = OP_CEILIN
         if bad.any():
             if np.isfinite(high):
                 rule += f" and <= {high:.3g} µs" + (" (an hour per op)" if high == OP_CEILING_US else "")
-            _refuse(df, source, bad, col, f"must be a finite number {rule}, got {_shown(df[col].iloc[int(np.argmax(bad))])}")
+            _refuse(df, source, bad, col,
+                    f"must be a finite number {rule}, got {_shown(df[col].iloc[int(np.argmax(bad))])}")
     for col in NUMERIC_COLUMNS:
         _check_numbers(df, source, col)
     for col in ("config_id", "device"):

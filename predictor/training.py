@@ -9,9 +9,10 @@ history; and a bad checkpoint must be refused with the same messages whichever m
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -49,7 +50,7 @@ def with_intervals(body: dict, predictor):
     return predictor
 
 
-def stored_intervals(body: dict) -> "IntervalCalibration | None":
+def stored_intervals(body: dict) -> IntervalCalibration | None:
     """The interval calibration of a checkpoint body; None for a checkpoint without one (written
     before intervals existed, or never calibrated)."""
     from predictor.intervals import IntervalCalibration
@@ -74,7 +75,8 @@ def load_weights(path: str | Path, model: nn.Module, state_dict: dict) -> None:
         model.load_state_dict(state_dict)
     except (RuntimeError, ValueError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise CheckpointError(f"{path}: weights do not match the stored feature spec / architecture ({first})") from None
+        raise CheckpointError(f"{path}: weights do not match the stored feature spec / architecture "
+                              f"({first})") from None
 
 
 def device_rows(train_traces: pd.DataFrame, val_traces: pd.DataFrame,

@@ -21,12 +21,12 @@ from predictor.gpus import UnknownGpuTypeError, names_help
 from predictor.outputs import LOCK_NAME, OutputError, check_writable, claim_folder, locked_folder, remove_if_empty
 from predictor.tables import TableError
 from simulator.cluster import PRESETS, ClusterError
-from simulator.run import (DEFAULT_CLUSTER, DEFAULT_WORKLOAD, RunConfig, RunOutput, WorkloadSpecError, execute,
-                           readable)
+from simulator.run import DEFAULT_CLUSTER, DEFAULT_WORKLOAD, RunConfig, RunOutput, WorkloadSpecError, execute, readable
 from simulator.timing import PREDICTOR_HELP, PredictorSpecError
 from traces.binding import BindingError
-from traces.registry import TraceSpecError
+from traces.registry import TraceSpecError, kinds_help
 from traces.schema import TraceError
+from traces.synthetic import KINDS as SYNTHETIC_KINDS
 
 USER_ERRORS = (TraceError, TraceSpecError, ClusterError, PolicySpecError, PredictorSpecError,
                WorkloadSpecError, UnknownGpuTypeError, BindingError, TableError, OutputError)
@@ -45,7 +45,8 @@ def format_summary(summary: dict) -> str:
         ("queueing delay mean", dur(summary["queue_mean"])),
         ("makespan", dur(summary["makespan"])),
         ("late jobs", f"{summary['late_jobs']:,} of {summary['jobs_with_deadline']:,} with a deadline"),
-        ("tardiness total / mean", f"{readable(summary['tardiness_total'])} s / {readable(summary['tardiness_mean'], 1)} s"),
+        ("tardiness total / mean",
+         f"{readable(summary['tardiness_total'])} s / {readable(summary['tardiness_mean'], 1)} s"),
         ("utilisation", f"{summary['utilization']:.1%}  ("
          + ", ".join(f"{t} {u:.0%}" for t, u in summary["utilization_by_type"].items()) + ")"),
         ("policy time", f"{summary['policy_seconds']:.3f} s in {summary['policy_calls']:,} calls"),
@@ -155,18 +156,16 @@ def write_results(out_dir: Path, output: RunOutput, truth: RunOutput | None, *, 
               help=f"Run-time predictor the policy plans with: {PREDICTOR_HELP}. The engine always "
                    "advances with true run times.")
 @click.option("--trace", "trace", metavar="KIND:PATH",
-              help="Replay a real trace. KIND: philly (rfold per-job CSV), philly-json (raw cluster_job_log "
-                   "JSON), pai (official pai_job_table + pai_task_table, a directory or the job table), "
-                   "pai-sample (cedtrain task sample), itp (Microsoft ITP clusterNN.csv), hydra "
-                   "(Hydra deadline cases).")
+              help=f"Replay a real trace. KIND: {kinds_help()}.")
 @click.option("--workload", metavar="KIND:N",
-              help=f"Synthetic workload fitted to the real traces: philly-like:N or pai-like:N "
+              help=f"Synthetic workload fitted to the real traces: {' or '.join(f'{k}:N' for k in SYNTHETIC_KINDS)} "
                    f"[default when no --trace: {DEFAULT_WORKLOAD}].")
 @click.option("--limit", type=int, metavar="N", help="Keep the first N jobs in submit order.")
 @click.option("--cluster", default=DEFAULT_CLUSTER, show_default=True, metavar="PRESET[:SCALE]|FILE",
               help=f"Presets: {', '.join(PRESETS)} (PRESET:0.1 scales node counts); pai-spec:PATH or "
                    "philly-machines:PATH read the real inventories; or a YAML/JSON file with "
-                   "nodes: [{gpu_type, num_gpus, count}], gpu_type any GPU of the catalogue (--reference-gpu lists them).")
+                   "nodes: [{gpu_type, num_gpus, count}], gpu_type any GPU of the catalogue "
+                   "(--reference-gpu lists them).")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seeds the synthetic workload, deadlines and injected prediction error.")
 @click.option("--deadline-fraction", type=click.FloatRange(0, 1), default=0.2, show_default=True,

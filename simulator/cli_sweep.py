@@ -1,5 +1,5 @@
 """``simrun sweep``, ``simrun plot``, ``simrun timeline``: thin click layers over
-the sweep (:mod:`simulator.sweep` and its ``sweep_*`` siblings), :mod:`simulator.plots` and
+the sweep (the :mod:`simulator.sweep` package), :mod:`simulator.plots` and
 :mod:`simulator.timeline`.
 
 Why separate from :mod:`simulator.cli`: the single-run command stays small, and the heavy imports
@@ -60,10 +60,10 @@ def sweep_cmd(policies, predictors, errors, workloads, traces, seeds, load_scale
     Exit status 1 when a point of this grid failed.
     """
     from predictor.outputs import OutputError, locked_folder
-    from simulator.sweep import run_sweep
-    from simulator.sweep_grid import SweepSpecError, plan
-    from simulator.sweep_points import config_key
-    from simulator.sweep_tables import format_table, summary_table
+    from simulator.sweep.driver import run_sweep
+    from simulator.sweep.grid import SweepSpecError, plan
+    from simulator.sweep.points import config_key
+    from simulator.sweep.tables import format_table, summary_table
 
     try:
         configs = plan(policies, predictors, errors=errors or (), workloads=workloads, traces=traces,
@@ -153,7 +153,8 @@ def check_figures_folder(folder: Path, overwrite: bool) -> None:
     foreign = [e.name for e in entries if (e.suffix not in FIGURE_SUFFIXES or not e.is_file())
                and not (e.name.startswith(".") and ".tmp-" in e.name)]  # an interrupted write's leftover
     if foreign:
-        raise OutputError(f"--out {folder} holds files that are not figures (e.g. {foreign[0]!r}); choose another folder")
+        raise OutputError(f"--out {folder} holds files that are not figures (e.g. {foreign[0]!r}); "
+                          "choose another folder")
     if entries and not overwrite:
         raise OutputError(f"--out {folder} already holds figures (e.g. {entries[0].name}); pass --overwrite to "
                           "replace them, or choose another folder")

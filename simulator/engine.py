@@ -309,8 +309,10 @@ class Simulation:
         # Start the placed jobs, each checked (a bad placement is a PolicyError).
         state, env = self.state, self._env
         running, type_index, free_by_type = view.running, state.type_index, state.free_by_type
-        allocate, gpu_job, num, truth, num_types = state.allocate, state.gpu_job, self._num, self._truth, self._num_types
-        start, type_of, gpus_of, ending, observe = self.start, self.type_of, self.gpus_of, self._ending, self.observe_time
+        allocate, gpu_job, num = state.allocate, state.gpu_job, self._num
+        truth, num_types = self._truth, self._num_types
+        start, type_of, gpus_of = self.start, self.type_of, self.gpus_of
+        ending, observe = self._ending, self.observe_time
         for p in placements:
             job = int(p.job)
             if job not in waiting:

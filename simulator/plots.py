@@ -5,23 +5,24 @@ Why: the paper's claims are comparisons with the truth predictor; every figure h
 from the sweep's results.parquet and per-job records through small functions that tests check
 against the sweep table and hand computations (:func:`bar_data`, :func:`error_curve_data`,
 :func:`run_panels`, :func:`utilisation_series`). Bars and curves show the sweep table's pooled
-ratio (:func:`simulator.sweep_tables.pooled_ratio`), never another mean, with each seed as a dot;
+ratio (:func:`simulator.sweep.tables.pooled_ratio`), never another mean, with each seed as a dot;
 the CDF and utilisation figures draw every run. Each figure says its aggregation in its title.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from predictor.inputs import short
 from predictor.outputs import atomic_file, check_writable
-from simulator.sweep_points import load_results, read_json, read_table
-from simulator.sweep_tables import normalise_to_truth, pooled_ratio, source_label
+from simulator.sweep.points import load_results, read_json, read_table
+from simulator.sweep.tables import normalise_to_truth, pooled_ratio, source_label
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -213,8 +214,9 @@ def _panels_with_total(data: pd.DataFrame, seeds: pd.DataFrame, total: pd.DataFr
     show_load = data["load_scale"].nunique() > 1
 
     def titles(frame: pd.DataFrame) -> pd.Series:
-        return pd.Series([panel_title(dict(zip(by, v)), show_load=show_load) for v in frame[by].itertuples(index=False)],
-                         index=frame.index, dtype=object)
+        rows = frame[by].itertuples(index=False)
+        return pd.Series([panel_title(dict(zip(by, v)), show_load=show_load) for v in rows], index=frame.index,
+                         dtype=object)
 
     data_titles, seed_titles = titles(data), titles(seeds)
     order = list(dict.fromkeys(data_titles[g.index[0]] for _, g in data.groupby(by, sort=True, dropna=False)))
@@ -400,7 +402,8 @@ def _total_gpus(run: Path) -> int:
             try:
                 return resolve(spec).total_gpus
             except (ValueError, OSError) as exc:  # ClusterError included
-                raise PlotInputError(f"{run / 'manifest.json'}: its cluster {short(spec)} cannot be read: {exc}") from None
+                raise PlotInputError(f"{run / 'manifest.json'}: its cluster {short(spec)} cannot be read: "
+                                     f"{exc}") from None
     raise PlotInputError(f"{run}: manifest.json with the cluster size is missing")
 
 

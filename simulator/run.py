@@ -11,10 +11,10 @@ import json
 import math
 import platform
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -196,7 +196,8 @@ def synthetic_workload(spec: str, seed: int, limit: int | None) -> JobTrace:
     try:
         return generate(kind, n, seed=seed, first=limit)
     except ValueError as exc:  # InputError (over the job limit) included
-        hint = "" if limit is not None or not isinstance(exc, InputError) else "; or keep the first K jobs with --limit K"
+        hint = ("" if limit is not None or not isinstance(exc, InputError)
+                else "; or keep the first K jobs with --limit K")
         raise WorkloadSpecError(f"--workload {short(spec)}: {exc}{hint}") from None
 
 
@@ -220,16 +221,17 @@ def load_workload(config: RunConfig) -> JobTrace:
     return assign_deadlines(trace, config.deadline_fraction, seed=config.seed)
 
 
-def bind(trace: JobTrace, gpu_types: list[str], reference: str, seed: int,
-         *, progress: bool = False, warn: Callable[[str], None] | None = None) -> tuple[JobTrace, dict]:
+def bind(trace: JobTrace, gpu_types: list[str], reference: str, seed: int, *, sequences: pd.DataFrame | None = None,
+         progress: bool = False, warn: Callable[[str], None] | None = None) -> tuple[JobTrace, dict]:
     """The trace bound to catalog configs (:mod:`traces.binding`), and what the manifest records.
+    ``sequences``: the catalog, when the caller has read it already (read here otherwise);
     ``progress``: a bar on stderr while the true iteration times are built (minutes, once);
     ``warn``: gets the line saying a cached table was rebuilt."""
     from predictor.tables import truth_table
     from traces.binding import CLASS_SHARES, assign_configs, bind_workload
     from traces.catalog import CATALOG_FILE, catalog_configs, read_catalog
 
-    sequences = read_catalog()
+    sequences = read_catalog() if sequences is None else sequences
     configs = catalog_configs(sequences)
     _, chosen = assign_configs(trace.jobs, configs, seed)  # only these configs need true times
     types = sorted(set(gpu_types) | set(trace.jobs["gpu_type"]) - {""} | {reference})
@@ -380,7 +382,13 @@ def execute(config: RunConfig, *, trace: JobTrace | None = None, cluster: Cluste
         if config.observe_after is not None:
             check_observe_after(config.observe_after)
         reference = reference or cluster.reference_type()
-        trace, binding = bind(trace, cluster.gpu_types, reference, config.seed, progress=progress, warn=note)
+        from traces.catalog import read_catalog
+
+        sequences = read_catalog()  # once per run: the binding and a model predictor share it
+        if isinstance(predictor, ModelPredictor):
+            predictor.catalog = sequences
+        trace, binding = bind(trace, cluster.gpu_types, reference, config.seed, sequences=sequences,
+                              progress=progress, warn=note)
     sim = Simulation(trace, cluster, policy, predictor, reference_type=reference, progress=progress,
                      observe_after=config.observe_after)
     result = sim.run()

@@ -20,7 +20,7 @@ import pandas as pd
 from predictor.inputs import short
 from predictor.outputs import claim_file, write_text
 from simulator.cluster import Cluster
-from simulator.sweep_points import read_json, read_table
+from simulator.sweep.points import read_json, read_table
 
 US = 1e6
 

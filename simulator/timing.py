@@ -147,11 +147,21 @@ class ModelPredictor(RuntimePredictor):
     """A pretrained predictor (ETS or a baseline) through its iteration-time table over the bound
     workload's configs and the cluster's GPU types (built on first use, cached on disk)."""
 
-    def __init__(self, method: str, *, progress: bool = False, warn: Callable[[str], None] | None = None):
+    def __init__(self, method: str, *, progress: bool = False, warn: Callable[[str], None] | None = None,
+                 catalog: pd.DataFrame | None = None):
         self.name = self.method = method
         self.progress = progress  # a bar on stderr while the table is built (not when cached)
         self.warn = warn  # gets the line saying a cache table was rebuilt [default: stderr]
+        self.catalog = catalog  # the workload catalog's op sequences, read once per run (on first use if None)
         self.table: IterationTimeTable | None = None
+
+    def sequences(self) -> pd.DataFrame:
+        """The catalog the run was bound to (read here, once, when the run did not hand it on)."""
+        if self.catalog is None:
+            from traces.catalog import read_catalog
+
+            self.catalog = read_catalog()
+        return self.catalog
 
     def check_devices(self, gpu_types: list[str]) -> None:
         """Refuse, before any work, a cluster with a GPU type that has no pretrained checkpoint."""
@@ -173,13 +183,12 @@ class ModelPredictor(RuntimePredictor):
 
     def runtimes(self, jobs, gpu_types, truth):
         from predictor.tables import method_table
-        from traces.catalog import read_catalog
 
         for col in ("config_id", "iterations"):
             if col not in jobs.columns:
                 raise PredictorSpecError(f"predictor {self.name!r} needs a workload bound to model configs "
                                          f"(column {col!r} is missing)")
-        catalog = read_catalog()
+        catalog = self.sequences()
         sequences = catalog[catalog["config_id"].isin(set(jobs["config_id"]))]
         self.table = method_table(self.method, sequences, gpu_types, progress=self.progress, warn=self.warn)
         return TablePredictor(self.name, self.table).runtimes(jobs, gpu_types, truth)
@@ -189,10 +198,9 @@ class ModelPredictor(RuntimePredictor):
         of each job's config: leave-family-out for the catalog's held-out families it was
         calibrated on, so no job plans with its own family's errors."""
         from predictor.checkpoints import interval_calibration
-        from traces.catalog import read_catalog
 
         q = check_probability(q, "quantile")
-        families = read_catalog().groupby("config_id")["family"].first()
+        families = self.sequences().groupby("config_id")["family"].first()
         job_families = families.reindex(jobs["config_id"].astype(str)).to_numpy(dtype=object)
         out = np.empty((len(jobs), len(gpu_types)))
         for k, gpu in enumerate(gpu_types):
@@ -211,7 +219,7 @@ class ModelPredictor(RuntimePredictor):
 
 
 MODEL_PREDICTORS = tuple(METHODS)
-PREDICTOR_HELP = "truth | noisy:<MRE> (e.g. noisy:0.1) | ets | habitat | dnnperf | opbased"
+PREDICTOR_HELP = " | ".join(["truth", "noisy:<MRE> (e.g. noisy:0.1)", *MODEL_PREDICTORS])
 
 
 def make_predictor(spec: str, seed: int = 0, *, progress: bool = False,

@@ -20,8 +20,17 @@ import numpy as np
 import pandas as pd
 
 from predictor.inputs import short
-from traces.schema import (INT64_LIMIT, JobTrace, TraceError, canonical_types, finalize, gpu_counts, identifiers,
-                           numeric, read_csv_rows)
+from traces.schema import (
+    INT64_LIMIT,
+    JobTrace,
+    TraceError,
+    canonical_types,
+    finalize,
+    gpu_counts,
+    identifiers,
+    numeric,
+    read_csv_rows,
+)
 
 # Column layouts of the headerless official tables, as in the .header files (a test checks them).
 JOB_TABLE_COLUMNS = ["job_name", "inst_id", "user", "status", "start_time", "end_time"]

@@ -21,9 +21,18 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
-from predictor.inputs import InputError, load_json as load_json_text, short
-from traces.schema import (JobTrace, TraceError, finalize, gpu_counts, identifiers, numeric,
-                           read_csv_rows, read_trace_bytes)
+from predictor.inputs import InputError, short
+from predictor.inputs import load_json as load_json_text
+from traces.schema import (
+    JobTrace,
+    TraceError,
+    finalize,
+    gpu_counts,
+    identifiers,
+    numeric,
+    read_csv_rows,
+    read_trace_bytes,
+)
 
 PHILLY_EPOCH = pd.Timestamp("2017-08-14 23:27:00")
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S"

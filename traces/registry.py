@@ -6,8 +6,9 @@ their own error type, listing the known kinds, separate from errors in a file's 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, NamedTuple
 
 import pandas as pd
 
@@ -15,13 +16,20 @@ from predictor.inputs import short
 from traces import hydra_cases, itp, pai, philly
 from traces.schema import JobTrace, TraceError
 
-KINDS: dict[str, Callable[..., JobTrace]] = {
-    "philly": philly.load,
-    "philly-json": philly.load_json,
-    "pai": pai.load,
-    "pai-sample": pai.load_sample,
-    "itp": itp.load,
-    "hydra": hydra_cases.load,
+
+class TraceKind(NamedTuple):
+    load: Callable[..., JobTrace]
+    help: str  # what the file is, for --help
+
+
+# The one list of trace kinds: loaders, error messages and --help are derived from it.
+KINDS: dict[str, TraceKind] = {
+    "philly": TraceKind(philly.load, "rfold per-job CSV"),
+    "philly-json": TraceKind(philly.load_json, "raw cluster_job_log JSON"),
+    "pai": TraceKind(pai.load, "official pai_job_table + pai_task_table, a directory or the job table"),
+    "pai-sample": TraceKind(pai.load_sample, "cedtrain task sample"),
+    "itp": TraceKind(itp.load, "Microsoft ITP clusterNN.csv"),
+    "hydra": TraceKind(hydra_cases.load, "Hydra deadline cases"),
 }
 MACHINE_KINDS: dict[str, Callable[[str | Path], pd.DataFrame]] = {
     "philly": philly.load_machine_list,
@@ -62,7 +70,12 @@ def load_trace(spec: str, **options: Any) -> JobTrace:
     """Load ``KIND:PATH`` with that kind's loader (``options`` go to the loader)."""
     kind, path = parse_spec(spec)
     _check(kind, path, KINDS, "trace")
-    return KINDS[kind](path, **options)
+    return KINDS[kind].load(path, **options)
+
+
+def kinds_help() -> str:
+    """The trace kinds as --help lists them: ``name (what it is), ...``."""
+    return ", ".join(f"{name} ({kind.help})" for name, kind in KINDS.items())
 
 
 def load_machine_table(kind: str, path: str | Path) -> pd.DataFrame:

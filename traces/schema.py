@@ -76,11 +76,11 @@ class JobTrace:
         """GPU types for which the trace carries measured per-type run times."""
         return [c[len(RUNTIME_PREFIX):] for c in self.jobs.columns if c.startswith(RUNTIME_PREFIX)]
 
-    def head(self, n: int) -> "JobTrace":
+    def head(self, n: int) -> JobTrace:
         """The first n jobs in submit order (the table is kept sorted by submit time)."""
         return JobTrace(self.jobs.iloc[:n].reset_index(drop=True), self.source, self.kind, dict(self.excluded))
 
-    def scaled_load(self, factor: float) -> "JobTrace":
+    def scaled_load(self, factor: float) -> JobTrace:
         """Arrivals ``factor`` times as dense (offsets from the first submit divided by it); each
         deadline keeps its slack after its job's submit time."""
         jobs = self.jobs.copy()

@@ -39,9 +39,9 @@ The paper's pieces and ours:
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -59,10 +59,18 @@ with warnings.catch_warnings():
 from predictor.baselines.graph import EDGE_KINDS, build_graph, edge_features
 from predictor.ets import fingerprint, sorted_traces
 from predictor.features import OPTIMIZERS, FeatureSpec, encode, fit_features, optimizer_of
-from predictor.trace_table import DTYPES
 from predictor.peaks import Peaks
-from predictor.training import (CheckpointError, EarlyStopping, anchor_peaks, device_rows, load_weights,
-                                read_checkpoint, with_intervals, write_checkpoint)
+from predictor.trace_table import DTYPES
+from predictor.training import (
+    CheckpointError,
+    EarlyStopping,
+    anchor_peaks,
+    device_rows,
+    load_weights,
+    read_checkpoint,
+    with_intervals,
+    write_checkpoint,
+)
 
 METHOD = "dnnperf"
 CONVS = ("transformer", "gatv2")
@@ -221,7 +229,8 @@ def make_graph_set(spec: FeatureSpec, scalers: Scalers, parts: list[pd.DataFrame
                     edge_attr=torch.from_numpy(both.astype(np.float32)),
                     g=torch.from_numpy(g.astype(np.float32)).unsqueeze(0), num_nodes=len(trace))
         if with_targets:
-            item.y = torch.tensor([(np.log(iteration_us(trace) / anchor[i]) - scalers.target_mean) / scalers.target_std],
+            item.y = torch.tensor([(np.log(iteration_us(trace) / anchor[i]) - scalers.target_mean)
+                                   / scalers.target_std],
                                   dtype=torch.float32)
         data.append(item)
     return GraphSet(data, parts, anchor)
@@ -253,7 +262,8 @@ class DnnPerfPredictor:
         self.model.eval()
         out = [self.model(batch).numpy() for batch in DataLoader(graphs.data, batch_size=batch_size)]
         normalised = np.concatenate(out).astype(np.float64)
-        return graphs.anchors * np.exp(np.minimum(normalised * self.scalers.target_std + self.scalers.target_mean, 50.0))
+        return graphs.anchors * np.exp(np.minimum(normalised * self.scalers.target_std + self.scalers.target_mean,
+                                                  50.0))
 
     def summary(self, graphs: GraphSet, pred_us: np.ndarray) -> pd.DataFrame:
         """Per trace: the contract's iteration-time columns (no breakdown: NaN) and the truth."""

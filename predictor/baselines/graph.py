@@ -245,7 +245,7 @@ def build_graph(trace: pd.DataFrame) -> TraceGraph:
         size = DTYPE_BYTES.get(dtypes[i], 4)
         start = len(src)
 
-        def link(source: int | None, shape: Shape | None, edge: str) -> None:
+        def link(source: int | None, shape: Shape | None, edge: str, i: int = i, size: int = size) -> None:
             if source is not None:
                 src.append(source)
                 dst.append(i)

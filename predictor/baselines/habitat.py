@@ -56,7 +56,8 @@ peak for every dtype (no tensor-core or FP64 rates), and the MLP sees a device o
 4 features, so it extrapolates poorly to GPUs far from those it was trained on.
 
 The iteration time is the sum over ops, as in Habitat. Device constants: peak FP32 TFLOPS and
-memory bandwidth, SMs, boost clock and memory size from :func:`predictor.devices.specs.spec_sheets` (the GPU catalogue). Device names resolve through :func:`predictor.devices.specs.device_key`
+memory bandwidth, SMs, boost clock and memory size from :func:`predictor.devices.specs.spec_sheets`
+(the GPU catalogue). Device names resolve through :func:`predictor.devices.specs.device_key`
 ("emulated:T4", "T4", "Tesla T4", the ETS import's "2080Ti" all work), so a model trained on
 emulated traces predicts real ones, and the simulator can predict a GPU a config was never
 measured on from its source trace alone.
@@ -65,9 +66,9 @@ measured on from its source trace alone.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -78,8 +79,14 @@ from predictor.capture.costs import op_class
 from predictor.devices.specs import DeviceParamsError, device_key, spec_sheets
 from predictor.ets import fingerprint, sorted_traces, summarize
 from predictor.trace_table import DTYPES, MAX_PARAMS, PHASES
-from predictor.training import (CheckpointError, EarlyStopping, load_weights,
-                                read_checkpoint, with_intervals, write_checkpoint)
+from predictor.training import (
+    CheckpointError,
+    EarlyStopping,
+    load_weights,
+    read_checkpoint,
+    with_intervals,
+    write_checkpoint,
+)
 
 METHOD = "habitat"
 GROUPS = ("conv2d", "linear", "bmm", "lstm")
@@ -206,7 +213,7 @@ class Scaler:
     std: list[float]
 
     @classmethod
-    def fit(cls, raw: np.ndarray) -> "Scaler":
+    def fit(cls, raw: np.ndarray) -> Scaler:
         cont = raw[:, N_ONEHOT:]
         std = cont.std(axis=0)
         return cls(cont.mean(axis=0).tolist(), np.where(std > 1e-9, std, 1.0).tolist())
@@ -303,7 +310,8 @@ class HabitatPredictor:
         source, target = self._split_devices(traces)
         if source.empty:
             raise ValueError(f"no traces of the source device {self.config.source_device!r} to predict "
-                             f"{self.device!r} from; devices present: {', '.join(map(str, traces['device'].unique()))}; "
+                             f"{self.device!r} from; devices present: "
+                             f"{', '.join(map(str, traces['device'].unique()))}; "
                              f"a Habitat-style model scales measured op times: add the same configs' "
                              f"{self.config.source_device} rows to the data (`ets collect --device "
                              f"{self.config.source_device}` for an emulated GPU, `ets import` for a real one)")
@@ -414,7 +422,8 @@ def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: HabitatC
     codes = pd.factorize(val_ops["config_id"])[0]
     val_gap = np.bincount(codes, val_ops["gap_us"].to_numpy(np.float64))
     truth_rows = val_target[val_target["config_id"].isin(both)]
-    val_truth = (truth_rows["duration_us"] + truth_rows["gap_us"]).groupby(truth_rows["config_id"]).sum().loc[both].to_numpy()
+    val_truth = ((truth_rows["duration_us"] + truth_rows["gap_us"]).groupby(truth_rows["config_id"]).sum()
+                 .loc[both].to_numpy())
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
     stop = EarlyStopping(model, predictor.history, config, "train habitat", optimizer=optimizer, progress=progress,
                          log=log)

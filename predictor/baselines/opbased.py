@@ -23,9 +23,9 @@ so that the comparison isolates them:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -35,8 +35,16 @@ from torch import nn
 from predictor.ets import fingerprint, sorted_traces, summarize
 from predictor.features import FeatureSpec, decode_targets, encode, encode_targets, fit_features
 from predictor.peaks import Peaks
-from predictor.training import (CheckpointError, EarlyStopping, anchor_peaks, device_rows, load_weights,
-                                read_checkpoint, with_intervals, write_checkpoint)
+from predictor.training import (
+    CheckpointError,
+    EarlyStopping,
+    anchor_peaks,
+    device_rows,
+    load_weights,
+    read_checkpoint,
+    with_intervals,
+    write_checkpoint,
+)
 
 METHOD = "opbased"
 

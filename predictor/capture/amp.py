@@ -88,7 +88,8 @@ def _cast(template: dict, shape: list[int], src: int, dst: int, name: str = CAST
 def autocast_trace(trace: pd.DataFrame) -> pd.DataFrame:
     """The AMP iteration of a float32 op sequence (one config); see the module docstring."""
     if set(trace["dtype"].unique()) != {"float32"}:
-        raise ValueError("AMP rewrites a float32 op sequence; got dtypes " + ", ".join(map(str, trace["dtype"].unique())))
+        raise ValueError("AMP rewrites a float32 op sequence; got dtypes "
+                         + ", ".join(map(str, trace["dtype"].unique())))
     rows = trace.sort_values("idx").to_dict("records")
     out: list[dict] = []
     activation = "float32"
@@ -118,7 +119,8 @@ def autocast_trace(trace: pd.DataFrame) -> pd.DataFrame:
                 out.append(dict(row))
                 activation = "float32"
             else:
-                out.append(row | {"dtype": activation, "bytes": float(row["bytes"]) / (2 if activation == "float16" else 1)})
+                out.append(row | {"dtype": activation,
+                                  "bytes": float(row["bytes"]) / (2 if activation == "float16" else 1)})
         elif phase == "backward":
             if op == "AccumulateGrad" and shapes:
                 params += _numel(shapes[0])

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 Shape = Sequence[int]
 

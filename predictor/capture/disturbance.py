@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 PROC_STAT = Path("/proc/stat")
 DISTURBANCE_LIMIT = 0.25  # cores of other work while profiling, on average

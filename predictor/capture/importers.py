@@ -7,8 +7,8 @@ directory; one place maps kinds to readers and expands directories.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pandas as pd
 
@@ -45,7 +45,8 @@ def _per_file(loader_name: str, patterns: tuple[str, ...]) -> Callable[[Path, st
 
 IMPORTERS: dict[str, tuple[Callable[[Path, str | None], pd.DataFrame], str]] = {
     "ets-csv": (_ets_csv, "the ETS authors' per-iteration CSV files (a file or a directory; op_codes.txt beside)"),
-    "kineto": (_per_file("kineto", ("*.json", "*.json.gz")), "PyTorch profiler / Kineto Chrome-trace JSON (.json, .json.gz)"),
+    "kineto": (_per_file("kineto", ("*.json", "*.json.gz")),
+               "PyTorch profiler / Kineto Chrome-trace JSON (.json, .json.gz)"),
     "nsys": (_per_file("nsys", ("*.sqlite",)), "Nsight Systems SQLite export of an emit_nvtx-profiled iteration"),
 }
 

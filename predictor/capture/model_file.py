@@ -54,8 +54,8 @@ import re
 import sys
 import traceback
 import types
-from pathlib import Path
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -64,7 +64,8 @@ import torch
 MAX_MESSAGE = 1000
 DTYPES = ("float32", "float16", "bfloat16", "amp")  # amp: captured in float32, rewritten as autocast runs it
 OPTIMIZERS = ("sgd", "adam")
-CONVENTION = "a model file defines class Model, get_inputs() and optionally get_init_inputs() (KernelBench's convention)"
+CONVENTION = ("a model file defines class Model, get_inputs() and optionally get_init_inputs() "
+              "(KernelBench's convention)")
 _modules = itertools.count()
 BACKWARD = "in the backward pass; --inference times the forward alone"
 

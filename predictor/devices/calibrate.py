@@ -58,10 +58,12 @@ from predictor.devices.timing import OpArrays, host_us, kernel_us, learned_us, t
 from predictor.trace_table import PHASES
 from predictor.zoo.config import ModelConfig
 
-PRIOR_WEIGHT = 1.0  # residual weight of log(param / prior): a factor e (2.7x) off the prior costs as much as 100 % error
+# residual weight of log(param / prior): a factor e (2.7x) off the prior costs as much as 100 % error
+PRIOR_WEIGHT = 1.0
 MIN_CLASS_OPS = 20
-BOUNDS = {"compute_eff": (0.02, 2.0), "compute_half_mflop": (0.001, 1e4), "tensor_eff": (0.02, 1.0), "memory_eff": (0.02, 1.0),
-          "memory_half_kb": (0.1, 1e5), "kernel_latency_us": (0.3, 60.0), "host_scale": (0.05, 20.0)}
+BOUNDS = {"compute_eff": (0.02, 2.0), "compute_half_mflop": (0.001, 1e4), "tensor_eff": (0.02, 1.0),
+          "memory_eff": (0.02, 1.0), "memory_half_kb": (0.1, 1e5), "kernel_latency_us": (0.3, 60.0),
+          "host_scale": (0.05, 20.0)}
 ETS_DEVICES = {"T4": "T4", "2080Ti": "RTX2080Ti"}
 WALL_CLOCK = ("gavel", "sia", "spread")  # step times of a training loop: pay time outside the trace
 DDP_SOURCES = ("spread",)  # DistributedDataParallel (gloo) even on one GPU: a gradient all-reduce per step
@@ -154,7 +156,7 @@ def op_sequences(configs: list[ModelConfig], cache: Path | None, progress: bool 
 
 
 def attach(targets: list[Target], sequences: dict[str, pd.DataFrame], host: dict,
-           model: "kernel_model.KernelModel | None" = None) -> None:
+           model: kernel_model.KernelModel | None = None) -> None:
     """Precompute what the fit evaluates many times: op arrays, unscaled host costs, the learned
     kernel times on the target's device (``model`` None: roofline only), comparable ETS classes."""
     unit = DeviceSpec("unit", 1, 0, 1, 1, "", host_scale=1.0)  # the unscaled host cost
@@ -340,7 +342,7 @@ def _summary(errors: np.ndarray) -> dict[str, float]:
 
 def calibrate(targets: list[Target], sequences: dict[str, pd.DataFrame], host: dict, *, lomo: bool = True,
               progress: bool = True, version: str = "fit",
-              model: "kernel_model.KernelModel | None" = None) -> tuple[DeviceParams, dict]:
+              model: kernel_model.KernelModel | None = None) -> tuple[DeviceParams, dict]:
     """Fit every device that has targets; returns the parameters and the report (JSON-able).
     ``report["lomo_errors"]`` holds every target's held-out signed error (for the validation
     report); ``report["devices"][d]["lomo_by_source"]`` its summary per source."""
@@ -370,7 +372,8 @@ def calibrate(targets: list[Target], sequences: dict[str, pd.DataFrame], host: d
             held_classes: dict[str, dict[tuple[str, str], float]] = {}
             held = leave_one_model_out(spec_sheets()[name], group, held_phases, held_classes)
             entry["lomo"] = _summary(list(held.values())) if held else None
-            entry["lomo_by_source"] = {s: _summary([held[t.origin] for t in group if t.source == s and t.origin in held])
+            entry["lomo_by_source"] = {s: _summary([held[t.origin] for t in group
+                                                    if t.source == s and t.origin in held])
                                        for s in sources if any(t.source == s and t.origin in held for t in group)}
             for t, p in zip(group, fit.predict(group)):
                 if t.origin in held:

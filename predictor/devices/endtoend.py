@@ -62,7 +62,7 @@ def _model_for(device: str, models: dict, shipped: kernel_model.KernelModel | No
 
 
 def kernelbench_rows(root: Path, params: DeviceParams, models: dict, shipped, cache: Path | None,
-                     progress: bool = True, host: "inference_host.InferenceHost | None" = None) -> pd.DataFrame:
+                     progress: bool = True, host: inference_host.InferenceHost | None = None) -> pd.DataFrame:
     from predictor.devices import kernelbench
 
     host = host or inference_host.shipped()
@@ -153,8 +153,8 @@ def all_rows(calibration_dir: Path, params: DeviceParams, models: dict, shipped,
     """Every end-to-end set's rows with errors (module docstring)."""
     frames = [kernelbench_rows(calibration_dir / "kernelbench", params, models, shipped,
                                cache_dir / "kernelbench_sequences.parquet", progress),
-              lambda_rows(calibration_dir / "lambda", params, models, shipped, cache_dir / "throughput_sequences.parquet",
-                          progress),
+              lambda_rows(calibration_dir / "lambda", params, models, shipped,
+                          cache_dir / "throughput_sequences.parquet", progress),
               pgb_rows(calibration_dir / "pytorch_gpu_benchmark", params, models, shipped,
                        cache_dir / "throughput_sequences.parquet", progress)]
     return with_errors(pd.concat([f for f in frames if len(f)], ignore_index=True))

@@ -42,7 +42,8 @@ from predictor.inputs import InputError, check_width, read_bytes, short
 
 FLOOR_FACTOR = 2.0
 NEUSIGHT_DEVICES = {"Tesla_T4": "T4", "Tesla_P4": "P4", "Tesla_P100-PCIE-16GB": "P100",
-                    "Tesla_V100-PCIE-32GB": "V100", "NVIDIA_A100-PCIE-40GB": "A100", "NVIDIA_A100_80GB_PCIe": "A100-80GB"}
+                    "Tesla_V100-PCIE-32GB": "V100", "NVIDIA_A100-PCIE-40GB": "A100",
+                    "NVIDIA_A100_80GB_PCIe": "A100-80GB"}
 ETS_DEVICES = {"T4": "T4", "2080Ti": "RTX2080Ti"}
 BINARY = ("add", "mul", "div", "pow")
 SCALAR = ("addu", "mulu", "divu", "powu")
@@ -103,13 +104,15 @@ def _neusight_problems(op: str, d: pd.DataFrame) -> pd.DataFrame:
         p = np.floor((s + 2 * pad - k) / st) + 1
         out = b * co * p * p
         red = ci * k * k
-        return pd.DataFrame({"cls": "conv", "flops": 2 * out * red, "bytes": e * (b * ci * s * s + co * ci * k * k + out),
+        return pd.DataFrame({"cls": "conv", "flops": 2 * out * red,
+                             "bytes": e * (b * ci * s * s + co * ci * k * k + out),
                              "out": out, "red": red, "batches": 1.0, "in_elems": b * ci * s * s, "w_elems": co * red})
     if op in ("linear", "bmm"):
         b, m, n, k = (d[c].to_numpy(dtype=float) for c in _SIZE_COLUMNS[op])
         out = b * m * k
         if op == "linear":  # (B, M, N) x W(K, N)^T + bias
-            return pd.DataFrame({"cls": "matmul", "flops": 2 * out * n + out, "bytes": e * (b * m * n + k * n + k + out),
+            return pd.DataFrame({"cls": "matmul", "flops": 2 * out * n + out,
+                                 "bytes": e * (b * m * n + k * n + k + out),
                                  "out": out, "red": n, "batches": 1.0, "in_elems": b * m * n, "w_elems": k * n})
         return pd.DataFrame({"cls": "matmul", "flops": 2 * out * n, "bytes": e * (b * m * n + b * n * k + out),
                              "out": out, "red": n, "batches": b, "in_elems": b * m * n, "w_elems": b * n * k})
@@ -117,15 +120,16 @@ def _neusight_problems(op: str, d: pd.DataFrame) -> pd.DataFrame:
     n = b * h
     zero = np.zeros(len(n))
     if op == "ln":
-        return pd.DataFrame({"cls": "norm", "flops": 5 * n, "bytes": e * (2 * n + 2 * h), "out": n, "red": h, "batches": 1.0,
-                             "in_elems": zero, "w_elems": zero})
+        return pd.DataFrame({"cls": "norm", "flops": 5 * n, "bytes": e * (2 * n + 2 * h), "out": n, "red": h,
+                             "batches": 1.0, "in_elems": zero, "w_elems": zero})
     if op == "softmax":
         return pd.DataFrame({"cls": "softmax", "flops": 5 * n, "bytes": e * 2 * n, "out": n, "red": h, "batches": 1.0,
                              "in_elems": zero, "w_elems": zero})
     base = op.removesuffix("u")
     operands = 3 if op in BINARY else 2
     return pd.DataFrame({"cls": "elementwise", "flops": float(_ELEMENTWISE_COST.get(base, 1)) * n,
-                         "bytes": e * operands * n, "out": n, "red": 1.0, "batches": 1.0, "in_elems": zero, "w_elems": zero})
+                         "bytes": e * operands * n, "out": n, "red": 1.0, "batches": 1.0, "in_elems": zero,
+                         "w_elems": zero})
 
 
 def load_neusight(root: str | Path) -> pd.DataFrame:
@@ -145,8 +149,8 @@ def load_neusight(root: str | Path) -> pd.DataFrame:
             us = d["latency_ms"].to_numpy(dtype=float) * 1e3
             floor = float(np.percentile(us, 1))
             probs = probs.assign(device=NEUSIGHT_DEVICES[folder.name], dataset="neusight", op=op, phase="forward",
-                                 kernel="forward", math="fp32", half=False, training=False, measured_us=us, censored=us < FLOOR_FACTOR * floor,
-                                 origin=d["origin"].to_numpy())
+                                 kernel="forward", math="fp32", half=False, training=False, measured_us=us,
+                                 censored=us < FLOOR_FACTOR * floor, origin=d["origin"].to_numpy())
             frames.append(probs)
     if not frames:
         raise KernelDataError(f"{root}: no kernel CSV files")
@@ -174,7 +178,8 @@ def _ets_linear(p: list[int]) -> dict | None:
     eb = p[0]
     rows = math.prod(x[:-1])
     out = rows * wt[0]
-    return {"cls": "matmul", "flops": 2.0 * out * wt[1] + out, "bytes": float(eb) * (rows * wt[1] + wt[0] * wt[1] + out),
+    return {"cls": "matmul", "flops": 2.0 * out * wt[1] + out,
+            "bytes": float(eb) * (rows * wt[1] + wt[0] * wt[1] + out),
             "out": float(out), "red": float(wt[1]), "batches": 1.0, "in_elems": float(rows * wt[1]),
             "w_elems": float(wt[0] * wt[1]), "eb": eb}
 
@@ -200,7 +205,8 @@ def load_ets(root: str | Path) -> pd.DataFrame:
             rows.append(prob | {"device": device, "dataset": "ets", "op": r.op, "phase": r.phase,
                                 # a backward row is grad-input + grad-weight: checked, not fitted
                                 "kernel": "forward" if r.phase == "forward" else "backward",
-                                "math": "fp16" if r.dtype == "float16" else "fp32", "half": r.dtype == "float16", "training": True, "measured_us": r.duration_us,
+                                "math": "fp16" if r.dtype == "float16" else "fp32", "half": r.dtype == "float16",
+                                "training": True, "measured_us": r.duration_us,
                                 "censored": False, "origin": r.source})
     if not rows:
         raise KernelDataError(f"{root}: no ETS convolution or linear rows (expected T4/ and 2080Ti/ folders of CSVs)")

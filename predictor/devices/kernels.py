@@ -31,7 +31,8 @@ the kernel and the op class (within a group). The GPU enters only through these 
 bandwidth and peaks normalise the problem — never as an identity (SM count, clock, compute
 capability as features of their own): with those, the trees learned each measured GPU's level
 and gave a new GPU the level of its nearest measured neighbour (leave-one-GPU-out: A40's fp16
-GEMMs 107 % off with them, 32 % without; P100's DeepBench convolutions 59 % against 29 %). One gradient-boosted tree ensemble (LightGBM) per group — ``gemm`` (conv, matmul) and
+GEMMs 107 % off with them, 32 % without; P100's DeepBench convolutions 59 % against 29 %).
+One gradient-boosted tree ensemble (LightGBM) per group — ``gemm`` (conv, matmul) and
 ``memory`` (elementwise, norm, softmax, pool) — chosen over a small MLP by leave-one-GPU-out error
 (``experiments/kernel_model.py`` measures both). Trees cannot leave the range of fractions seen in
 training, which is the safe failure for a spec-only GPU.
@@ -113,7 +114,8 @@ def peak_tflops(spec: DeviceSpec, cls: np.ndarray, math_: np.ndarray) -> np.ndar
     gemm = np.isin(cls, GROUPS["gemm"])
     bf16 = spec.bf16_tflops if spec.bf16_tflops > 0 else spec.fp32_tflops
     tf32 = spec.tf32_tflops if spec.tf32_tflops > 0 else spec.fp32_tflops
-    rate = np.select([math_ == "fp16", math_ == "bf16", math_ == "tf32"], [spec.fp16_tflops, bf16, tf32], spec.fp32_tflops)
+    rate = np.select([math_ == "fp16", math_ == "bf16", math_ == "tf32"], [spec.fp16_tflops, bf16, tf32],
+                     spec.fp32_tflops)
     return np.where(gemm, rate, spec.fp32_tflops)
 
 
@@ -206,7 +208,8 @@ def load(path: str | Path | None = None) -> KernelModel | None:
     except InputError as exc:  # a FIFO, an over-size file, nesting past the depth limit
         raise KernelModelError(str(exc)) from None
     except OSError as exc:
-        raise KernelModelError(f"{path}: cannot read the kernel-model file ({exc.strerror or type(exc).__name__})") from None
+        raise KernelModelError(f"{path}: cannot read the kernel-model file "
+                               f"({exc.strerror or type(exc).__name__})") from None
     except UnicodeDecodeError as exc:
         raise KernelModelError(f"{path}: not UTF-8 JSON text ({exc.reason} at byte {exc.start:,})") from None
     except json.JSONDecodeError as exc:

@@ -57,8 +57,8 @@ import json
 import math
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pandas as pd
 
@@ -173,7 +173,8 @@ def _gavel_throughput(path: Path, where: str, entry: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise MeasurementError(path, f"not a number: {short(value)}", where=where, field="null")
     if not math.isfinite(value) or value < 0:
-        raise MeasurementError(path, f"throughput must be finite and >= 0, got {short(value)}", where=where, field="null")
+        raise MeasurementError(path, f"throughput must be finite and >= 0, got {short(value)}", where=where,
+                               field="null")
     return float(value)
 
 

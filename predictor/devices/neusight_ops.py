@@ -31,7 +31,11 @@ import pandas as pd
 
 from predictor.capture.costs import op_class
 from predictor.devices.measurements import (
-    MeasurementError, csv_rows, neusight_device_and_workload, neusight_files, neusight_label,
+    MeasurementError,
+    csv_rows,
+    neusight_device_and_workload,
+    neusight_files,
+    neusight_label,
 )
 from predictor.inputs import short
 
@@ -52,7 +56,8 @@ def _literal(path: Path, line: int, field: str, text: str) -> object:
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        raise MeasurementError(path, f"not a Python literal: {short(text)}", where=f"line {line}", field=field) from None
+        raise MeasurementError(path, f"not a Python literal: {short(text)}", where=f"line {line}",
+                               field=field) from None
 
 
 def _ms(path: Path, line: int, field: str, text: str) -> float:
@@ -61,7 +66,8 @@ def _ms(path: Path, line: int, field: str, text: str) -> float:
     except ValueError:
         raise MeasurementError(path, f"not a number: {short(text)}", where=f"line {line}", field=field) from None
     if not math.isfinite(value) or value < 0:
-        raise MeasurementError(path, f"must be finite and >= 0 (ms), got {short(text)}", where=f"line {line}", field=field)
+        raise MeasurementError(path, f"must be finite and >= 0 (ms), got {short(text)}", where=f"line {line}",
+                               field=field)
     return value
 
 

@@ -112,7 +112,8 @@ def op_problems(i: int, op: str, phase: str, shapes: list[list[int]], flops: flo
             return [_gemm(i, cls, flops, nbytes, out, x, w, batches)]
         pairs = _gemm_pairs(shapes)
         if pairs:
-            return [_gemm(i, cls, 2 * _numel(a[:-1]) * b[-1] * a[-1], element * (_numel(a) + _numel(b) + _numel(a[:-1]) * b[-1]),
+            return [_gemm(i, cls, 2 * _numel(a[:-1]) * b[-1] * a[-1],
+                          element * (_numel(a) + _numel(b) + _numel(a[:-1]) * b[-1]),
                           _numel(a[:-1]) * b[-1], _numel(a), _numel(b), float(a[0]) if len(a) == 3 else 1.0)
                     for a, b in pairs]
         side = max(nbytes / element / 3, 1.0)  # operands unknown: two GEMMs of equal-sized tensors

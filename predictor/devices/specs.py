@@ -75,7 +75,7 @@ class DeviceSpec:
     def emulated_name(self) -> str:
         return EMULATED_PREFIX + self.name
 
-    def with_fitted(self, values: dict[str, float], fitted: str) -> "DeviceSpec":
+    def with_fitted(self, values: dict[str, float], fitted: str) -> DeviceSpec:
         return replace(self, **{k: float(v) for k, v in values.items()}, fitted=fitted)
 
 
@@ -191,8 +191,8 @@ def spec_from_file(path: str | Path) -> DeviceSpec:
             raise DeviceParamsError(f"{path}: field {key!r} must be a positive finite number, got {short(body[key])}")
     fp32 = values["SingleFLOPs"] / 1e3
     return DeviceSpec(path.stem, fp32, 0.0, values.get("HalfFLOPs", values["SingleFLOPs"]) / 1e3, values["Mem_Bw"],
-                      f"spec file {path} ({values['Device'][:80]})", values["Num_Sm"], values["Freq"], values["L2Cache"],
-                      values["Dev_Mem"])
+                      f"spec file {path} ({values['Device'][:80]})", values["Num_Sm"], values["Freq"],
+                      values["L2Cache"], values["Dev_Mem"])
 
 
 REGIMES = ("plain", "nsys")
@@ -230,7 +230,8 @@ def load_params(path: str | Path | None = None) -> DeviceParams:
         raise DeviceParamsError(f"{path}: no such device-parameter file")
     body = _json_file(path, "device-parameter file")
     if not isinstance(body, dict):
-        raise DeviceParamsError(f"{path}: a device-parameter file is one JSON object (refit with `ets devices calibrate`)")
+        raise DeviceParamsError(f"{path}: a device-parameter file is one JSON object "
+                                "(refit with `ets devices calibrate`)")
     if body.get("format") != FORMAT_VERSION:
         raise DeviceParamsError(f"{path}: field 'format' is {short(body.get('format'))}; this version reads "
                                 f"{FORMAT_VERSION} (refit with `ets devices calibrate`)")
@@ -242,7 +243,8 @@ def load_params(path: str | Path | None = None) -> DeviceParams:
         raise DeviceParamsError(f"{path}: field 'devices' must map device names to fitted fields")
     for key, entry in entries.items():
         if key not in sheets:
-            raise DeviceParamsError(f"{path}: device {short(key)} is not in the GPU catalogue; known: {', '.join(sheets)}")
+            raise DeviceParamsError(f"{path}: device {short(key)} is not in the GPU catalogue; "
+                                    f"known: {', '.join(sheets)}")
         missing = [n for n in names if not isinstance(entry, dict) or n not in entry]
         if missing:
             raise DeviceParamsError(f"{path}: device {key!r} lacks field(s) {', '.join(missing)}")
@@ -251,7 +253,8 @@ def load_params(path: str | Path | None = None) -> DeviceParams:
     if calibrated:  # a catalogue GPU added after the fit: the calibrated devices' medians, as calibrate gives
         typical = {f: float(np.median([getattr(d, f) for d in calibrated])) for f in FITTED_FIELDS}
         for key in set(sheets) - set(entries):
-            devices[key] = sheets[key].with_fitted(typical, f"{UNCALIBRATED}: median of {len(calibrated)} calibrated devices")
+            devices[key] = sheets[key].with_fitted(typical,
+                                                   f"{UNCALIBRATED}: median of {len(calibrated)} calibrated devices")
     host = body.get("host_us")
     if not isinstance(host, dict) or not all(isinstance(host.get(p), dict) for p in ("forward", "backward", "update")):
         raise DeviceParamsError(f"{path}: field 'host_us' must map forward/backward/update to op-class costs")

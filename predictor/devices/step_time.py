@@ -31,7 +31,7 @@ import os
 import re
 import sys
 import tempfile
-from typing import Iterator
+from collections.abc import Iterator
 
 import pandas as pd
 
@@ -273,7 +273,8 @@ def step_time(config: ModelConfig, device: str, params: DeviceParams | None = No
     """One training step of ``config`` on emulated ``device`` ('emulated:T4', 'T4'): forward_ms,
     backward_ms, update_ms (each Σ duration + gap of its ops / 1000; they add up to total_ms),
     total_ms, kernel_ms, forward_kernel_ms, backward_kernel_ms, update_kernel_ms (Σ duration of
-    the phase's ops / 1000, no gaps; they add up to kernel_ms), overhead_ms, overhead_share, ops, device, config_id, source
+    the phase's ops / 1000, no gaps; they add up to kernel_ms), overhead_ms, overhead_share,
+    ops, device, config_id, source
     (``measured-kernels`` | ``spec-derived``), params_version, regime (``plain`` | ``nsys``).
     Raises DeviceParamsError for an unknown GPU or regime (before capturing), ModelBuildError for a
     config that cannot be built."""

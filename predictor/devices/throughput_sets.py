@@ -283,8 +283,8 @@ def load_lambda(root: str | Path, *, all_tasks: bool = False) -> pd.DataFrame:
             "seconds": batch / throughput, "origin": origin, "task": task, "precision": precision,
             "tf32": _tf32(device, precision), "throughput": throughput, "system": system,
             "config_version": version[1], "batch_source": cell["batch_source"] or "",
-            "precision_in_config": _precision_in_config(task, precision, cell["params_tokens"] or ""), "duplicate": False,
-            "phases": PHASES})
+            "precision_in_config": _precision_in_config(task, precision, cell["params_tokens"] or ""),
+            "duplicate": False, "phases": PHASES})
     types = {"source": str, "device": str, "workload": object, "batch": "int64", "seconds": "float64", "origin": str,
              "task": str, "precision": str, "tf32": bool, "throughput": "float64", "system": str,
              "config_version": str, "batch_source": str, "precision_in_config": bool, "duplicate": bool,

@@ -36,7 +36,8 @@ Timeline: the host issues op i at H_i = Σ_{j≤i} host_j; the GPU starts it at
 s_i = max(s_{i-1} + d_{i-1}, H_i). Synchronisation points: after the last forward op (loss
 read-out) the host waits for the GPU; the iteration ends when the GPU is done. Within a segment
 the recursion has the closed form s = D + cummax(H − D) (D the exclusive prefix sum of kernel
-times), which keeps calibration (:mod:`predictor.devices.calibrate`) fast. Output per ETS: ``duration_us`` = kernel time; ``gap_us`` =
+times), which keeps calibration (:mod:`predictor.devices.calibrate`) fast.
+Output per ETS: ``duration_us`` = kernel time; ``gap_us`` =
 next kernel-running op's start − (this op's start + duration), 0 for the last one and for
 kernel-free ops; iteration = Σ(duration + gap).
 
@@ -81,7 +82,7 @@ class OpArrays:
     problems: pd.DataFrame  # the kernels the learned model prices (predictor.devices.problems)
 
     @classmethod
-    def from_trace(cls, trace: pd.DataFrame) -> "OpArrays":
+    def from_trace(cls, trace: pd.DataFrame) -> OpArrays:
         ops = trace["op"].to_numpy()
         classes = np.array([op_class(o) for o in ops], dtype=object)
         flops = trace["flops"].to_numpy(dtype=float)
@@ -103,7 +104,7 @@ class OpArrays:
                    int(forward[-1]) if len(forward) else -1, problems)
 
 
-def learned_us(ops: OpArrays, spec: DeviceSpec, model: "kernel_model.KernelModel | None",
+def learned_us(ops: OpArrays, spec: DeviceSpec, model: kernel_model.KernelModel | None,
                allow_tf32: bool = False) -> np.ndarray:
     """Kernel time per op from the learned model (NaN for ops it does not price); float32
     matmuls in TF32 when ``allow_tf32`` (convolutions always where the GPU has TF32)."""
@@ -168,7 +169,7 @@ def timeline(duration: np.ndarray, host: np.ndarray, sync_after: int = -1) -> tu
 
 def emulate(trace: pd.DataFrame, device: str, params: DeviceParams, *, seed: int = 0,
             noise: bool = True, regime: str = "plain",
-            model: "kernel_model.KernelModel | None | str" = "shipped", allow_tf32: bool = False,
+            model: kernel_model.KernelModel | None | str = "shipped", allow_tf32: bool = False,
             inference_host_us: float | None = None) -> pd.DataFrame:
     """The execution trace of one op sequence (one config_id) on an emulated device; kernel times
     from the shipped learned kernel model where it covers the op (:func:`kernel_us`); host times

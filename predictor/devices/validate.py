@@ -90,16 +90,18 @@ def kernel_detail(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def unified_rows(iteration: pd.DataFrame, kernel_rows: pd.DataFrame | None, endtoend: pd.DataFrame | None) -> pd.DataFrame:
+def unified_rows(iteration: pd.DataFrame, kernel_rows: pd.DataFrame | None,
+                 endtoend: pd.DataFrame | None) -> pd.DataFrame:
     """Every held-out prediction as (set, device, kernels, error, abs_error): kernels by source,
     iterations by set, the end-to-end sets (:mod:`predictor.devices.endtoend`)."""
     parts = []
     if len(iteration):
-        parts.append(iteration.assign(kernels="leave-one-model-out")[["set", "device", "kernels", "error", "abs_error"]])
+        parts.append(iteration.assign(kernels="leave-one-model-out")[["set", "device", "kernels", "error",
+                                                                      "abs_error"]])
     if kernel_rows is not None and len(kernel_rows):
         k = kernel_rows.dropna(subset=["predicted_us"])
-        parts.append(pd.DataFrame({"set": k["dataset"].map(KERNEL_SET_NAMES).fillna(k["dataset"]), "device": k["device"],
-                                   "kernels": "leave-one-GPU-out",
+        parts.append(pd.DataFrame({"set": k["dataset"].map(KERNEL_SET_NAMES).fillna(k["dataset"]),
+                                   "device": k["device"], "kernels": "leave-one-GPU-out",
                                    "error": k["predicted_us"] / k["measured_us"] - 1, "abs_error": k["rel_error"]}))
     if endtoend is not None and len(endtoend):
         parts.append(endtoend[["set", "device", "kernels", "error", "abs_error"]])
@@ -201,8 +203,8 @@ def markdown(sets: pd.DataFrame, kernels: pd.DataFrame | None, notes: list[str],
              "| set | n | median abs. error | mean | median signed | within ±20 % | ≤ 12 % | ≤ 20 % |",
              "|---|---:|---:|---:|---:|---:|:---:|:---:|"]
     for r in sets.itertuples():
-        lines.append(f"| {r.set} | {r.n} | {r.median:.1%} | {r.mean:.1%} | {r.signed_median:+.1%} | {r.within_20:.0%} | "
-                     f"{'yes' if r.target else 'no'} | {'yes' if r.limit else 'no'} |")
+        lines.append(f"| {r.set} | {r.n} | {r.median:.1%} | {r.mean:.1%} | {r.signed_median:+.1%} | "
+                     f"{r.within_20:.0%} | {'yes' if r.target else 'no'} | {'yes' if r.limit else 'no'} |")
     if phases is not None and len(phases):
         lines += ["", "## Per phase, leave-one-model-out (sets measured per phase)", "",
                   "| set | phase | n | median abs. error | median signed |", "|---|---|---:|---:|---:|"]

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -127,7 +128,7 @@ class ModelConfig:
         }
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ModelConfig":
+    def from_dict(cls, d: dict) -> ModelConfig:
         """Inverse of ``to_dict`` (a ``config_id`` key, if present, must match)."""
         fields = {k: d[k] for k in ("kind", "family", "model", "batch", "input_size")}
         for k in ("dtype", "optimizer", "num_classes"):
@@ -138,7 +139,7 @@ class ModelConfig:
             raise ValueError(f"config_id mismatch: stored {d['config_id']!r}, rebuilt {config.config_id!r}")
         return config
 
-    def replace(self, **changes: object) -> "ModelConfig":
+    def replace(self, **changes: object) -> ModelConfig:
         d = {**self.to_dict(), **changes}
         d.pop("config_id")
         return ModelConfig.from_dict(d)

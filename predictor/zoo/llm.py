@@ -18,7 +18,8 @@ test/experiment overrides of the sizes (``layers``, ``d_model``, ``heads``, ``ff
 
 Families (the unit of family-disjoint splits, see ``predictor.families``): ``gpt2`` (GPT-2 medium /
 large / XL), ``gpt3`` (GPT-3 XL / 2.7B: GPT-2's architecture at other sizes and 2,048 positions, so
-a model trained on GPT-2 can be tested on an unseen GPT-3), ``opt`` (OPT-1.3B), ``bert`` (BERT-large). ``input_size`` = sequence
+a model trained on GPT-2 can be tested on an unseen GPT-3), ``opt`` (OPT-1.3B), ``bert`` (BERT-large).
+``input_size`` = sequence
 length. Optimizer Adam by default (LLMs are trained with Adam).
 
 Architectures (as the HF originals NeuSight ran; dropout probabilities from the same configs):

@@ -66,7 +66,8 @@ SIZES: dict[str, dict[str, dict[str, object]]] = {
 }
 VOCAB = {"transformer_encoder": 30522, "transformer_seq2seq": 32000, "lstm_lm": 10000, "lstm_speech": 29}
 KIND = {"transformer_encoder": "nlp", "transformer_seq2seq": "nlp", "lstm_lm": "nlp", "lstm_speech": "speech"}
-FAMILY = {"transformer_encoder": "transformer", "transformer_seq2seq": "transformer", "lstm_lm": "lstm", "lstm_speech": "lstm"}
+FAMILY = {"transformer_encoder": "transformer", "transformer_seq2seq": "transformer", "lstm_lm": "lstm",
+          "lstm_speech": "lstm"}
 MODELS = tuple(SIZES)
 MAX_POSITIONS = 4096
 
@@ -117,7 +118,8 @@ class EncoderLM(nn.Module):
         layer = nn.TransformerEncoderLayer(d_model, heads, ff, dropout, activation="gelu", batch_first=True)
         self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
         if classes is None or classes == vocab:
-            self.head = nn.Sequential(nn.Linear(d_model, d_model), nn.GELU(), nn.LayerNorm(d_model), nn.Linear(d_model, vocab))
+            self.head = nn.Sequential(nn.Linear(d_model, d_model), nn.GELU(), nn.LayerNorm(d_model),
+                                      nn.Linear(d_model, vocab))
         else:
             self.head = nn.Linear(d_model, classes)
 

@@ -42,7 +42,8 @@ def test_a_results_file_of_an_older_version_is_refused_not_appended_to(tmp_path)
     pd.DataFrame({"config_id": ["a"], "family": ["vgg"]}).to_parquet(device_file(data, "emulated:V100"))
     out = tmp_path / "out"
     out.mkdir()
-    (out / "results.csv").write_text("key,study,width,stride,arch,overlap,mre\nwindow:4:1:lstm:True,window,4,1,lstm,True,0.2\n")
+    (out / "results.csv").write_text("key,study,width,stride,arch,overlap,mre\n"
+                                     "window:4:1:lstm:True,window,4,1,lstm,True,0.2\n")
     result = CliRunner().invoke(main, ["--data", str(data), "--out", str(out), "--configs", "10"])
     assert result.exit_code != 0 and "older version" in result.output and "loss_weight" in result.output
     assert (out / "results.csv").read_text().count("\n") == 2  # untouched

@@ -17,8 +17,8 @@ def test_counts_and_summary_by_hand():
     rows = pd.DataFrame([{"experiment": "T4", "seed": s, "n": 1, "method": "a", "mre": m}
                          for s, m in enumerate((0.1, 0.2, 0.3))]
                         + [{"experiment": "T4", "seed": s, "n": n, "method": "a", "mre": 0.1 * (s + 1)}
-                           for s, n in enumerate((17, 23, 17))] + [{"experiment": "T4", "seed": 0, "n": 2, "method": "a",
-                                                                   "mre": 50.0}])
+                           for s, n in enumerate((17, 23, 17))]
+                        + [{"experiment": "T4", "seed": 0, "n": 2, "method": "a", "mre": 50.0}])
     table = transfer.table(rows).set_index("count")
     assert table.loc["1", "mean"] == pytest.approx(0.2) and table.loc["1", "sd"] == pytest.approx(0.1)
     assert table.loc["1", "cell"] == "20.0% ± 10.0%" and table.loc["1", "seeds"] == 3

@@ -18,7 +18,6 @@ from policies.base import PolicySpecError
 from policies.registry import make_policy
 from tests.policies.helpers import FirstJobPredicted10, SwapTwo, hetero, job, simulate, times
 
-
 # -- helpers ------------------------------------------------------------------------------------
 
 
@@ -447,8 +446,8 @@ def test_online_looks_only_at_the_gpus_a_plan_can_use():
         type_of = np.full(jobs + running, -1)
         start[gpu_job[busy]] = rng.integers(0, 30, len(busy)).astype(float)  # some overrun (end < now)
         type_of[gpu_job[busy]] = gpu_type[busy]
-        view = SimpleNamespace(gpu_job=gpu_job, gpu_type=gpu_type, now=25.0, start=start, predicted=predicted, type_of=type_of,
-                               gpu_types=[f"t{k}" for k in range(types)])
+        view = SimpleNamespace(gpu_job=gpu_job, gpu_type=gpu_type, now=25.0, start=start, predicted=predicted,
+                               type_of=type_of, gpu_types=[f"t{k}" for k in range(types)])
         avail = np.full(gpus, 25.0)
         avail[busy] = np.maximum(25.0, start[gpu_job[busy]] + predicted[gpu_job[busy], gpu_type[busy]])
         P, arrival = predicted[:jobs], rng.uniform(0.0, 25.0, jobs)

@@ -23,8 +23,7 @@ import pytest
 from policies import hydra_greedy as kernels
 from policies.base import PolicySpecError
 from policies.edf import EdfPolicy
-from policies.hydra import (GpuState, HydraPolicy, Jobs, QueueOrderer, greedy_assign, queue_cost, srtf,
-                            swap_heuristic)
+from policies.hydra import GpuState, HydraPolicy, Jobs, QueueOrderer, greedy_assign, queue_cost, srtf, swap_heuristic
 from policies.registry import make_policy
 from simulator.timing import NoisyPredictor, RuntimePredictor, TruthPredictor
 from tests.policies.helpers import hetero, job, simulate, times

@@ -64,7 +64,8 @@ def test_hydra_time_budget_bounds_the_whole_decision():
     assert d["bnb_searches"] == 0 and d["bnb_stopped_by_time_budget"] > 0
     assert srtf_queues(records)
     # with time to search, deadlines reorder some queue, so the check above can fail
-    assert not srtf_queues(simulate(backlog(60), CLUSTER, HydraPolicy(window="all", budget_ms=1e6, mode="offline")).records)
+    assert not srtf_queues(simulate(backlog(60), CLUSTER,
+                                    HydraPolicy(window="all", budget_ms=1e6, mode="offline")).records)
 
 
 def test_no_idle_gpu_means_no_planning(monkeypatch):

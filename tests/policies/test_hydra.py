@@ -14,8 +14,18 @@ import numpy as np
 import pytest
 
 from policies.base import PolicySpecError
-from policies.hydra import (GpuState, HydraPolicy, Jobs, QueueOrderer, branch_and_bound, greedy_assign,
-                            queue_cost, srtf, swap_heuristic, weighted)
+from policies.hydra import (
+    GpuState,
+    HydraPolicy,
+    Jobs,
+    QueueOrderer,
+    branch_and_bound,
+    greedy_assign,
+    queue_cost,
+    srtf,
+    swap_heuristic,
+    weighted,
+)
 from policies.registry import make_policy
 from tests.policies.helpers import FirstJobPredicted10, SwapTwo, hetero, job, simulate, times
 

@@ -9,8 +9,15 @@ import pytest
 from predictor import checkpoint_file, ets
 from predictor.dataset import split_by_family, unit_of
 from predictor.evaluate import evaluate, headline_metrics
-from predictor.features import (CONTEXT_COLUMNS, OPTIMIZERS, encode, encode_targets, fit_features, heavy_ops,
-                                iteration_context)
+from predictor.features import (
+    CONTEXT_COLUMNS,
+    OPTIMIZERS,
+    encode,
+    encode_targets,
+    fit_features,
+    heavy_ops,
+    iteration_context,
+)
 from predictor.trace_table import DTYPES, PHASES
 from tests.predictor.ets_data import tiny_traces
 
@@ -110,7 +117,8 @@ def test_split_is_family_disjoint_and_randwire_splits_by_graph(traces):
     assert len(split.train) + len(split.val) + len(split.test) == fam.size
     assert len(split.val) == round(0.2 * fam.size)
     assert unit_of("randwire", "randwire_ws:b16:s64:float32:sgd:c412:x1f0c9a3e") == "randwire:randwire_ws:x1f0c9a3e"
-    assert unit_of("transformer", "transformer_seq2seq:b8:s64:float32:adam:c100:x1") == "transformer:transformer_seq2seq"
+    assert (unit_of("transformer", "transformer_seq2seq:b8:s64:float32:adam:c100:x1")
+            == "transformer:transformer_seq2seq")
     assert unit_of("lstm", "lstm_speech:b2:s100:float32:sgd:c29:x2") == "lstm:lstm_speech:b2:s100:float32:sgd:c29:x2"
     pinned = split_by_family(traces, test_families=["vgg"], seed=1)
     assert pinned.test_units == ("vgg",)

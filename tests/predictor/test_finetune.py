@@ -39,7 +39,8 @@ def test_finetune_moves_a_mismatched_checkpoint_to_the_new_device(setup):
     root, data = setup
     out = root / "t4.pt"
     result = CliRunner().invoke(cli, ["finetune", "--ckpt", str(root / "v100.pt"), "--data", str(root / "data"),
-                                      "--device", "emulated:T4", "--out", str(out), "--epochs", "8", "--lr", "2e-3", "--tune", "all", "--json"])
+                                      "--device", "emulated:T4", "--out", str(out), "--epochs", "8", "--lr", "2e-3",
+                                      "--tune", "all", "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.output[result.output.index("{"):])
     t4 = data[data["device"] == "emulated:T4"]

@@ -128,8 +128,8 @@ def test_a_broken_catalogue_is_one_line_from_the_command_line(tmp_path):
     folder = _catalogue_copy(tmp_path)
     (folder / "T4.toml").write_text((folder / "T4.toml").read_text().replace("memory_gbs = 320.0", 'memory_gbs = "x"'))
     env = dict(os.environ, **{gpus.CATALOG_ENV: str(folder)})
-    out = subprocess.run([sys.executable, "-c", "from simulator.cli import main; main()", "--policy", "fifo", "--predictor", "truth",
-                          "--limit", "5", "--out", str(tmp_path / "run")], env=env, cwd=REPO,
+    out = subprocess.run([sys.executable, "-c", "from simulator.cli import main; main()", "--policy", "fifo",
+                          "--predictor", "truth", "--limit", "5", "--out", str(tmp_path / "run")], env=env, cwd=REPO,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode != 0 and "Traceback" not in out.stderr
     assert "T4.toml: field 'memory_gbs' must be a number" in out.stderr

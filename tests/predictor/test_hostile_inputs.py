@@ -370,7 +370,8 @@ def test_a_spoilt_cache_table_is_rebuilt_with_one_warning_never_used(tmp_path, m
 
 def test_a_user_table_whose_content_does_not_match_its_hash_is_refused(tmp_path):
     path = tmp_path / "t.parquet"
-    IterationTimeTable(pd.DataFrame({"config_id": ["m1", "m2"], "device": ["T4", "T4"], "seconds": [0.1, 0.2]})).save(path)
+    IterationTimeTable(pd.DataFrame({"config_id": ["m1", "m2"], "device": ["T4", "T4"],
+                                     "seconds": [0.1, 0.2]})).save(path)
     _spoil(path, "scaled")
     with pytest.raises(ValueError, match=f"^{path}: iteration-time table refused: content hash .* differs from the "
                                          "recorded"):

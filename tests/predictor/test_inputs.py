@@ -68,7 +68,8 @@ def test_deep_json_is_refused_before_parsing(monkeypatch):
 def test_a_gzip_bomb_stops_at_the_limit_not_at_its_size():
     bomb = gzip.compress(b" " * 300 * 2**20, compresslevel=9)  # 300 MiB of spaces in ~300 KB
     started = time.perf_counter()
-    with pytest.raises(InputError, match=r"bomb.gz: gzip data inflated past .* limit of 200 .*ETS_SIM_MAX_INFLATE_RATIO"):
+    with pytest.raises(InputError,
+                       match=r"bomb.gz: gzip data inflated past .* limit of 200 .*ETS_SIM_MAX_INFLATE_RATIO"):
         inflate(bomb, "bomb.gz")
     assert time.perf_counter() - started < 10
     text = b'{"traceEvents": []}' * 1000

@@ -47,7 +47,8 @@ def test_predict_a_model_name_and_a_trace_file(trained, tmp_path):
     out = CliRunner().invoke(ets, ["predict", "--ckpt", str(ckpt), "alexnet", "--batch", "2", "--size", "64"])
     assert out.exit_code == 0, out.output
     assert out.output.startswith("alexnet:b2:s64:float32:sgd:c1000: emulated:T4 prediction by t4.pt: ")
-    assert "overhead" in out.output and "ops from a meta-device capture (op order and shapes; nothing timed)" in out.output
+    assert ("overhead" in out.output
+            and "ops from a meta-device capture (op order and shapes; nothing timed)" in out.output)
     assert "measure" not in out.output and "timing" not in out.output  # a meta capture times nothing
     meta = json.loads(CliRunner().invoke(ets, ["predict", "--ckpt", str(ckpt), "alexnet", "--json"]).output)
     assert meta["predictions"][0]["timings"] == [] and "true_us" not in meta["predictions"][0]

@@ -223,7 +223,8 @@ def test_collect_writes_the_file_into_the_dataset(tiny, tmp_path):
     assert failure["model_file"] == str(tmp_path / "missing.py")
     zoo = CliRunner().invoke(ets, args + ["--zoo", "hpo"])
     assert zoo.exit_code == 2 and "--zoo: zoo options; they do not apply to --model-file" in zoo.output
-    # an inference capture's host time per kernel is the inference host's (± the 5 % host jitter), not the training table's
+    # an inference capture's host time per kernel is the inference host's (± the 5 % host jitter),
+    # not the training table's
     from predictor.devices.inference_host import shipped
 
     assert CliRunner().invoke(ets, args + ["--inference"]).exit_code == 0

@@ -67,7 +67,8 @@ def test_no_emulated_op_runs_faster_than_its_estimate(gpu, dtype):
 
 
 def test_a_cpu_without_recorded_peaks_is_refused_with_the_command_that_records_them(tmp_path):
-    with pytest.raises(peaks.PeaksError, match=r"device 'cpu' has no recorded peaks.*ets dataset peaks DATASET_DIR.*--target-transform log"):
+    with pytest.raises(peaks.PeaksError, match=r"device 'cpu' has no recorded peaks.*ets dataset peaks DATASET_DIR"
+                                               r".*--target-transform log"):
         peaks.for_device("cpu", tmp_path)
     with pytest.raises(peaks.PeaksError, match=r"unknown GPU type 'Voodoo5'.*gpu_catalog.*--target-transform log"):
         peaks.for_device("cuda:Voodoo5")

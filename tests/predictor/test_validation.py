@@ -180,7 +180,8 @@ def test_a_consistent_file_whose_content_was_changed_fails_the_hash(tmp_path):
     data = checkpoint_file.encode(body)
     stale = SHIPPED.read_bytes()[:checkpoint_file.HEADER_BYTES] + data[checkpoint_file.HEADER_BYTES:]
     (tmp_path / "edited.pt").write_bytes(stale)  # valid safetensors content under the old hash
-    with pytest.raises(CheckpointError, match="edited.pt: corrupted checkpoint: its content does not match the SHA-256"):
+    with pytest.raises(CheckpointError,
+                       match="edited.pt: corrupted checkpoint: its content does not match the SHA-256"):
         methods.load(tmp_path / "edited.pt")
 
 
@@ -195,7 +196,8 @@ def test_a_pickled_checkpoint_is_refused_until_converted_then_predicts_the_same(
     assert result.exit_code == 0, result.output
     assert (tmp_path / "legacy.pt.pickled").is_file()  # the original kept
     data = trace(device="emulated:V100", n=30)
-    pd.testing.assert_frame_equal(methods.load(legacy).iteration_times(data), methods.load(SHIPPED).iteration_times(data))
+    pd.testing.assert_frame_equal(methods.load(legacy).iteration_times(data),
+                                  methods.load(SHIPPED).iteration_times(data))
     assert_one_line_error(invoke("checkpoint", "convert", "--trust", legacy), "already in the current format")
 
 

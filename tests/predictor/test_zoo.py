@@ -8,8 +8,7 @@ import pytest
 import torch
 
 from predictor.families import TORCHVISION_FAMILIES, family_of
-from predictor.zoo import ModelBuildError, ModelConfig, build, make_optimizer, zoo_configs
-from predictor.zoo import nlp, randwire, vision
+from predictor.zoo import ModelBuildError, ModelConfig, build, make_optimizer, nlp, randwire, vision, zoo_configs
 from tests.predictor.zoo.opcount import count_iteration_ops
 
 

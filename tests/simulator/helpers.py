@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 
 from simulator.run import RunConfig
-from simulator.sweep_grid import plan
-from simulator.sweep_points import TIMING_COLUMNS
+from simulator.sweep.grid import plan
+from simulator.sweep.points import TIMING_COLUMNS
 
 REPO = Path(__file__).resolve().parents[2]
 GRID = dict(policies="fifo,sjf", predictors="truth", workloads="pai-like:60", limit=30, seeds="0,")

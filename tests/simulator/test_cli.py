@@ -65,7 +65,8 @@ def test_limit_keeps_the_first_jobs_in_submit_order(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--policy", "tetris", "--predictor", "truth"], "unknown policy 'tetris'; available: fifo, sjf, edf, allox, hydra"),
+    (["--policy", "tetris", "--predictor", "truth"],
+     "unknown policy 'tetris'; available: fifo, sjf, edf, allox, hydra"),
     (["--policy", "hydra:budget_ms=fast", "--predictor", "truth"], "option budget_ms='fast': expected a number"),
     (["--policy", "allox:window=0", "--predictor", "truth"], "expected a positive integer or 'all'"),
     (["--policy", "hydra:mode=batch", "--predictor", "truth"], "expected one of online, offline"),

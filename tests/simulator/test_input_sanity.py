@@ -150,8 +150,8 @@ def test_progress_goes_to_stderr_and_quiet_silences_it(tmp_path):
     assert loud.exit_code == 0, loud.output
     assert "simulating fifo" in loud.stderr and "job" in loud.stderr
     assert "simulating" not in loud.stdout
-    quiet = simrun("--policy", "fifo", "--predictor", "truth", "--workload", "pai-like:50", "--out", str(tmp_path / "b"),
-                   "--quiet")
+    quiet = simrun("--policy", "fifo", "--predictor", "truth", "--workload", "pai-like:50", "--out",
+                   str(tmp_path / "b"), "--quiet")
     assert quiet.exit_code == 0 and quiet.stderr == "" and quiet.stdout == f"{tmp_path / 'b'}\n"
 
 
@@ -165,8 +165,8 @@ def test_progress_does_not_change_results():
 
 
 def test_table_building_shows_progress_and_the_same_table(tmp_path, monkeypatch, capsys):
-    from traces.catalog import read_catalog
     from predictor.tables import truth_table
+    from traces.catalog import read_catalog
 
     sequences = read_catalog()
     one = sequences[sequences["config_id"] == sorted(sequences["config_id"].unique())[0]]

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 import simulator.cli
-import simulator.sweep
+import simulator.sweep.driver
 from simulator.cli import main
 from tests.cli_checks import one_line_error
 
@@ -32,7 +32,7 @@ def no_work(monkeypatch):
     def refuse(*_a, **_k):
         raise AssertionError("the work started although --out was in use")
     monkeypatch.setattr(simulator.cli, "execute", refuse)
-    monkeypatch.setattr(simulator.sweep, "run_points", refuse)
+    monkeypatch.setattr(simulator.sweep.driver, "run_points", refuse)
 
 
 def start_long_run(out: Path) -> subprocess.Popen:

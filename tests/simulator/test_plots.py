@@ -10,13 +10,23 @@ from click.testing import CliRunner
 
 import simulator.plots as plots
 from simulator.cli import main
-from simulator.plots import (_pyplot, bar_data, bar_seed_data, cdf_figure, error_curve_data, error_curve_seed_data,
-                             plot, run_panels, utilisation_figure, utilisation_series)
+from simulator.plots import (
+    _pyplot,
+    bar_data,
+    bar_seed_data,
+    cdf_figure,
+    error_curve_data,
+    error_curve_seed_data,
+    plot,
+    run_panels,
+    utilisation_figure,
+    utilisation_series,
+)
 from simulator.run import RunConfig, execute
-from simulator.sweep import run_sweep
-from simulator.sweep_grid import plan
-from simulator.sweep_points import load_results
-from simulator.sweep_tables import source_label, summary_table
+from simulator.sweep.driver import run_sweep
+from simulator.sweep.grid import plan
+from simulator.sweep.points import load_results
+from simulator.sweep.tables import source_label, summary_table
 
 FIGURES = ("jct_mean_vs_truth", "tardiness_total_vs_truth", "jct_vs_error", "jct_cdf", "utilisation")
 
@@ -38,7 +48,8 @@ def _truth_pairs(results: pd.DataFrame, metric: str) -> dict:
     out: dict = {}
     for r in results.itertuples():
         if r.predictor != "truth":
-            out.setdefault((r.workload, r.policy, r.predictor), []).append((getattr(r, metric), truth[(r.policy, r.workload, r.seed)]))
+            out.setdefault((r.workload, r.policy, r.predictor), []).append((getattr(r, metric),
+                                                                           truth[(r.policy, r.workload, r.seed)]))
     return out
 
 
@@ -132,7 +143,8 @@ def test_bar_and_curve_figures_show_the_table_numbers_and_state_their_aggregatio
     # the first panel's bar heights are the table's ratios (bars drawn per predictor, policies sorted)
     table = summary_table(results).set_index(["policy", "predictor"])["tardiness_ratio"]
     heights = [p.get_height() for p in bars.axes[0].patches]
-    expected = [table.get((policy, pred), np.nan) for pred in ("noisy:0.1", "noisy:0.3") for policy in ("fifo", "hydra")]
+    expected = [table.get((policy, pred), np.nan) for pred in ("noisy:0.1", "noisy:0.3")
+                for policy in ("fifo", "hydra")]
     assert heights == pytest.approx(expected, nan_ok=True)
     _pyplot().close("all")
 
@@ -164,7 +176,8 @@ def test_points_of_another_grid_in_the_same_directory_get_their_own_panels(tmp_p
     assert list(data.columns[:3]) == ["source", "load_scale", "limit"] and sorted(data["limit"]) == [20, 20, 30, 30]
     for limit, d in data.groupby("limit"):
         part = summary_table(results[results["limit"] == limit]).set_index(["policy", "predictor"])["jct_ratio"]
-        assert d.set_index(["policy", "predictor"])["ratio"].to_dict() == part.xs("noisy:0.2", level=1, drop_level=False).to_dict()
+        assert (d.set_index(["policy", "predictor"])["ratio"].to_dict()
+                == part.xs("noisy:0.2", level=1, drop_level=False).to_dict())
     assert {plots.panel_title(k, show_load=False) for k, _ in run_panels(results)} == {
         "fifo | pai-like:40 | limit 20", "fifo | pai-like:40 | limit 30", "sjf | pai-like:40 | limit 20",
         "sjf | pai-like:40 | limit 30"}

@@ -16,12 +16,12 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-import simulator.sweep_executors as sweep_executors
+import simulator.sweep.executors as sweep_executors
 from predictor.outputs import OutputError
 from simulator.cli import main
-from simulator.sweep import run_sweep
-from simulator.sweep_grid import plan
-from simulator.sweep_points import config_key, load_results
+from simulator.sweep.driver import run_sweep
+from simulator.sweep.grid import plan
+from simulator.sweep.points import config_key, load_results
 from tests.simulator.helpers import REPO, comparable, grid_args, grid_configs, records
 
 # ---------------------------------------------------------------------------------------------
@@ -29,7 +29,8 @@ from tests.simulator.helpers import REPO, comparable, grid_args, grid_configs, r
 
 
 def _cli(out: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-c", "from simulator.cli import main; main()", "sweep", "--policies", "fifo,sjf,allox,hydra",
+    return [sys.executable, "-c", "from simulator.cli import main; main()", "sweep",
+            "--policies", "fifo,sjf,allox,hydra",
             "--predictors", "truth", "--errors", "0.2", "--workloads", "pai-like:400", "--seeds", "0,",
             "--workers", "1", "--quiet", "--out", str(out), *extra]
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from simulator.sweep import run_sweep
-from simulator.sweep_executors import _watch_parent, run_points
-from simulator.sweep_grid import plan
+from simulator.sweep.driver import run_sweep
+from simulator.sweep.executors import _watch_parent, run_points
+from simulator.sweep.grid import plan
 from tests.simulator.helpers import REPO, comparable, records
 
 SMALL = dict(workloads="pai-like:60", seeds="0,", limit=40)
@@ -47,8 +47,10 @@ def test_local_pool_and_ray_give_identical_results(tmp_path):
         pd.testing.assert_frame_equal(records(tmp_path / "local", key), records(tmp_path / "ray", key))
     # the same files were written by the driver in both cases
     for out in ("local", "ray"):
-        assert sorted(p.name for p in (tmp_path / out / "points").iterdir()) == sorted(f"{k}.parquet" for k in local["key"])
-        pd.testing.assert_frame_equal(comparable(pd.read_parquet(tmp_path / out / "results.parquet")), comparable(local))
+        assert (sorted(p.name for p in (tmp_path / out / "points").iterdir())
+                == sorted(f"{k}.parquet" for k in local["key"]))
+        pd.testing.assert_frame_equal(comparable(pd.read_parquet(tmp_path / out / "results.parquet")),
+                                      comparable(local))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -7,8 +7,8 @@ from click.testing import CliRunner
 
 from simulator.cli import main
 from simulator.run import DEFAULT_WORKLOAD, RunConfig
-from simulator.sweep_grid import SweepSpecError, parse_seeds, plan, split_specs
-from simulator.sweep_points import config_key
+from simulator.sweep.grid import SweepSpecError, parse_seeds, plan, split_specs
+from simulator.sweep.points import config_key
 from tests.simulator.helpers import REPO
 
 FIXTURES = REPO / "tests" / "fixtures" / "traces"

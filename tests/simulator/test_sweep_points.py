@@ -12,12 +12,12 @@ from dataclasses import asdict
 import pandas as pd
 from click.testing import CliRunner
 
-import simulator.sweep_points as sweep_points
+import simulator.sweep.points as sweep_points
 from simulator.cli import main
 from simulator.run import RunConfig
-from simulator.sweep import run_sweep
-from simulator.sweep_grid import plan
-from simulator.sweep_points import config_key, config_of, load_results
+from simulator.sweep.driver import run_sweep
+from simulator.sweep.grid import plan
+from simulator.sweep.points import config_key, config_of, load_results
 from tests.simulator.helpers import grid_args, grid_configs
 
 SMALL = dict(workloads="pai-like:60", seeds="0,", limit=40)
@@ -25,7 +25,8 @@ SMALL = dict(workloads="pai-like:60", seeds="0,", limit=40)
 
 def test_key_is_a_hash_of_the_sorted_config_json():
     config = RunConfig(policy="allox", predictor="truth", workload="pai-like:60")
-    expected = hashlib.sha256(json.dumps(asdict(config), sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+    expected = hashlib.sha256(json.dumps(asdict(config), sort_keys=True,
+                                         separators=(",", ":")).encode()).hexdigest()[:16]
     assert config_key(config) == expected
     assert config_key(RunConfig(policy="allox", predictor="truth", workload="pai-like:60", seed=1)) != expected
 

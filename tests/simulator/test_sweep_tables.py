@@ -5,12 +5,12 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from simulator.sweep_tables import normalise_to_truth, summary_table
+from simulator.sweep.tables import normalise_to_truth, summary_table
 
 
 def test_normalise_to_truth_matches_runs_and_handles_zero_truth():
-    base = dict(trace=None, workload="w", limit=None, cluster="c", deadline_fraction=0.2, reference_gpu=None, bind=False, observe_after=None,
-                load_scale=1.0, status="ok")
+    base = dict(trace=None, workload="w", limit=None, cluster="c", deadline_fraction=0.2, reference_gpu=None,
+                bind=False, observe_after=None, load_scale=1.0, status="ok")
     rows = [
         dict(base, policy="a", predictor="truth", seed=0, jct_mean=100.0, tardiness_total=0.0),
         dict(base, policy="a", predictor="noisy:0.1", seed=0, jct_mean=110.0, tardiness_total=0.0),

@@ -8,8 +8,14 @@ import pytest
 
 from predictor.gpus import speed
 from predictor.tables import IterationTimeTable
-from simulator.timing import (NoisyPredictor, PredictorSpecError, TablePredictor,
-                              make_predictor, sigma_for_mre, true_runtimes)
+from simulator.timing import (
+    NoisyPredictor,
+    PredictorSpecError,
+    TablePredictor,
+    make_predictor,
+    sigma_for_mre,
+    true_runtimes,
+)
 from tests.records import from_records
 
 

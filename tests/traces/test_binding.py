@@ -10,16 +10,17 @@ from click.testing import CliRunner
 
 from policies.base import Policy
 from predictor.checkpoints import available
+from predictor.tables import IterationTimeTable
 from simulator.cli import main as simrun
 from simulator.cluster import homogeneous_groups
 from simulator.engine import Simulation
-from predictor.tables import IterationTimeTable
 from simulator.timing import RuntimePredictor
-from traces.binding import CLASS_SHARES, BindingError, bind_workload, job_classes
 from tests.records import from_records
+from traces.binding import CLASS_SHARES, BindingError, bind_workload, job_classes
 from traces.schema import RUNTIME_PREFIX
 
-CONFIGS = pd.DataFrame({"config_id": ["img1", "img2", "lang1", "speech1"], "family": ["resnet", "vgg", "transformer", "lstm"],
+CONFIGS = pd.DataFrame({"config_id": ["img1", "img2", "lang1", "speech1"],
+                        "family": ["resnet", "vgg", "transformer", "lstm"],
                         "model": ["resnet18", "vgg11", "transformer_encoder", "lstm_speech"],
                         "job_class": ["image", "image", "language", "speech"]})
 TRUTH = IterationTimeTable(pd.DataFrame(
@@ -124,4 +125,5 @@ def test_simrun_with_ets_against_truth_on_the_same_bound_workload(tmp_path, monk
     again = CliRunner().invoke(simrun, ["--policy", "hydra", "--predictor", "ets", "--limit", "40", "--quiet",
                                         "--out", str(tmp_path / "again")])
     assert again.exit_code == 0, again.output
-    assert pd.read_parquet(tmp_path / "again" / "jobs.parquet")["predicted_runtime"].equals(ets_jobs["predicted_runtime"])
+    assert (pd.read_parquet(tmp_path / "again" / "jobs.parquet")["predicted_runtime"]
+            .equals(ets_jobs["predicted_runtime"]))

@@ -6,16 +6,15 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from traces import hydra_cases, itp, pai, philly
-from traces.registry import (KINDS, TraceFileNotFoundError, TraceSpecError, load_machine_table,
-                             load_trace, parse_spec)
+from traces.registry import KINDS, TraceFileNotFoundError, TraceSpecError, load_machine_table, load_trace, parse_spec
 from traces.schema import JOB_COLUMNS, JobTrace, TraceError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"

@@ -39,7 +39,8 @@ def read_catalog(path: str | Path = CATALOG_FILE) -> pd.DataFrame:
     if not path.exists():
         raise TraceFormatError(path, "no workload catalog; build one with `python -m experiments.pretrain`")
     seq = pd.read_parquet(path)
-    seq["duration_us"], seq["gap_us"], seq["cpu_us"], seq["kernels"], seq["source"] = 0.0, 0.0, float("nan"), 0, str(path)
+    seq["duration_us"], seq["gap_us"], seq["cpu_us"] = 0.0, 0.0, float("nan")
+    seq["kernels"], seq["source"] = 0, str(path)
     seq = validate(seq, str(path))
     return seq
 

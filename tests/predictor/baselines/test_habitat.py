@@ -151,7 +151,8 @@ def test_missing_or_ambiguous_source_traces_are_named(model, traces):
     no_source = data[~((data["device"] == SOURCE) & (data["config_id"] == lonely))]
     with pytest.raises(ValueError, match=f"have 'emulated:V100' rows but no source .'emulated:T4'. trace: {lonely}"):
         model.predict_ops(no_source)
-    with pytest.raises(ValueError, match="no traces of the source device 'emulated:T4'.*present: emulated:V100.*ets collect --device emulated:T4"):
+    with pytest.raises(ValueError, match="no traces of the source device 'emulated:T4'.*present: emulated:V100"
+                                         ".*ets collect --device emulated:T4"):
         model.predict_ops(data[data["device"] == TARGET])
     both = pd.concat([data, data[data["device"] == SOURCE].assign(device="T4")])
     with pytest.raises(ValueError, match="several devices that are the source GPU T4 .T4, emulated:T4."):

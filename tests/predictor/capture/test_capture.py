@@ -60,7 +60,8 @@ def test_cpu_trace_measures_compute_and_overhead(resnet_traces):
 
 
 def test_sequence_model_captures():
-    lstm = min((c for c in zoo_configs("nlp") if c.model == "lstm_lm"), key=lambda c: (c.batch * c.input_size, c.config_id))
+    lstm = min((c for c in zoo_configs("nlp") if c.model == "lstm_lm"),
+               key=lambda c: (c.batch * c.input_size, c.config_id))
     trace = capture(lstm, "meta")
     assert {"forward", "backward", "update"} == set(trace["phase"])
     assert (trace["op"] == "lstm").sum() == 1  # the fused op, not a per-time-step decomposition
@@ -236,8 +237,8 @@ def test_a_mis_parented_local_scalar_dense_is_not_an_update_op():
     from predictor.capture import profile
 
     def event(name, start, children=()):
-        return SimpleNamespace(name=name, time_range=SimpleNamespace(start=start, end=start + 1), cpu_children=list(children),
-                               input_shapes=[[4]], concrete_inputs=[])
+        return SimpleNamespace(name=name, time_range=SimpleNamespace(start=start, end=start + 1),
+                               cpu_children=list(children), input_shapes=[[4]], concrete_inputs=[])
 
     # the profiler hung item's own _local_scalar_dense beside it (seen on Adam's step counter)
     step = event("Optimizer.step#Adam.step", 0, [event("aten::item", 1), event("aten::_local_scalar_dense", 2),

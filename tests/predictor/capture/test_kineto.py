@@ -302,7 +302,7 @@ def test_real_amd_minitoy(shared_dir):
     assert list(df.loc[df["phase"] == "update", "op"]) == ["_foreach_add_"]
     assert set(df["batch"]) == {5}
     assert int(df["kernels"].sum()) == 16  # 14 kernels + 2 memcpys, all launched inside the step
-    assert all((df.groupby("phase")["kernels"].sum() > 0))
+    assert all(df.groupby("phase")["kernels"].sum() > 0)
     expect_error(lambda: kineto.load(path, step=2), path, None, None)
 
 

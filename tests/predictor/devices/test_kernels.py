@@ -12,7 +12,7 @@ import pytest
 
 from predictor.devices import kernel_data, kernels
 from predictor.devices.problems import backward_conv_problems, op_problems
-from predictor.devices.specs import spec_sheets, DeviceParamsError, load_params, spec_from_file
+from predictor.devices.specs import DeviceParamsError, load_params, spec_from_file, spec_sheets
 
 
 def _synthetic(devices=("T4", "V100"), n=400, seed=0) -> pd.DataFrame:
@@ -49,7 +49,8 @@ def test_kernel_model_round_trips_its_saved_parameters(small_model, tmp_path):
     again = kernels.load(path)
     assert again.devices == ("T4", "V100") and again.rows == small_model.rows
     for device in ("T4", "V100", "H100"):
-        assert np.array_equal(again.predict_us(data, spec_sheets()[device]), small_model.predict_us(data, spec_sheets()[device]))
+        assert np.array_equal(again.predict_us(data, spec_sheets()[device]),
+                              small_model.predict_us(data, spec_sheets()[device]))
 
 
 def test_kernel_model_refuses_a_foreign_or_stale_file(small_model, tmp_path):
@@ -155,9 +156,9 @@ def test_spec_file_gpu_is_emulated_and_a_missing_field_is_named(tmp_path):
 
 
 def test_emulation_prices_covered_ops_with_the_shipped_model():
+    from predictor.capture.opseq import capture
     from predictor.devices.timing import MIN_KERNEL_US, OpArrays, learned_us
     from tests.predictor.devices.test_timing import _config
-    from predictor.capture.opseq import capture
 
     model = kernels.shipped()
     if model is None:
@@ -204,7 +205,8 @@ def test_tf32_and_amp_choices_by_hand():
                           "dtype": "float32"})
     amp = autocast_trace(trace)
     assert amp["op"].tolist() == ["_to_copy", "_to_copy", "_to_copy", "linear", "_to_copy", "softmax", "AccumulateGrad"]
-    assert amp.set_index("op").loc["linear", "dtype"] == "float16" and amp.set_index("op").loc["softmax", "dtype"] == "float32"
+    assert (amp.set_index("op").loc["linear", "dtype"] == "float16"
+            and amp.set_index("op").loc["softmax", "dtype"] == "float32")
     assert amp.loc[amp["op"] == "linear", "bytes"].item() == 400.0  # half the bytes, the same FLOPs
     # weight (16·8) and bias (16) cast 4 -> 2 bytes, the input (4·8) too; softmax casts its float16 input up
     assert amp.loc[amp["op"] == "_to_copy", "bytes"].tolist() == [6 * 128, 6 * 16, 6 * 32, 6 * 64]

@@ -12,7 +12,13 @@ import torch
 
 from predictor.devices import measurements as m
 from predictor.devices.measurements import (
-    MeasurementError, WORKLOADS, default_calibration_dir, load_gavel, load_measurements, load_sia, workload_config,
+    WORKLOADS,
+    MeasurementError,
+    default_calibration_dir,
+    load_gavel,
+    load_measurements,
+    load_sia,
+    workload_config,
 )
 from predictor.zoo import zoo_configs
 from predictor.zoo.registry import build
@@ -34,7 +40,8 @@ def test_load_gavel_fixture_exact_rows():
     df = load_gavel(GAVEL)
     assert list(df.columns) == list(m.COLUMNS)
     assert _records(df) == [
-        ("gavel", "K80", "resnet18_cifar", 16, pytest.approx(0.2), f"{GAVEL_NAME}:k80:('ResNet-18 (batch size 16)', 1)"),
+        ("gavel", "K80", "resnet18_cifar", 16, pytest.approx(0.2),
+         f"{GAVEL_NAME}:k80:('ResNet-18 (batch size 16)', 1)"),
         ("gavel", "P100", "lstm_wikitext2", 20, pytest.approx(0.02), f"{GAVEL_NAME}:p100:('LM (batch size 20)', 1)"),
         ("gavel", "V100", "transformer_multi30k", 32, pytest.approx(0.125),
          f"{GAVEL_NAME}:v100:('Transformer (batch size 32)', 1)"),
@@ -255,10 +262,14 @@ def test_calibration_models_stay_out_of_the_hpo_zoo():
 
 # --- NeuSight and SPREAD (real end-to-end iterations; read only when asked for) -----------------
 
-from predictor.devices.measurements import (  # noqa: E402
-    NEUSIGHT_WORKLOADS, SPREAD_CONFIGS, SPREAD_WORKLOADS, load_neusight, load_spread,
-)
 from predictor.devices import neusight_ops  # noqa: E402
+from predictor.devices.measurements import (  # noqa: E402
+    NEUSIGHT_WORKLOADS,
+    SPREAD_CONFIGS,
+    SPREAD_WORKLOADS,
+    load_neusight,
+    load_spread,
+)
 from predictor.devices.neusight_ops import load_neusight_ops  # noqa: E402
 
 NEUSIGHT = FIXTURES / "neusight"
@@ -502,7 +513,8 @@ def _labelled_layer(tmp_path: Path) -> Path:
             '"(2, 512, 1024)",torch.float32,0.3,0.1,0.2',
             'bert_encoder_layer_0_attention_self_query,call_module,bert.encoder.layer.0.attention.self.query,'
             '"[[2, 512, 1024]]","(2, 512, 1024)",torch.float32,3.0,1.0,2.0',
-            'matmul,call_function,<built-in method matmul of type object at 0x1>,"[[2, 16, 512, 64], [2, 16, 64, 512]]",'
+            'matmul,call_function,<built-in method matmul of type object at 0x1>,'
+            '"[[2, 16, 512, 64], [2, 16, 64, 512]]",'
             '"(2, 16, 512, 512)",torch.float32,1.5,0.5,1.0',
             'view,call_method,view,"[[2, 512, 1024]]","(2, 512, 16, 64)",torch.float32,0.01,0.01,0',
             'add,call_function,<built-in function add>,"[[2, 512, 1024], [2, 512, 1024]]","(2, 512, 1024)",'

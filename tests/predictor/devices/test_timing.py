@@ -11,8 +11,14 @@ import pytest
 
 from predictor.capture.opseq import capture
 from predictor.devices import calibrate as cal
-from predictor.devices.specs import (FORMAT_VERSION, DeviceParamsError, spec_sheets, load_params, prior_params,
-                                     save_params)
+from predictor.devices.specs import (
+    FORMAT_VERSION,
+    DeviceParamsError,
+    load_params,
+    prior_params,
+    save_params,
+    spec_sheets,
+)
 from predictor.devices.timing import OpArrays, emulate, kernel_us, timeline
 from predictor.zoo.config import ModelConfig
 

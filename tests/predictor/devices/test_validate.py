@@ -127,7 +127,8 @@ def test_op_class_rows_and_summary_by_hand(tmp_path):
     table = validate.class_summary(rows).set_index(["set", "phase", "cls"])
     v100 = table.loc["NeuSight V100", "forward"]
     # matmul +20 % and -10 % -> median |.| 15 %, signed +5 %; share 1.3 / (1.3 + 0.1) of matched time
-    assert v100.loc["matmul", "median"] == pytest.approx(0.15) and v100.loc["matmul", "signed_median"] == pytest.approx(0.05)
+    assert (v100.loc["matmul", "median"] == pytest.approx(0.15)
+            and v100.loc["matmul", "signed_median"] == pytest.approx(0.05))
     assert v100.loc["matmul", "share"] == pytest.approx(1.3 / 1.4) and v100.loc["norm", "median"] == pytest.approx(0.5)
     assert (v100.loc["softmax", "n"], v100.loc["softmax", "missing"]) == (0, 1)  # labelled, not predicted
     assert np.isnan(v100.loc["softmax", "median"])

@@ -10,8 +10,7 @@ import torch
 
 from predictor.capture.opseq import capture
 from predictor.families import family_of, job_class
-from predictor.zoo import ModelBuildError, build, zoo_configs
-from predictor.zoo import llm
+from predictor.zoo import ModelBuildError, build, llm, zoo_configs
 
 # Published sizes (GPT-2 paper / HF model cards: 355M, 774M, 1.5B (1,557.6M counted with tied
 # embeddings); GPT-3 paper: 2.7B; OPT paper: 1.3B; BERT paper: 340M (HF BertForMaskedLM:

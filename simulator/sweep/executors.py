@@ -5,7 +5,7 @@ Why: the points are independent, so the sweep's driver only needs results in com
 how they are computed is this module's business: a pool whose workers die with the driver (also
 by SIGKILL: a killed sweep must not leave ~1 GB workers behind) and stop at once when the sweep
 stops, or one Ray task per point. A worker that dies, or a task that fails outside
-:func:`~simulator.sweep_points.run_point`, becomes a failed point; the others go on.
+:func:`~simulator.sweep.points.run_point`, becomes a failed point; the others go on.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Generator
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from typing import Callable, Generator
 
 from simulator.run import RunConfig
-from simulator.sweep_points import crashed_point, run_point
+from simulator.sweep.points import crashed_point, run_point
 
 # How often a worker without prctl(PR_SET_PDEATHSIG) checks that its parent is still alive.
 PARENT_POLL_SECONDS = 1.0

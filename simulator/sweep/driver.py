@@ -5,23 +5,23 @@ Why: the paper's comparisons (policy x predictor x prediction error x workload x
 hundreds of independent runs; the driver checks OUT before any point runs, skips the points
 already finished there (a killed sweep resumes where it stopped), writes each point as soon as it
 finishes (a failing point never costs the others) and gathers every point of OUT in
-``results.parquet`` at the end. The grid is :mod:`simulator.sweep_grid`, a point and the layout
-of OUT :mod:`simulator.sweep_points`, where points run :mod:`simulator.sweep_executors`, the
-comparison with truth :mod:`simulator.sweep_tables`.
+``results.parquet`` at the end. The grid is :mod:`simulator.sweep.grid`, a point and the layout
+of OUT :mod:`simulator.sweep.points`, where points run :mod:`simulator.sweep.executors`, the
+comparison with truth :mod:`simulator.sweep.tables`.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import pandas as pd
 
 from predictor.outputs import write_parquet
 from simulator.run import RunConfig
-from simulator.sweep_executors import default_workers, run_points
-from simulator.sweep_points import config_key, done_keys, load_results, prepare_out, save_point
+from simulator.sweep.executors import default_workers, run_points
+from simulator.sweep.points import config_key, done_keys, load_results, prepare_out, save_point
 
 
 def run_sweep(configs: Sequence[RunConfig], out: str | Path, *, workers: int | None = None,

@@ -9,14 +9,25 @@ that running, caching and comparing points never depend on how the grid was spel
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 
-from predictor.inputs import limit as input_limit, over_limit, short
-from simulator.run import (DEFAULT_CLUSTER, DEFAULT_WORKLOAD, INT64_MAX, RunConfig, WorkloadSpecError,
-                           check_deadline_fraction, check_limit, check_observe_after, check_seed, needs_binding)
+from predictor.inputs import limit as input_limit
+from predictor.inputs import over_limit, short
+from simulator.run import (
+    DEFAULT_CLUSTER,
+    DEFAULT_WORKLOAD,
+    INT64_MAX,
+    RunConfig,
+    WorkloadSpecError,
+    check_deadline_fraction,
+    check_limit,
+    check_observe_after,
+    check_seed,
+    needs_binding,
+)
 
 
 class SweepSpecError(ValueError):

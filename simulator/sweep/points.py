@@ -30,9 +30,10 @@ import json
 import shutil
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -45,7 +46,9 @@ from simulator.timing import MODEL_PREDICTORS
 CONFIG_FIELDS = [f.name for f in fields(RunConfig)]
 # Columns that measure the host, not the schedule: they differ between two runs of the same config.
 TIMING_COLUMNS = ("wall_seconds", "policy_seconds", "events_per_second", "point_seconds")
-STRING_COLUMNS = ("policy", "predictor", "trace", "workload", "cluster", "reference_gpu", "key", "status", "error")
+# Text columns of the results: the config's string fields (derived, so a new one needs no edit here) and the
+# point's own.
+STRING_COLUMNS = (*(f.name for f in fields(RunConfig) if "str" in str(f.type)), "key", "status", "error")
 
 
 def config_key(config: RunConfig) -> str:
@@ -60,7 +63,7 @@ def config_key(config: RunConfig) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def checkpoint_digest(method: str) -> str:
     """sha1 of the names and bytes of ``method``'s shipped checkpoints."""
     from predictor.checkpoints import CHECKPOINT_DIR
