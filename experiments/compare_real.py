@@ -75,12 +75,12 @@ def main(ets_traces: Path, minutes: float, out: Path) -> None:
     rtx = import_traces("ets-csv", ets_traces / "2080Ti")
     split = split_by_family(t4, seed=0)
     rows = []
-    for method in (m for m in methods.METHODS if m != "habitat"):  # Habitat-style needs a second device's traces
-        options = {"max_minutes": minutes, "patience": 20}
-        if method == "ets":
-            from experiments.pretrain import ETS_SETTINGS
+    from experiments.pretrain import SHIPPED_SETTINGS
 
-            options.update({**ETS_SETTINGS, "batch_size": 64})  # 18 training traces: smaller batches
+    for method in methods.single_device_methods():  # Habitat-style is scored on the paired configs below
+        options = {"max_minutes": minutes, "patience": 20}
+        if method in SHIPPED_SETTINGS:
+            options.update({**SHIPPED_SETTINGS[method], "batch_size": 64})  # 18 training traces: smaller batches
         model = methods.module(method).train(split.part(t4, "train"), split.part(t4, "val"),
                                              methods.make_config(method, **options), split=split.to_dict(),
                                              progress=False)

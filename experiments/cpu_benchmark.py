@@ -42,7 +42,7 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from experiments.pretrain import ETS_SETTINGS  # the shipped checkpoints' settings
+from experiments.pretrain import SHIPPED_SETTINGS
 from predictor import methods
 from predictor.capture.disturbance import DisturbedError, undisturbed
 from predictor.capture.opseq import capture
@@ -55,7 +55,7 @@ from predictor.zoo.registry import zoo_configs
 
 DEVICE = "cpu"
 REFERENCE_DATA = Path(__file__).parent / "data" / "cpu_benchmark"  # the committed profiles (README there)
-METHODS = tuple(m for m in methods.METHODS if m != "habitat")  # Habitat-style needs a second device's traces
+METHODS = methods.single_device_methods()  # a CPU has no second device whose traces Habitat-style could scale
 
 
 def benchmark_configs(limit: int, max_batch: int, max_size: int) -> list:
@@ -66,7 +66,7 @@ def benchmark_configs(limit: int, max_batch: int, max_size: int) -> list:
 
 def train_and_score(method: str, traces: pd.DataFrame, split, minutes: float, out: Path) -> dict:
     """Train, save ``OUT/<method>.pt``, score the held-out families (overall and per family)."""
-    options = {"max_minutes": minutes, **(ETS_SETTINGS if method == "ets" else {})}
+    options = {"max_minutes": minutes, **SHIPPED_SETTINGS.get(method, {})}
     config = methods.make_config(method, **options)
     model = methods.train(method, split.part(traces, "train"), split.part(traces, "val"), config,
                           device=DEVICE, split=split.to_dict(), data_dir=out / "data")
@@ -120,8 +120,8 @@ def repeatability(configs: list, data: Path, sample: int, seed: int = 0) -> dict
 def report(rows: list[dict], info: dict, configs: int, threads: int, noise: dict | None = None) -> str:
     table = pd.DataFrame([{k: r[k] for k in ("method", "traces", "mre", "rmse_ms", "wape", "epochs", "train_minutes")}
                           for r in rows])
-    ets = next((r["mre"] for r in rows if r["method"] == "ets"), None)
-    baselines = [r for r in rows if r["method"] != "ets"]
+    ets = next((r["mre"] for r in rows if not methods.info(r["method"]).baseline), None)
+    baselines = [r for r in rows if methods.info(r["method"]).baseline]
     best = min(baselines, key=lambda r: r["mre"]) if baselines else None
     share = info["overhead_share"]
     lines = ["# Real CPU benchmark: held-out families, every iteration measured", "",

@@ -66,7 +66,7 @@ class Variant:
 
     @property
     def baseline(self) -> bool:
-        return self.method != "ets"
+        return methods.info(self.method).baseline
 
 
 VARIANTS = {v.name: v for v in (
@@ -184,7 +184,8 @@ def summary(rows: pd.DataFrame) -> pd.DataFrame:
     table = table.sort_values("variant", key=lambda v: v.map(order).fillna(len(order)), kind="stable")
     table = table.sort_values("set", key=lambda s: s.map({n: i for i, n in enumerate(dict.fromkeys(rows["set"]))}),
                               kind="stable").reset_index(drop=True)
-    base = rows[rows["method"] != "ets"].groupby(["set", "variant"]).mre.mean().groupby(level=0).min()
+    baseline = rows["method"].map(lambda m: methods.info(m).baseline).astype(bool)
+    base = rows[baseline].groupby(["set", "variant"]).mre.mean().groupby(level=0).min()
     table["vs_best_baseline"] = table["mre"] / table["set"].map(base)
     return table
 

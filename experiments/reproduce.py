@@ -34,6 +34,7 @@ import click
 import numpy as np
 import pandas as pd
 
+from predictor import methods
 from predictor.checkpoints import available, pretrained
 from predictor.devices.specs import load_params
 from predictor.evaluate import Evaluation, evaluate, markdown
@@ -68,7 +69,7 @@ def accuracy(sequences: pd.DataFrame, gpus: list[str]) -> tuple[list[dict], dict
         for gpu in sorted(set(gpus) & set(available(method=method))):
             model = pretrained(gpu, method=method)
             data = traces[gpu]
-            if method == "habitat":
+            if methods.info(method).reads_source_device:
                 source = model.config.source_device
                 data = pd.concat([data, emulated_traces(sequences, source, params)], ignore_index=True)
             result = evaluate(model, data)

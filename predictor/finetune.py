@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from predictor import ets
+from predictor.methods import METHODS
 
 MIN_VAL_TRACES = 10
 VAL_FRACTION = 0.2
@@ -100,8 +101,10 @@ def vocabulary_coverage(parent: ets.EtsPredictor, traces: pd.DataFrame) -> float
 def check_compatible(parent, traces: pd.DataFrame, path: str = "") -> None:
     """FinetuneError unless ``parent`` is an ETS predictor whose feature spec describes ``traces``."""
     method = getattr(parent, "method", type(parent).__name__)
-    if method != "ets":
-        raise FinetuneError(f"{path or 'checkpoint'}: a {method!r} checkpoint; fine-tuning continues ETS checkpoints")
+    if method not in METHODS or not METHODS[method].fine_tunable:
+        tunable = ", ".join(spec.label for spec in METHODS.values() if spec.fine_tunable)
+        raise FinetuneError(f"{path or 'checkpoint'}: a {method!r} checkpoint; fine-tuning continues {tunable} "
+                            "checkpoints")
     coverage = vocabulary_coverage(parent, traces)
     if coverage < MIN_COVERAGE:
         raise FinetuneError(

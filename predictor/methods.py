@@ -4,27 +4,58 @@ Why: ETS and its baselines share the data, the splits, the metrics, the CLI and 
 iteration-time tables, so callers name a method instead of importing its module. Each method
 module offers ``train(train, val, config, *, device, split, progress, log)``, a config dataclass
 and ``load(path)``; what they return is an :class:`IterationTimePredictor` — one shape, as
-scikit-learn's estimators share theirs (per-op methods also offer ``predict_ops``).
+scikit-learn's estimators share theirs (per-op methods also offer ``predict_ops``). What differs
+between methods is declared once, as capabilities (:class:`Method`), and callers ask the
+capability, never the name.
+
+To add a method: a module with ``train``, ``load`` and a config dataclass, and its entry in
+:data:`METHODS` with its capabilities; the CLI's ``--method``, the simulator's ``--predictor``
+and the conformance test (tests/predictor/test_methods.py) follow from the entry.
 """
 
 from __future__ import annotations
 
 import importlib
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol, runtime_checkable
 
 import pandas as pd
 
-# method -> (module, config class): the one list of model methods (this module imports no torch,
-# so the simulator can name them without loading any)
-METHODS: dict[str, tuple[str, str]] = {
-    "ets": ("predictor.ets", "TrainConfig"),
-    "opbased": ("predictor.baselines.opbased", "OpBasedConfig"),
-    "habitat": ("predictor.baselines.habitat", "HabitatConfig"),
-    "dnnperf": ("predictor.baselines.dnnperf", "DnnPerfConfig"),
+
+@dataclass(frozen=True)
+class Method:
+    """Where a method lives and what it can do (this module imports no torch, so the simulator can
+    name methods without loading any)."""
+
+    module: str
+    config: str  # its config dataclass, in ``module``
+    label: str  # how messages and tables name it
+    baseline: bool = True  # one of the baselines ETS is compared against
+    reads_source_device: bool = False  # predicts a device by scaling traces measured on another (Habitat)
+    fine_tunable: bool = False  # continues from a checkpoint on a few traces (predictor.finetune)
+
+
+# The one list of model methods.
+METHODS: dict[str, Method] = {
+    "ets": Method("predictor.ets", "TrainConfig", "ETS", baseline=False, fine_tunable=True),
+    "opbased": Method("predictor.baselines.opbased", "OpBasedConfig", "operator-based"),
+    "habitat": Method("predictor.baselines.habitat", "HabitatConfig", "Habitat-style", reads_source_device=True),
+    "dnnperf": Method("predictor.baselines.dnnperf", "DnnPerfConfig", "DNNPerf-style"),
 }
+
+
+def info(method: str) -> Method:
+    """The capabilities of ``method`` (ValueError naming the known ones for another name)."""
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; known: {', '.join(METHODS)}")
+    return METHODS[method]
+
+
+def single_device_methods() -> tuple[str, ...]:
+    """The methods that learn a device from its own traces alone (all but source-device readers)."""
+    return tuple(m for m, spec in METHODS.items() if not spec.reads_source_device)
 
 
 @runtime_checkable
@@ -47,13 +78,11 @@ class IterationTimePredictor(Protocol):
 
 
 def module(method: str) -> ModuleType:
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; known: {', '.join(METHODS)}")
-    return importlib.import_module(METHODS[method][0])
+    return importlib.import_module(info(method).module)
 
 
 def config_class(method: str) -> type:
-    return getattr(module(method), METHODS[method][1])
+    return getattr(module(method), info(method).config)
 
 
 def make_config(method: str, **options):

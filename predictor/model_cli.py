@@ -17,7 +17,7 @@ import pandas as pd
 
 from predictor.features import TARGET_TRANSFORMS
 from predictor.intervals import DEFAULT_LEVEL, check_level
-from predictor.methods import METHODS
+from predictor.methods import METHODS, info
 from predictor.trace_table import TraceFormatError, device_file, read_dataset, read_trace_file
 
 if TYPE_CHECKING:
@@ -176,12 +176,14 @@ def train_cmd(method: str, data_dir: Path, out: Path, overwrite: bool, device: s
     _check_out(out, overwrite)
     try:
         data = read_dataset(data_dir)
-        if method == "habitat" and not source_device:
-            raise ValueError("--method habitat needs --source-device (the device whose traces it scales)")
-        if method != "habitat" and source_device:
-            raise ValueError("--source-device applies to --method habitat only")
+        scales_source = methods.info(method).reads_source_device
+        if scales_source and not source_device:
+            raise ValueError(f"--method {method} needs --source-device (the device whose traces it scales)")
+        if not scales_source and source_device:
+            readers = [m for m, spec in methods.METHODS.items() if spec.reads_source_device]
+            raise ValueError(f"--source-device applies to --method {' or '.join(readers)} only")
         target = _device_rows(data, device, str(data_dir))
-        traces = data if method == "habitat" else target
+        traces = data if scales_source else target
         split = split_by_family(target, test_fraction=test_fraction, val_fraction=val_fraction, seed=seed,
                                 test_families=test_families.split(",") if test_families else None)
         config = methods.make_config(
@@ -326,7 +328,7 @@ def _scored_rows(model, data_dir: Path, data_device: str | None) -> tuple[pd.Dat
                               purpose=f" to score this {model.device} checkpoint on those rows")
     except TraceFormatError as exc:
         raise click.ClickException(str(exc)) from None
-    if model.method == "habitat":  # it reads its source device's traces too
+    if info(model.method).reads_source_device:  # it reads its source device's traces too
         traces = pd.concat([traces, data[data["config_id"].isin(set(traces["config_id"]))
                                          & ~data["device"].isin({data_device, model.device})]], ignore_index=True)
     # The truth is the named device's rows; the model predicts them as its own device.
@@ -520,13 +522,13 @@ def _predictions(model, ckpt: Path, subject: _Subject, level: float = DEFAULT_LE
     """One record per predicted iteration: the summary's columns, ``iteration_ms`` with its
     ``level`` interval (``low_ms``, ``high_ms``; null for a checkpoint without intervals),
     ``prediction`` (what the number is) and ``timings`` (each measured or emulated time of it, labelled)."""
-    if model.method == "habitat":  # one prediction per config, from its source GPU's rows
+    if info(model.method).reads_source_device:  # one prediction per config, from its source GPU's rows
         parts = [_with_habitat_source(model, subject)]
     else:  # a dataset file may hold several devices' iterations of one config: predict each
         parts = [rows for _, rows in subject.traces.groupby("device", sort=True)]
     records = []
     for traces in parts:
-        sources = set(model.source_rows(traces)["device"]) if model.method == "habitat" else set()
+        sources = set(model.source_rows(traces)["device"]) if info(model.method).reads_source_device else set()
         timings = _timings(traces, subject, sources)
         for r in model.iteration_times(traces).to_dict("records"):
             r.pop("true_us", None)  # the labelled timings below say whose time it is

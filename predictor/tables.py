@@ -27,7 +27,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from predictor.inputs import InputError, read_bytes, regular_file, short
-from predictor.methods import METHODS
+from predictor.methods import METHODS, info
 
 
 class IterationTimeTable:
@@ -295,7 +295,7 @@ def method_table(method: str, sequences: pd.DataFrame, gpu_types: list[str],
                 except CheckpointError as exc:
                     raise TableError(str(exc)) from None
                 traces = sequences
-                if method == "habitat":  # scales the trace measured on its source device
+                if info(method).reads_source_device:  # scales the trace measured on its source device
                     traces = emulated_traces(sequences, model.config.source_device, params)
                 parts.append(_seconds(model.iteration_times(traces), gpu, "pred_us"))
                 bar.update(1)

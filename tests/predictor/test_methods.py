@@ -13,9 +13,12 @@ from predictor.ets import CheckpointError
 from predictor.trace_table import write_traces
 from tests.predictor.baselines.multi_device_data import multi_device_traces
 
-SMALL = {"ets": ["--hidden", "8", "--layers", "1"], "opbased": ["--hidden", "16", "--layers", "1"],
-         "habitat": ["--hidden", "16", "--layers", "1", "--source-device", "emulated:T4"],
-         "dnnperf": ["--hidden", "16", "--layers", "1"]}
+
+def small(method: str) -> list[str]:
+    """Training options that keep ``method`` tiny (every method takes --hidden and --layers; one that
+    scales a source device's traces gets that device)."""
+    source = ["--source-device", "emulated:T4"] if methods.info(method).reads_source_device else []
+    return ["--hidden", "8" if method == "ets" else "16", "--layers", "1", *source]
 
 
 @pytest.fixture(scope="module")
@@ -25,12 +28,12 @@ def data_dir(tmp_path_factory):
     return root
 
 
-@pytest.fixture(scope="module", params=list(SMALL))
+@pytest.fixture(scope="module", params=list(methods.METHODS))  # the registry itself
 def trained(request, data_dir):
     method = request.param
     ckpt = data_dir / f"{method}.pt"
     args = ["train", "--method", method, "--data", str(data_dir / "data"), "--device", "emulated:V100",
-            "--out", str(ckpt), "--test-families", "vgg", "--epochs", "3", "--json", *SMALL[method]]
+            "--out", str(ckpt), "--test-families", "vgg", "--epochs", "3", "--json", *small(method)]
     result = CliRunner().invoke(ets, args)
     assert result.exit_code == 0, result.output
     return method, ckpt, json.loads(result.output[result.output.index("{"):])
@@ -95,7 +98,7 @@ def test_evaluate_on_another_devices_rows(data_dir):
     ckpt = data_dir / "ets-cross.pt"
     trained = CliRunner().invoke(ets, ["train", "--data", str(data_dir / "data"), "--device", "emulated:V100",
                                        "--out", str(ckpt), "--test-families", "vgg", "--epochs", "2",
-                                       *SMALL["ets"]])
+                                       *small("ets")])
     assert trained.exit_code == 0, trained.output
     out = CliRunner().invoke(ets, ["evaluate", "--ckpt", str(ckpt), "--data", str(data_dir / "data"),
                                    "--device", "emulated:T4", "--split", "all", "--json"])
@@ -114,3 +117,11 @@ def test_evaluate_on_another_devices_rows(data_dir):
                                        "--device", "H100"])
     assert missing.exit_code != 0 and "no traces of device 'H100'" in missing.output
     assert "emulated:T4" in missing.output and "Traceback" not in missing.output
+
+
+def test_capabilities_are_asked_of_the_registry_not_of_names():
+    assert set(methods.single_device_methods()) == {m for m, spec in methods.METHODS.items()
+                                                   if not spec.reads_source_device}
+    assert [m for m, spec in methods.METHODS.items() if not spec.baseline] == ["ets"]  # the one method compared
+    with pytest.raises(ValueError, match="unknown method 'nope'; known: ets, opbased, habitat, dnnperf"):
+        methods.info("nope")
