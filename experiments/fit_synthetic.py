@@ -10,11 +10,10 @@ real statistics (and times the generation).
 
 from __future__ import annotations
 
-import argparse
-import sys
 import time
 from pathlib import Path
 
+import click
 import numpy as np
 
 from experiments.shared_data import shared_dir
@@ -55,20 +54,23 @@ def compare(params: syn.SyntheticParams, num_jobs: int, seed: int) -> list[tuple
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shared", type=Path, default=shared_dir(),
-                    help="the shared/ folder (default: %(default)s)")
-    ap.add_argument("--jobs", type=int, default=100_000, help="jobs in the comparison sample")
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
+@click.command(help=__doc__.splitlines()[0])
+@click.option("--shared", type=click.Path(path_type=Path), default=shared_dir(), show_default=True,
+              help="The shared/ folder.")
+@click.option("--jobs", type=int, default=100_000, show_default=True, help="Jobs in the comparison sample.")
+@click.option("--seed", type=int, default=0, show_default=True)
+def main(shared: Path, jobs: int, seed: int) -> None:
+    refit(shared, jobs, seed)
+
+
+def refit(shared: Path, jobs: int = 100_000, seed: int = 0) -> None:
+    """Refit both workloads from the real files, rewrite the fit file, and compare samples with them."""
 
     fits = []
     for fit, rel in ((syn.fit_philly, syn.PHILLY_FILE), (syn.fit_pai_sample, syn.PAI_SAMPLE_FILE)):
-        path = args.shared / rel
+        path = shared / rel
         if not path.exists():
-            print(f"error: {path} not found (set --shared or ETS_SHARED)", file=sys.stderr)
-            return 2
+            raise click.ClickException(f"{path} not found (set --shared or ETS_SHARED)")
         fits.append(fit(path))
 
     before = syn.FIT_FILE.read_bytes() if syn.FIT_FILE.exists() else None
@@ -80,14 +82,13 @@ def main(argv: list[str] | None = None) -> int:
     same = syn.FIT_FILE.read_bytes() == before
     print(f"# {syn.FIT_FILE}: {'unchanged (it equals the refit)' if same else 'REWRITTEN from the refit'}")
     for params in fits:
-        print(f"\n{params.kind}: real file vs generated sample ({args.jobs:,} jobs, seed {args.seed})")
-        rows = compare(params, args.jobs, args.seed)
+        print(f"\n{params.kind}: real file vs generated sample ({jobs:,} jobs, seed {seed})")
+        rows = compare(params, jobs, seed)
         w = max(len(r[0]) for r in rows)
         print(f"  {'statistic':<{w}}  {'real/fitted':>12}  {'generated':>12}")
         for stat, real, gen in rows:
             print(f"  {stat:<{w}}  {real:>12}  {gen:>12}")
-    return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()

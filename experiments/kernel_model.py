@@ -18,10 +18,10 @@ loss, 15 epochs) on the same features and targets: the measured basis of the cho
 
 from __future__ import annotations
 
-import argparse
 import time
 from pathlib import Path
 
+import click
 import matplotlib
 
 matplotlib.use("Agg")
@@ -109,44 +109,43 @@ def mlp_leave_one_gpu_out(data: pd.DataFrame, epochs: int = 15) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--calibration", type=Path, default=SHARED / "calibration")
-    ap.add_argument("--ets", type=Path, default=SHARED / "ets_traces")
-    ap.add_argument("--report", type=Path, default=Path("reports/kernels"))
-    ap.add_argument("--out", type=Path, default=kernels.MODEL_FILE)
-    ap.add_argument("--rounds", type=int, default=kernels.ROUNDS)
-    ap.add_argument("--compare-mlp", action="store_true", help="Also measure a small MLP leave-one-GPU-out.")
-    args = ap.parse_args(argv)
+@click.command(help=__doc__.split("\n\n")[0])
+@click.option("--calibration", type=click.Path(path_type=Path), default=SHARED / "calibration", show_default=True)
+@click.option("--ets", "ets_dir", type=click.Path(path_type=Path), default=SHARED / "ets_traces", show_default=True)
+@click.option("--report", type=click.Path(path_type=Path), default=Path("reports/kernels"), show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), default=kernels.MODEL_FILE, show_default=True)
+@click.option("--rounds", type=int, default=kernels.ROUNDS, show_default=True)
+@click.option("--compare-mlp", is_flag=True, help="Also measure a small MLP leave-one-GPU-out.")
+def main(calibration: Path, ets_dir: Path, report: Path, out: Path, rounds: int, compare_mlp: bool) -> None:
     try:
-        data = kernel_corpus.load_all(args.calibration, args.ets, kernelbench_cache=KERNELBENCH_CACHE, progress=True)
+        data = kernel_corpus.load_all(calibration, ets_dir, kernelbench_cache=KERNELBENCH_CACHE, progress=True)
     except kernel_data.KernelDataError as exc:
-        raise SystemExit(f"error: {exc}") from None
-    args.report.mkdir(parents=True, exist_ok=True)
+        raise click.ClickException(str(exc)) from None
+    report.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    rows = kernels.leave_one_gpu_out(data, spec_sheets(), args.rounds, progress=True)
+    rows = kernels.leave_one_gpu_out(data, spec_sheets(), rounds, progress=True)
     logo_s = time.perf_counter() - start
-    rows.to_parquet(args.report / "logo.parquet", index=False)
-    plot(rows, args.report / "logo")
+    rows.to_parquet(report / "logo.parquet", index=False)
+    plot(rows, report / "logo")
     text = table(rows)
     censored = int(data["censored"].sum())
     head = (f"Learned kernel model, leave-one-GPU-out (each GPU predicted by a model fitted without it; "
             f"{len(rows):,} uncensored rows of {len(data):,}; {censored:,} NeuSight rows at the call floor "
             f"and {data.attrs['implausible']} implausible ETS rows excluded). Median |predicted − measured| "
-            f"/ measured; {args.rounds} rounds; {logo_s:.0f} s.\n")
-    model = kernels.fit(data, spec_sheets(), args.rounds)
+            f"/ measured; {rounds} rounds; {logo_s:.0f} s.\n")
+    model = kernels.fit(data, spec_sheets(), rounds)
     summary = {"logo_median": {c: round(float(g["rel_error"].median()), 4) for c, g in rows.groupby("cls")},
                "rows": model.rows, "devices": list(model.devices)}
-    path = model.save(args.out, summary)
-    if args.compare_mlp:
+    path = model.save(out, summary)
+    if compare_mlp:
         mlp = mlp_leave_one_gpu_out(data).pivot(index="cls", columns="device", values="rel_error")
         text += ("\n\nThe same with a small MLP instead of the trees (median |error| per class and held-out GPU):\n\n"
                  + "| op class | " + " | ".join(mlp.columns) + " |\n|---|" + "---:|" * len(mlp.columns) + "\n"
                  + "\n".join(f"| {c} | " + " | ".join("–" if np.isnan(v) else f"{v:.1%}" for v in r) + " |"
                               for c, r in mlp.iterrows()))
-    (args.report / "report.md").write_text(head + "\n" + text + "\n")
+    (report / "report.md").write_text(head + "\n" + text + "\n")
     print(head + "\n" + text)
-    print(f"model ({', '.join(model.devices)}) -> {path}; report in {args.report}")
+    print(f"model ({', '.join(model.devices)}) -> {path}; report in {report}")
 
 
 if __name__ == "__main__":

@@ -102,7 +102,8 @@ def held_out_units(traces: pd.DataFrame, base: set[str]) -> list[str]:
     return TEST_UNITS + [f"lstm:{c}" for c in speech[::2]]
 
 
-ETS_SETTINGS = {"hidden": 32, "batch_size": 512, "lr": 3e-3, "patience": 12}  # hidden: README (inference time)
+# hidden: docs/predictor.md (inference time)
+ETS_SETTINGS = {"hidden": 32, "batch_size": 512, "lr": 3e-3, "patience": 12}
 # Per method, the settings its shipped checkpoints were trained with beyond its config's defaults.
 SHIPPED_SETTINGS: dict[str, dict] = {"ets": ETS_SETTINGS}
 HABITAT_SOURCE = {"T4": "V100", "P100": "T4", "V100": "T4", "A100": "V100", "H100": "V100", "L4": "T4"}

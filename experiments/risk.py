@@ -10,8 +10,8 @@ Philly-like workloads (bound to catalog configs, so every predictor sees the sam
 Every figure is a pooled ratio to the same policy planned with the true run times (sum over seeds
 / sum of truth's): late jobs, total tardiness, average JCT. The trade-off plot puts tardiness
 against JCT, one line per predictor from the point estimate through rising Q. Truth, ETS and the
-baselines' run times come from the emulated GPUs and the shipped checkpoints (emulated; see the
-README), ``noisy`` from truth × a seeded log-normal error.
+baselines' run times come from the emulated GPUs and the shipped checkpoints (emulated; see
+docs/gpus.md), ``noisy`` from truth × a seeded log-normal error.
 
     python -m experiments.risk [--quick] [--jobs 400] [--seeds 3] [--out reports/risk] [--workers 2]
 

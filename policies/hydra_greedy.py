@@ -1,7 +1,7 @@
 """Hydra's greedy assignment scored by compiled loops (numba).
 
 Why: the greedy assignment is where Hydra online spends most of its time on long traces (profile
-of a Philly replay, README "Benchmarks"): per assignment one column of (job, GPU) scores and a
+of a Philly replay, docs/benchmarks.md): per assignment one column of (job, GPU) scores and a
 search of the whole score matrix, each a few dozen numpy operations on small arrays, so
 interpreter and dispatch overhead, not arithmetic, set the cost; compiled, the same loops do not.
 The scores are bit-identical to numpy's: every sum over a queue is numpy's pairwise summation

@@ -11,7 +11,7 @@ a value quoted in a message is cut to a few dozen characters (``short``), howeve
 
 Every limit is generous for real data and can be raised for one run with an environment variable
 (``ETS_SIM_MAX_<NAME>``, e.g. ``ETS_SIM_MAX_FILE_BYTES=20e9``); :data:`LIMITS` is the one list, and
-the README's "Limits" table is written from it.
+the "Limits" table of docs/security.md is written from it.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class Limit:
         return f"ETS_SIM_MAX_{self.name.upper()}"
 
 
-# The one list of input limits (README "Limits" lists the same, with what each protects).
+# The one list of input limits (docs/security.md "Limits" lists the same, with what each protects).
 LIMITS: dict[str, Limit] = {limit.name: limit for limit in (
     Limit("file_bytes", 4 * 2**30, "bytes", "size of one input file read whole (trace, dataset, checkpoint, cache)"),
     Limit("inflated_bytes", 4 * 2**30, "bytes", "bytes a gzip input may inflate to"),

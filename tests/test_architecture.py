@@ -1,6 +1,6 @@
 """The architecture's contract holds: every import points down the layers, no cycles in a package.
 
-Why: the layering (README, "Architecture") is only real if a change that breaks it fails. The
+Why: the layering (docs/architecture.md) is only real if a change that breaks it fails. The
 contract lives in pyproject.toml ([tool.importlinter]); this runs import-linter's own command on
 it, and on the reversed layering, which must fail, so the check is known to see the imports.
 """

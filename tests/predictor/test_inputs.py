@@ -1,5 +1,5 @@
 """The input limits (predictor/inputs.py): each checked before the work it bounds, each message
-one short line naming the limit and how to raise it, and the README's table in step with them."""
+one short line naming the limit and how to raise it, and the table of docs/security.md in step with them."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from predictor import inputs
 from predictor.inputs import LIMITS, InputError, inflate, json_depth, load_json, read_bytes, short
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "security.md"  # the limits table
 
 
 def reference_depth(text: str) -> int:

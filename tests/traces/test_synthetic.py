@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from click.testing import CliRunner
 
 from traces import synthetic as syn
 from traces.schema import JOB_COLUMNS, JobTrace
@@ -191,7 +192,7 @@ def test_pai_params_equal_refit():
     assert syn.fit_pai_sample(_shared_file(syn.PAI_SAMPLE_FILE)) == syn.PARAMS["pai-like"]
 
 
-def test_fit_script_rewrites_the_file_unchanged(capsys, monkeypatch, tmp_path):
+def test_fit_script_rewrites_the_file_unchanged(monkeypatch, tmp_path):
     from experiments import fit_synthetic
 
     path = _shared_file(syn.PHILLY_FILE)
@@ -200,8 +201,9 @@ def test_fit_script_rewrites_the_file_unchanged(capsys, monkeypatch, tmp_path):
     target = tmp_path / "synthetic_fit.json"
     target.write_bytes(syn.FIT_FILE.read_bytes())
     monkeypatch.setattr(syn, "FIT_FILE", target)
-    assert fit_synthetic.main(["--shared", str(shared), "--jobs", "2000"]) == 0
-    out = capsys.readouterr().out
+    result = CliRunner().invoke(fit_synthetic.main, ["--shared", str(shared), "--jobs", "2000"])
+    assert result.exit_code == 0, result.output
+    out = result.output
     assert f"{target}: unchanged" in out
     assert target.read_bytes() == (Path(syn.__file__).with_name("synthetic_fit.json")).read_bytes()
     assert "Offered load at the fitted rate" in out and "real file vs generated sample" in out
