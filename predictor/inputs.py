@@ -27,6 +27,19 @@ from pathlib import Path
 import numpy as np
 
 
+class LocatedError(ValueError):
+    """Bad content of an input file, located: the message names the file, and the line (or row)
+    and field when known — ``path:line: field 'x': what is wrong``. One class for job traces
+    (:class:`traces.schema.TraceError`) and execution traces
+    (:class:`predictor.trace_table.TraceFormatError`), so every reader reports alike."""
+
+    def __init__(self, path: str | Path, message: str, line: int | None = None, field: str | None = None):
+        self.path, self.line, self.field = str(path), line, field
+        where = self.path + (f":{line}" if line is not None else "")
+        what = f" field {short(field)}:" if field else ""
+        super().__init__(f"{where}:{what} {message}")
+
+
 class InputError(ValueError):
     """Input refused before it was read whole: too large, nested too deep, not a regular file.
     The message names the file (or option), the limit and how to raise it."""

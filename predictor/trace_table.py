@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from predictor.inputs import InputError, regular_file, short
+from predictor.inputs import InputError, LocatedError, regular_file, short
 from predictor.outputs import atomic_file
 
 # The one list of each (features one-hot encode in this order, so it is part of every checkpoint).
@@ -60,14 +60,15 @@ COLUMNS: dict[str, str] = {
 }
 
 
-class TraceFormatError(ValueError):
-    """Bad execution-trace input; the message names the file and, when known, the row and field."""
+class TraceFormatError(LocatedError):
+    """Bad execution-trace input: the file, and the row and field when known."""
 
     def __init__(self, path: str | Path, message: str, row: int | None = None, field: str | None = None):
-        self.path, self.row, self.field = str(path), row, field
-        where = self.path + (f":{row}" if row is not None else "")
-        what = f" field {field!r}:" if field else ""
-        super().__init__(f"{where}:{what} {message}")
+        super().__init__(path, message, row, field)
+
+    @property
+    def row(self) -> int | None:
+        return self.line
 
 
 @contextmanager

@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from predictor.gpus import UnknownGpuTypeError, canonical_gpu_type
-from predictor.inputs import check_width, limit, names, read_bytes, short
+from predictor.inputs import LocatedError, check_width, limit, names, read_bytes, short
 
 JOB_COLUMNS: dict[str, str] = {
     "job_id": "string",
@@ -50,14 +50,8 @@ JOB_COLUMNS: dict[str, str] = {
 RUNTIME_PREFIX = "runtime_s:"
 
 
-class TraceError(ValueError):
-    """Bad trace input. The message always names the file, and the line and field when known."""
-
-    def __init__(self, path: str | Path, message: str, line: int | None = None, field: str | None = None):
-        self.path, self.line, self.field = str(path), line, field
-        where = self.path + (f":{line}" if line is not None else "")
-        what = f" field {short(field)}:" if field else ""
-        super().__init__(f"{where}:{what} {message}")
+class TraceError(LocatedError):
+    """Bad job-trace input: the file, and the line and field when known."""
 
 
 @dataclass

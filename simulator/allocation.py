@@ -1,0 +1,155 @@
+"""Which GPUs a job gets: free GPUs per node and per type, and the allocation rule for gang jobs.
+
+Why its own module: the engine decides *when* jobs start and end; where their GPUs are is this
+rule (one node if any node of the type has room, best fit: the fullest such node; otherwise the
+fewest nodes). Keeping it apart lets placement become a plug-in without touching the engine, and
+lets its bookkeeping be tested on its own.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from policies.base import PolicyError
+from simulator.cluster import Cluster
+
+
+class ClusterState:
+    """Free GPUs per node, and the allocation rule for gang jobs.
+
+    Per-event work is Python-level and O(log nodes): node free counts in lists, and per type and
+    free count a heap of node ids (lazy deletion: an entry is live while the node still has that
+    many free), so best fit is a lookup, not a scan of every node of the type. A job's GPUs are
+    taken and given back node by node (one heap entry per node touched, not one per GPU).
+    """
+
+    def __init__(self, cluster: Cluster):
+        self.cluster = cluster
+        self.types = cluster.gpu_types
+        self.type_index = {t: k for k, t in enumerate(self.types)}
+        sizes = [n.num_gpus for n in cluster.nodes]
+        self.node_type = np.array([self.type_index[n.gpu_type] for n in cluster.nodes])
+        self.node_type_list = self.node_type.tolist()
+        self.node_free = list(sizes)
+        self.type_nodes = [np.flatnonzero(self.node_type == k) for k in range(len(self.types))]
+        self.free_by_type = np.array([cluster.gpus_of_type(t) for t in self.types], dtype=np.int64)
+        self.total_by_type = self.free_by_type.copy()
+        first = np.concatenate([[0], np.cumsum(sizes)])
+        self.gpu_node = np.repeat(np.arange(len(cluster.nodes)), sizes)
+        self.gpu_node_list = self.gpu_node.tolist()
+        # free GPU ids per node, kept in descending order so that the lowest ids are handed out first
+        self.free_ids: list[list[int]] = [list(range(first[i + 1] - 1, first[i] - 1, -1))
+                                          for i in range(len(cluster.nodes))]
+        self.gpu_busy = [False] * cluster.total_gpus
+        self.gpu_type = self.node_type[self.gpu_node]
+        self.gpu_job = np.full(cluster.total_gpus, -1, dtype=np.int64)  # running job per GPU, -1 = idle
+        self.max_node = max(sizes, default=0)
+        # _by_free[type][free]: heap of the ids of the type's nodes with that many free GPUs (and stale ids)
+        self._by_free: list[list[list[int]]] = [[[] for _ in range(self.max_node + 1)] for _ in self.types]
+        for node, free in enumerate(sizes):
+            if free:  # best fit never asks for full nodes
+                self._by_free[self.node_type_list[node]][free].append(node)  # ascending: a heap
+
+    def allocate(self, type_k: int, n: int) -> tuple[int, ...]:
+        """n GPUs of the type: on one node if any has room (best fit: the node with the fewest free
+        GPUs >= n, lowest id among equals), else across nodes; lowest GPU ids first on each node."""
+        heaps, node_free = self._by_free[type_k], self.node_free
+        chosen: list[tuple[int, int]] = []
+        for free in range(n, self.max_node + 1):
+            heap = heaps[free]
+            while heap and node_free[heap[0]] != free:
+                heapq.heappop(heap)  # stale
+            if heap:
+                chosen.append((heap[0], n))  # the usual case: one node
+                break
+        else:
+            # Across nodes: the fullest-free first (ties: lower id), as few nodes as possible. No
+            # node has n free, so the free counts to walk, downwards, are n - 1 .. 1.
+            need = n
+            for free in range(min(n - 1, self.max_node), 0, -1):
+                for node in sorted({node for node in heaps[free] if node_free[node] == free}):
+                    take = min(free, need)
+                    chosen.append((node, take))
+                    need -= take
+                    if need == 0:
+                        break
+                if need == 0:
+                    break
+            if need:
+                raise PolicyError(f"not enough free {self.types[type_k]} GPUs for a {n}-GPU job")
+        ids: list[int] = []
+        for node, take in chosen:
+            pool = self.free_ids[node]
+            ids.extend(pool[:-take - 1:-1])  # the lowest ids: the pool is in descending order
+            del pool[-take:]
+        return self._taken(type_k, chosen, ids)
+
+    def claim(self, type_k: int, gpu_ids: tuple[int, ...]) -> tuple[int, ...]:
+        for g in gpu_ids:
+            if not 0 <= g < len(self.gpu_node_list) or self.node_type_list[self.gpu_node_list[g]] != type_k:
+                raise PolicyError(f"GPU {g} is not a {self.types[type_k]} GPU")
+            if self.gpu_busy[g]:
+                raise PolicyError(f"GPU {g} is already busy")
+        if len(set(gpu_ids)) != len(gpu_ids):
+            raise PolicyError(f"GPU ids repeat in {gpu_ids}")
+        for g in gpu_ids:
+            self.free_ids[self.gpu_node_list[g]].remove(g)
+        return self._mark(type_k, list(gpu_ids))
+
+    def _per_node(self, ids) -> dict[int, list[int]]:
+        by_node: dict[int, list[int]] = {}
+        gpu_node = self.gpu_node_list
+        for g in ids:
+            node = gpu_node[g]
+            if node in by_node:
+                by_node[node].append(g)
+            else:
+                by_node[node] = [g]
+        return by_node
+
+    def _mark(self, type_k: int, ids: list[int]) -> tuple[int, ...]:
+        """Mark GPUs (already out of their nodes' free pools) busy."""
+        return self._taken(type_k, [(node, len(gs)) for node, gs in self._per_node(ids).items()], ids)
+
+    def _taken(self, type_k: int, per_node: list[tuple[int, int]], ids: list[int]) -> tuple[int, ...]:
+        """Book GPUs ``ids`` (out of their nodes' pools; ``per_node``: (node, how many)) as busy."""
+        heaps, node_free = self._by_free[type_k], self.node_free
+        for node, count in per_node:
+            free = node_free[node] - count
+            node_free[node] = free
+            if free:
+                heapq.heappush(heaps[free], node)
+        busy = self.gpu_busy
+        for g in ids:
+            busy[g] = True
+        self.free_by_type[type_k] -= len(ids)
+        return tuple(ids)
+
+    def release(self, type_k: int, ids: tuple[int, ...]) -> None:
+        heaps, node_free, busy, gpu_job = self._by_free[type_k], self.node_free, self.gpu_busy, self.gpu_job
+        if len(ids) == 1:
+            g = ids[0]
+            node = self.gpu_node_list[g]
+            pool = self.free_ids[node]
+            pool.append(g)
+            if len(pool) > 1 and pool[-2] < g:  # keep descending order so pops give low ids
+                pool.sort(reverse=True)
+            free = node_free[node] + 1
+            node_free[node] = free
+            heapq.heappush(heaps[free], node)
+            busy[g] = False
+            gpu_job[g] = -1
+        else:
+            for node, gs in self._per_node(ids).items():
+                pool = self.free_ids[node]
+                pool.extend(gs)
+                pool.sort(reverse=True)  # descending, so pops give low ids
+                free = node_free[node] + len(gs)
+                node_free[node] = free
+                heapq.heappush(heaps[free], node)
+            for g in ids:
+                busy[g] = False
+                gpu_job[g] = -1
+        self.free_by_type[type_k] += len(ids)
