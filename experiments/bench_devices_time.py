@@ -17,8 +17,9 @@ import time
 
 import click
 
+from predictor.capture.quiet import capture_quietly
 from predictor.devices.specs import load_params
-from predictor.devices.step_time import capture_quietly, resolve_config, step_time, step_time_of_trace
+from predictor.devices.step_time import resolve_config, step_time, step_time_of_trace
 
 TARGET_S = 2.0
 

@@ -157,8 +157,8 @@ def collect_model_files(paths: list[str], device: str, out: str | Path, *, infer
     the second is a failure naming the first. Returns counts (requested, skipped, captured,
     failed)."""
     from predictor.capture.model_file import ModelFileError, capture_model_file, config_id_of
+    from predictor.capture.quiet import quiet_profiler
     from predictor.devices.kernels import KernelModelError
-    from predictor.devices.step_time import quiet_profiler
 
     if not (device == "meta" or device.startswith("emulated:")):
         raise ValueError(f"model files are captured on the meta device: use --device meta or emulated:<GPU>, "

@@ -162,7 +162,7 @@ class ModelFileRun:
 
     def __iter__(self):
         from predictor.capture.model_file import ModelFileError, capture_model_file
-        from predictor.devices.step_time import quiet_profiler
+        from predictor.capture.quiet import quiet_profiler
 
         for path in self.paths:
             try:

@@ -496,7 +496,7 @@ class _Subject:
 
 def _target(target: str, batch: int, size: int) -> _Subject:
     from predictor.capture.importers import import_traces
-    from predictor.devices.step_time import capture_quietly
+    from predictor.capture.quiet import capture_quietly
     from predictor.zoo.config import ModelBuildError
 
     path = Path(target)

@@ -27,7 +27,7 @@ def lint_imports(config: Path) -> subprocess.CompletedProcess:
 def test_imports_keep_the_layers_and_have_no_cycles():
     result = lint_imports(ROOT / "pyproject.toml")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "2 kept, 0 broken" in result.stdout
+    assert "3 kept, 0 broken" in result.stdout
 
 
 def test_the_reversed_layering_is_broken_so_the_check_sees_imports(tmp_path):
@@ -44,3 +44,21 @@ layers = [{reversed_layers}]
     result = lint_imports(config)
     assert result.returncode != 0
     assert "reversed BROKEN" in result.stdout
+
+
+def test_the_emulator_below_the_methods_is_checked(tmp_path):
+    """The inner contract sees imports too: putting the emulator above the methods breaks it
+    (the Habitat-style baseline reads GPU spec sheets through the emulator's `devices.specs`)."""
+    config = tmp_path / "inner.toml"
+    config.write_text("""[tool.importlinter]
+root_packages = ["predictor"]
+
+[[tool.importlinter.contracts]]
+name = "emulator above methods"
+type = "layers"
+containers = ["predictor"]
+layers = ["devices", "baselines"]
+""")
+    result = lint_imports(config)
+    assert result.returncode != 0
+    assert "emulator above methods BROKEN" in result.stdout

@@ -119,7 +119,7 @@ def capture_model_file(path: str | Path, *, inference: bool = False, dtype: str 
     the file's code. Raises :class:`ModelFileError` (one line naming ``path``) for every problem
     of the file or its model; ValueError for a bad ``dtype`` / ``optimizer`` argument. The
     profiler's own log lines reach stderr unless the caller wraps the call in
-    :func:`predictor.devices.step_time.quiet_profiler` (the CLI does)."""
+    :func:`predictor.capture.quiet.quiet_profiler` (the CLI does)."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
     if optimizer not in OPTIMIZERS:

@@ -14,35 +14,21 @@ device, emulate it without noise and sum the rows.
   :func:`summarize`: per phase Σ(duration + gap), so forward + backward + update = total; and
   per phase Σ duration (``<phase>_kernel_ms``), which add up to ``kernel_ms``. A phase the trace
   lacks (an inference capture has no backward or update) is 0.0.
-* :func:`quiet_profiler` — the meta capture runs the PyTorch profiler, whose C++ side (Kineto)
-  prints ``USDT ... profiler_start`` / ``profiler_stop`` on every run and, on a machine without a
-  CUDA driver, ``ERROR ... gpuGetDeviceCount failed with code 35`` once. Kineto's own switch
-  (``KINETO_LOG_LEVEL``) silences those only together with every real Kineto error, so instead
-  file descriptor 2 is sent to a temporary file for the duration of the capture and replayed
-  afterwards without exactly those lines. Everything else (warnings, other errors) still reaches
-  stderr, after the capture. ``ETS_PROFILER_LOGS=1`` turns the filter off.
+
+The capture is :func:`predictor.capture.quiet.capture_quietly` (without the profiler's noise).
 """
 
 from __future__ import annotations
 
-import contextlib
 import difflib
-import os
-import re
-import sys
-import tempfile
-from collections.abc import Iterator
 
 import pandas as pd
 
+from predictor.capture.quiet import capture_quietly
 from predictor.devices.specs import DeviceParams, load_params
 from predictor.trace_table import PHASES
 from predictor.zoo.config import ModelBuildError, ModelConfig
 
-NOISE = (
-    re.compile(rb"^USDT:[^\]\n]*\] profiler_(start|stop)\s*$"),
-    re.compile(rb"^ERROR:[^\]\n]*\] gpuGetDeviceCount failed with code 35\s*$"),
-)
 # (batch, size) when not given, by kind; LLMs default to a batch and length they were measured at
 DEFAULTS = {"vision": (32, 224), "randwire": (32, 64), "nlp": (32, 128), "speech": (32, 400), "llm": (8, 512)}
 NLP_DEFAULT_VARIANT = {"transformer_encoder": "base", "transformer_seq2seq": "base", "lstm_lm": "medium",
@@ -156,47 +142,6 @@ def resolve_config(target: str, batch: int | None = None, size: int | None = Non
 
 
 # ---------------------------------------------------------------------------------------------
-# profiler noise
-
-
-@contextlib.contextmanager
-def quiet_profiler() -> Iterator[None]:
-    """Drop Kineto's known start/stop and no-driver lines from fd 2 while the block runs; every
-    other byte written to stderr meanwhile is written back when it ends."""
-    if os.environ.get("ETS_PROFILER_LOGS"):
-        yield
-        return
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError, AttributeError):  # no usable stderr: nothing to filter
-        yield
-        return
-    with tempfile.TemporaryFile() as tmp:
-        os.dup2(tmp.fileno(), 2)
-        try:
-            yield
-        finally:
-            with contextlib.suppress(Exception):
-                sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            tmp.seek(0)
-            kept = [line for line in tmp.read().splitlines(keepends=True)
-                    if not any(p.match(line) for p in NOISE)]
-            if kept:
-                os.write(2, b"".join(kept))
-
-
-def capture_quietly(config: ModelConfig) -> pd.DataFrame:
-    """The op sequence of ``config`` on the meta device, without the profiler's noise."""
-    from predictor.capture.opseq import capture
-
-    with quiet_profiler():
-        return capture(config, "meta")
-
-
-# ---------------------------------------------------------------------------------------------
 # step time
 
 
@@ -286,5 +231,5 @@ def step_time(config: ModelConfig, device: str, params: DeviceParams | None = No
     return step_time_of_trace(capture_quietly(config), device, params, regime, allow_tf32)
 
 
-__all__ = ["ModelBuildError", "UnknownModelError", "capture_quietly", "known_families", "known_models",
-           "quiet_profiler", "resolve_config", "step_time", "step_time_of_trace", "summarize"]
+__all__ = ["ModelBuildError", "UnknownModelError", "known_families", "known_models",
+           "resolve_config", "step_time", "step_time_of_trace", "summarize"]

@@ -55,7 +55,7 @@ def test_the_file_round_trips_and_a_broken_one_names_the_field(tmp_path):
 
 
 def test_an_inference_forward_pays_the_per_kernel_host_cost_and_nothing_for_views():
-    from predictor.devices.step_time import capture_quietly
+    from predictor.capture.quiet import capture_quietly
 
     config = ModelConfig(kind="vision", family="resnet", model="resnet18", batch=2, input_size=32, num_classes=10)
     trace = capture_quietly(config)

@@ -10,10 +10,11 @@ import pytest
 from click.testing import CliRunner
 
 from predictor.capture.opseq import capture
+from predictor.capture.quiet import quiet_profiler
 from predictor.cli import main as ets
 from predictor.devices import kernels
 from predictor.devices.specs import load_params
-from predictor.devices.step_time import UnknownModelError, quiet_profiler, resolve_config, step_time, summarize
+from predictor.devices.step_time import UnknownModelError, resolve_config, step_time, summarize
 from predictor.devices.timing import emulate
 from predictor.zoo.config import ModelBuildError
 
