@@ -50,6 +50,7 @@ from predictor.training import (
     device_rows,
     load_weights,
     read_checkpoint,
+    shuffled_rows,
     with_intervals,
     write_checkpoint,
 )
@@ -344,30 +345,28 @@ def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: TrainCon
     predictor.model = average
     stop = EarlyStopping(average, predictor.history, config, "fine-tune ets" if parent else "train ets",
                          optimizer=None if fixed else optimizer, progress=progress, log=log)
+    uniform = config.loss_weight == "uniform"
+
+    def loss_of(rows: np.ndarray) -> torch.Tensor:
+        x, pad, y, weight = _batch(tw, rows, uniform)
+        return ((model(x, pad) - y).abs() * weight)[~pad].mean()
+
     steps = 0
-    for _ in stop.epochs():
-        model.train()
-        order = rng.permutation(len(tw.index))
-        losses = []
-        for start in stop.batches(range(0, len(order), config.batch_size)):
-            x, pad, y, weight = _batch(tw, order[start:start + config.batch_size], config.loss_weight == "uniform")
-            real = ~pad
-            loss = ((model(x, pad) - y).abs() * weight)[real].mean()
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            if config.ema:
-                steps += 1
-                decay = min(config.ema, (1 + steps) / (10 + steps))  # warm-up: early weights are not kept long
-                with torch.no_grad():
-                    for kept, current in zip(average.parameters(), model.parameters()):
-                        kept.lerp_(current, 1.0 - decay)
-            losses.append(float(loss.detach()))
+
+    def average_weights() -> None:
+        nonlocal steps
+        steps += 1
+        decay = min(config.ema, (1 + steps) / (10 + steps))  # warm-up: early weights are not kept long
+        with torch.no_grad():
+            for kept, current in zip(average.parameters(), model.parameters()):
+                kept.lerp_(current, 1.0 - decay)
+
+    def validate() -> float:
         summary = summarize(predictor._ops_from_windows(vw, predictor._predict_windows(vw)))
         summary["true_us"] = val_truth["true_us"].to_numpy()
-        if stop.end_epoch(losses, iteration_mre(summary)) and not fixed:
-            break
-        if fixed and stop.out_of_time():
-            break
+        return iteration_mre(summary)
+
+    stop.fit(model, optimizer, lambda: shuffled_rows(rng, len(tw.index), config.batch_size, tensor=False), loss_of,
+             validate, after_step=average_weights if config.ema else None, early_stop=not fixed)
     stop.restore(keep="last" if fixed else "best")
     return predictor

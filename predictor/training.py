@@ -105,16 +105,23 @@ def anchor_peaks(target_transform: str, device: str, peaks: Peaks | None) -> Pea
     return peaks or for_device(device)
 
 
+def shuffled_rows(rng: np.random.Generator, n: int, batch_size: int, *, tensor: bool = True) -> list:
+    """One epoch's mini-batches: a fresh permutation of ``n`` rows cut into ``batch_size`` slices
+    (as torch tensors, or numpy arrays with ``tensor=False``)."""
+    order = rng.permutation(n)
+    if tensor:
+        order = torch.from_numpy(order)
+    return [order[start:start + batch_size] for start in range(0, n, batch_size)]
+
+
 class EarlyStopping:
     """Epoch bookkeeping: history (wall time, loss, validation MRE), the best weights, the
     learning-rate schedule (halve after 2 epochs without improvement, down to 1/16 of the initial
-    rate: a noisy validation MRE must not freeze training), patience and time budget.
+    rate: a noisy validation MRE must not freeze training), patience and time budget; and the one
+    epoch loop every method trains with (:meth:`fit`).
 
         stop = EarlyStopping(model, history, config, "train ets", optimizer=opt)
-        for epoch in stop.epochs():
-            ...
-            if stop.end_epoch(losses, val_mre):
-                break
+        stop.fit(model, opt, batches, loss_of, validate)
         stop.restore()
     """
 
@@ -134,6 +141,30 @@ class EarlyStopping:
 
     def epochs(self) -> range:
         return range(self.max_epochs)
+
+    def fit(self, model: nn.Module, optimizer: torch.optim.Optimizer, batches: Callable[[], Iterable[T]],
+            loss_of: Callable[[T], torch.Tensor], validate: Callable[[], float], *,
+            after_step: Callable[[], None] | None = None, early_stop: bool = True) -> None:
+        """The epoch loop: each epoch, ``batches()`` (drawn anew: a method shuffles there) until
+        the time budget is spent, one optimizer step on each ``loss_of(batch)``, then
+        ``validate()`` (the validation MRE) and the bookkeeping. ``after_step``: after each step
+        (ETS's weight average). ``early_stop=False``: a fixed epoch count that only the time budget
+        cuts short (fine-tuning without held-out traces to stop on)."""
+        for _ in self.epochs():
+            model.train()
+            losses = []
+            for batch in self.batches(batches()):
+                loss = loss_of(batch)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                if after_step is not None:
+                    after_step()
+                losses.append(float(loss.detach()))
+            if self.end_epoch(losses, validate()) and early_stop:
+                break
+            if not early_stop and self.out_of_time():
+                break
 
     def batches(self, batches: Iterable[T]) -> Iterator[T]:
         """``batches`` until the time budget is spent: checked before each batch, so a time limit

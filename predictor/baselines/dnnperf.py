@@ -341,16 +341,7 @@ def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: DnnPerfC
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
     stop = EarlyStopping(model, predictor.history, config, "train dnnperf", optimizer=optimizer, progress=progress,
                          log=log)
-    for _ in stop.epochs():
-        model.train()
-        losses = []
-        for batch in stop.batches(loader):
-            loss = (model(batch) - batch.y).abs().mean()
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            losses.append(float(loss.detach()))
-        if stop.end_epoch(losses, float(np.mean(np.abs(predictor.predict_us(val_set) - val_truth) / val_truth))):
-            break
+    stop.fit(model, optimizer, lambda: loader, lambda batch: (model(batch) - batch.y).abs().mean(),
+             lambda: float(np.mean(np.abs(predictor.predict_us(val_set) - val_truth) / val_truth)))
     stop.restore()
     return predictor

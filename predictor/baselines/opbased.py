@@ -42,6 +42,7 @@ from predictor.training import (
     device_rows,
     load_weights,
     read_checkpoint,
+    shuffled_rows,
     with_intervals,
     write_checkpoint,
 )
@@ -155,18 +156,8 @@ def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: OpBasedC
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
     stop = EarlyStopping(model, predictor.history, config, "train opbased", optimizer=optimizer, progress=progress,
                          log=log)
-    for _ in stop.epochs():
-        model.train()
-        order = torch.from_numpy(rng.permutation(len(x)))
-        losses = []
-        for start in stop.batches(range(0, len(order), config.batch_size)):
-            rows = order[start:start + config.batch_size]
-            loss = (model(x[rows]).squeeze(1) - y[rows]).abs().mean()
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            losses.append(float(loss.detach()))
-        if stop.end_epoch(losses, mre(np.bincount(codes, predictor._durations(val, val_x)), val_truth)):
-            break
+    stop.fit(model, optimizer, lambda: shuffled_rows(rng, len(x), config.batch_size),
+             lambda rows: (model(x[rows]).squeeze(1) - y[rows]).abs().mean(),
+             lambda: mre(np.bincount(codes, predictor._durations(val, val_x)), val_truth))
     stop.restore()
     return predictor
