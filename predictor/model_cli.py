@@ -176,11 +176,11 @@ def train_cmd(method: str, data_dir: Path, out: Path, overwrite: bool, device: s
     _check_out(out, overwrite)
     try:
         data = read_dataset(data_dir)
-        scales_source = methods.info(method).reads_source_device
+        scales_source = info(method).reads_source_device
         if scales_source and not source_device:
             raise ValueError(f"--method {method} needs --source-device (the device whose traces it scales)")
         if not scales_source and source_device:
-            readers = [m for m, spec in methods.METHODS.items() if spec.reads_source_device]
+            readers = [m for m, spec in METHODS.items() if spec.reads_source_device]
             raise ValueError(f"--source-device applies to --method {' or '.join(readers)} only")
         target = _device_rows(data, device, str(data_dir))
         traces = data if scales_source else target
