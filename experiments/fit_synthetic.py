@@ -60,10 +60,6 @@ def compare(params: syn.SyntheticParams, num_jobs: int, seed: int) -> list[tuple
 @click.option("--jobs", type=int, default=100_000, show_default=True, help="Jobs in the comparison sample.")
 @click.option("--seed", type=int, default=0, show_default=True)
 def main(shared: Path, jobs: int, seed: int) -> None:
-    refit(shared, jobs, seed)
-
-
-def refit(shared: Path, jobs: int = 100_000, seed: int = 0) -> None:
     """Refit both workloads from the real files, rewrite the fit file, and compare samples with them."""
 
     fits = []

@@ -46,10 +46,10 @@ time on the modelled device, a = max(FLOPs / peak rate, bytes / bandwidth) (:mod
 the duration target is log(1 + d) − log(1 + a), i.e. the log of the op's inefficiency (in (0, 1]
 as efficiency), and log(1 + a) joins the features. Why: a raw or log time learned on small ops
 does not carry to ops larger than any in training (VGG, whose convolutions are larger than any
-other family's, was predicted 45 % too fast on the real CPU benchmark),
-while an op's efficiency saturates as it grows and carries there
-(NeuSight's insight). The decoded duration is (1 + a)·exp(max(r, 0)) − 1 ≥ a: the bound that no
-prediction beats the roofline is in the decoding, so no weight can break it. Real convolutions can
+other family's, was predicted 45 % too fast on the real CPU benchmark), while an op's efficiency
+saturates as it grows and carries there (NeuSight's insight). The decoded duration is
+(1 + a)·exp(max(r, 0)) − 1 ≥ a: the bound that no prediction beats the roofline is in the
+decoding, so no weight can break it. Real convolutions can
 beat the direct-convolution count (cuDNN's Winograd and FFT algorithms do fewer multiplications:
 11 % of the real T4 convolutions, 37 % of their time, run faster than it), so the bound of each op
 class is the fastest ratio r its training ops reached when that is below 0 (``floor``; 0, the

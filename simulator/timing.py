@@ -147,12 +147,11 @@ class ModelPredictor(RuntimePredictor):
     """A pretrained predictor (ETS or a baseline) through its iteration-time table over the bound
     workload's configs and the cluster's GPU types (built on first use, cached on disk)."""
 
-    def __init__(self, method: str, *, progress: bool = False, warn: Callable[[str], None] | None = None,
-                 catalog: pd.DataFrame | None = None):
+    def __init__(self, method: str, *, progress: bool = False, warn: Callable[[str], None] | None = None):
         self.name = self.method = method
         self.progress = progress  # a bar on stderr while the table is built (not when cached)
         self.warn = warn  # gets the line saying a cache table was rebuilt [default: stderr]
-        self.catalog = catalog  # the workload catalog's op sequences, read once per run (on first use if None)
+        self.catalog: pd.DataFrame | None = None  # the run's workload catalog, handed on by it (else read once)
         self.table: IterationTimeTable | None = None
 
     def sequences(self) -> pd.DataFrame:

@@ -23,10 +23,10 @@ Kernel time of an op (µs), op class from :func:`predictor.capture.costs.op_clas
   The roofline below prices the rest (LSTM, embedding) and every op when no model ships.
 * roofline kernel time = ``kernel_latency_us × kernels + max(compute, memory)``.
 * kernels per op (not recorded by the meta device): 0 for views and their backward nodes
-  (:data:`predictor.capture.costs.KERNEL_FREE`), ``AccumulateGrad`` (under ``set_to_none`` it
-  hands the gradient over without a copy) and ops without FLOPs and bytes (scalar bookkeeping), 2 for convolution
-  backward (grad-input and grad-weight), 2 × sequence length for LSTMs (a GEMM pair per step),
-  else 1.
+  (:data:`predictor.capture.costs.KERNEL_FREE`, ``AccumulateGrad`` included: under
+  ``set_to_none`` it hands the gradient over without a copy) and ops without FLOPs and bytes
+  (scalar bookkeeping), 2 for convolution backward (grad-input and grad-weight), 2 × sequence
+  length for LSTMs (a GEMM pair per step), else 1.
 
 Host time of an op = ``host_us[phase][op class]`` (else ``[phase]["default"]``) × ``host_scale``
 (a training step); an eager forward under ``no_grad`` pays a per-kernel host cost of its own
