@@ -53,7 +53,7 @@ def habitat_training(minutes: float, source_gpu: str, target_gpu: str):
     """Habitat-style's MLP trained on emulated catalog traces of both GPUs (validation drawn by config)."""
     params = load_params()
     sequences = read_catalog()
-    data = pd.concat([emulated_traces(sequences, g, params) for g in (source_gpu, target_gpu)], ignore_index=True)
+    data = pd.concat(emulated_traces(sequences, [source_gpu, target_gpu], params).values(), ignore_index=True)
     split = split_by_family(data, test_fraction=0.0, val_fraction=0.2, seed=0)
     config = methods.make_config("habitat", source_device=source_gpu, max_minutes=minutes)
     model = methods.module("habitat").train(split.part(data, "train"), split.part(data, "val"), config,

@@ -63,7 +63,7 @@ def held_out(quick: bool, seed: int = 0) -> pd.DataFrame:
 def accuracy(sequences: pd.DataFrame, gpus: list[str]) -> tuple[list[dict], dict]:
     """Every shipped checkpoint evaluated on the held-out configs' emulated traces."""
     params = load_params()
-    traces = {g: emulated_traces(sequences, g, params) for g in gpus}
+    traces = emulated_traces(sequences, gpus, params)
     rows, models = [], {}
     for method in METHODS:
         for gpu in sorted(set(gpus) & set(available(method=method))):
@@ -71,7 +71,7 @@ def accuracy(sequences: pd.DataFrame, gpus: list[str]) -> tuple[list[dict], dict
             data = traces[gpu]
             if methods.info(method).reads_source_device:
                 source = model.config.source_device
-                data = pd.concat([data, emulated_traces(sequences, source, params)], ignore_index=True)
+                data = pd.concat([data, emulated_traces(sequences, [source], params)[source]], ignore_index=True)
             result = evaluate(model, data)
             models[(method, gpu)] = model
             randwire = result.per_trace[result.per_trace["family"] == "randwire"]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -166,16 +166,21 @@ def _digest(*parts: object) -> str:
     return h.hexdigest()[:16]
 
 
-def emulated_traces(sequences: pd.DataFrame, gpu: str, params, bar: tqdm | None = None) -> pd.DataFrame:
-    """Each config's trace on the emulated ``gpu``; ``bar`` advances by one per config."""
-    from predictor.devices.timing import emulate
+def emulated_traces(sequences: pd.DataFrame, gpus: Sequence[str], params,
+                    bar: tqdm | None = None) -> dict[str, pd.DataFrame]:
+    """Each config's trace on each emulated GPU of ``gpus``, by GPU; a config's op arrays are built
+    once for all of them; ``bar`` advances by one per config and GPU."""
+    from predictor.devices.timing import OpArrays, emulate_arrays
 
-    parts = []
+    parts: dict[str, list[pd.DataFrame]] = {gpu: [] for gpu in gpus}
     for _, seq in sequences.groupby("config_id", sort=True):
-        parts.append(emulate(seq, gpu, params, seed=0))
-        if bar is not None:
-            bar.update(1)
-    return pd.concat(parts, ignore_index=True)
+        seq = seq.sort_values("idx").reset_index(drop=True)
+        ops = OpArrays.from_trace(seq)
+        for gpu in parts:
+            parts[gpu].append(emulate_arrays(seq, ops, gpu, params, seed=0))
+            if bar is not None:
+                bar.update(1)
+    return {gpu: pd.concat(frames, ignore_index=True) for gpu, frames in parts.items()}
 
 
 def _bar(total: int, desc: str, unit: str, progress: bool) -> tqdm:
@@ -245,9 +250,9 @@ def truth_table(sequences: pd.DataFrame, gpu_types: list[str], *, progress: bool
         parts = []
         with _bar(len(types) * len(configs), f"true iteration times on {', '.join(types)} (cached after)",
                   "config", progress) as bar:
+            traces = emulated_traces(sequences, [keys[gpu] for gpu in types], params, bar)
             for gpu in types:
-                truth = iteration_truth(emulated_traces(sequences, keys[gpu], params, bar))
-                parts.append(_seconds(truth, gpu, "true_us"))
+                parts.append(_seconds(iteration_truth(traces[keys[gpu]]), gpu, "true_us"))
         return pd.concat(parts, ignore_index=True)
 
     from predictor.devices.timing import emulator_fingerprint
@@ -296,7 +301,8 @@ def method_table(method: str, sequences: pd.DataFrame, gpu_types: list[str],
                     raise TableError(str(exc)) from None
                 traces = sequences
                 if info(method).reads_source_device:  # scales the trace measured on its source device
-                    traces = emulated_traces(sequences, model.config.source_device, params)
+                    source = model.config.source_device
+                    traces = emulated_traces(sequences, [source], params)[source]
                 parts.append(_seconds(model.iteration_times(traces), gpu, "pred_us"))
                 bar.update(1)
         return pd.concat(parts, ignore_index=True)

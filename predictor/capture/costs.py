@@ -32,6 +32,7 @@ Conventions (documented so that the numbers can be checked):
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Sequence
@@ -62,8 +63,10 @@ _ELEMENTWISE_COST = {"gelu": 8, "sigmoid": 4, "tanh": 4, "silu": 5, "hardswish":
                      "elu": 4, "erf": 8, "exp": 4, "log": 4, "sqrt": 2, "rsqrt": 2, "pow": 2, "div": 1}
 
 
+@functools.lru_cache(maxsize=8192)
 def op_class(op: str) -> str:
-    """The cost class of an op name ("aten::" prefix and "Backward0" suffix allowed)."""
+    """The cost class of an op name ("aten::" prefix and "Backward0" suffix allowed); memoised: a
+    catalog has a few hundred distinct names and millions of ops (bounded: names come from files)."""
     name = re.sub(r"backward\d*$", "", op.lower().removeprefix("aten::").replace("_", ""))
     for cls, pattern in _CLASSES:
         if re.search(pattern, name):
@@ -71,6 +74,7 @@ def op_class(op: str) -> str:
     return "elementwise"
 
 
+@functools.lru_cache(maxsize=8192)
 def kernel_free(op: str) -> bool:
     """Whether ``op`` launches no kernel (a view; :data:`KERNEL_FREE`)."""
     return bool(KERNEL_FREE.match(op))

@@ -163,10 +163,14 @@ def trace_problems(trace: pd.DataFrame, kernel_free: np.ndarray) -> pd.DataFrame
         trace = trace.assign(input_shapes="[]")
     dtypes = trace["dtype"].astype(str).to_numpy(dtype=object)  # per op: AMP mixes float16 and float32
     rows: list[dict] = []
+    parsed: dict[str, list[list[int]]] = {}  # a layer's shapes recur through a sequence: parse each text once
     for i, (op, phase, shapes, flops, nbytes) in enumerate(zip(
             trace["op"], trace["phase"], trace["input_shapes"], trace["flops"], trace["bytes"])):
         if not kernel_free[i]:
-            rows += op_problems(i, str(op), str(phase), _shapes(str(shapes)), float(flops), float(nbytes),
+            text = str(shapes)
+            if text not in parsed:
+                parsed[text] = _shapes(text)
+            rows += op_problems(i, str(op), str(phase), parsed[text], float(flops), float(nbytes),
                                 ELEMENT_BYTES.get(dtypes[i], 4))
     if not rows:
         return pd.DataFrame(columns=COLUMNS)

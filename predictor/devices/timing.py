@@ -183,8 +183,18 @@ def emulate(trace: pd.DataFrame, device: str, params: DeviceParams, *, seed: int
         raise ValueError("emulate takes the op sequence of one config; got "
                          f"{trace['config_id'].nunique()} configs")
     trace = trace.sort_values("idx").reset_index(drop=True)
+    return emulate_arrays(trace, OpArrays.from_trace(trace), device, params, seed=seed, noise=noise, regime=regime,
+                          model=model, allow_tf32=allow_tf32, inference_host_us=inference_host_us)
+
+
+def emulate_arrays(trace: pd.DataFrame, ops: OpArrays, device: str, params: DeviceParams, *, seed: int = 0,
+                   noise: bool = True, regime: str = "plain",
+                   model: kernel_model.KernelModel | None | str = "shipped", allow_tf32: bool = False,
+                   inference_host_us: float | None = None) -> pd.DataFrame:
+    """:func:`emulate` of one config's trace, sorted by ``idx``, whose :class:`OpArrays` are built
+    already: one op sequence emulated on several devices builds them once (they do not depend on
+    the device)."""
     spec = params.device(device)
-    ops = OpArrays.from_trace(trace)
     model = kernel_model.shipped() if isinstance(model, str) else model
     d = kernel_us(ops, spec, learned_us(ops, spec, model, allow_tf32))
     if inference_host_us is None:
