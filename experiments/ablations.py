@@ -5,7 +5,7 @@ Why: the paper fixes W = 12, S = 4 and a Bi-LSTM; these runs show what each choi
 same data, split and budget: W ∈ {4, 8, 12, 16, 24} × S ∈ {1, 2, 3, 4, 6, 8} (S > W skipped: ops
 would fall outside every window), overlap averaging against taking each op from its first window
 only, Bi-LSTM against GRU, a transformer encoder and an MLP on the flattened window, and the
-time-share loss weights, weight averaging and iteration-context features (``predictor.ets``,
+time-share loss weights, weight averaging and iteration-context features (``predictor.methods.ets``,
 ``predictor.features``) each switched off. Every point uses the shipped model's settings
 (``experiments.pretrain.ETS_SETTINGS``) otherwise.
 
@@ -28,9 +28,9 @@ import numpy as np
 import pandas as pd
 
 from experiments.pretrain import ETS_SETTINGS
-from predictor import ets
 from predictor.dataset import split_by_family
 from predictor.evaluate import evaluate, markdown
+from predictor.methods import ets
 from predictor.trace_table import device_file
 from predictor.zoo.registry import zoo_configs
 

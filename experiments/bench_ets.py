@@ -20,10 +20,10 @@ from pathlib import Path
 import click
 import pandas as pd
 
-from predictor import ets
 from predictor.capture.opseq import capture
 from predictor.checkpoints import pretrained
 from predictor.dataset import split_by_family
+from predictor.methods import ets
 from predictor.trace_table import device_file
 from predictor.zoo.config import ModelConfig
 

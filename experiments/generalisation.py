@@ -51,8 +51,8 @@ from experiments.results_log import ResultsLog  # noqa: E402
 from experiments.shared_data import shared_dir  # noqa: E402
 from predictor import methods  # noqa: E402
 from predictor.dataset import split_by_family  # noqa: E402
-from predictor.ets import fingerprint  # noqa: E402
 from predictor.evaluate import evaluate  # noqa: E402
+from predictor.methods.ets import fingerprint  # noqa: E402
 from predictor.trace_table import read_dataset  # noqa: E402
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from predictor.devices.specs import device_key
 from predictor.intervals import IntervalCalibration
-from predictor.methods import IterationTimePredictor
+from predictor.methods.base import TrainedPredictor
 
 CHECKPOINT_DIR = Path(__file__).with_name("checkpoints")
 
@@ -31,17 +31,23 @@ def available(directory: str | Path = CHECKPOINT_DIR, method: str = "ets") -> li
     return sorted(n for n in names if n in spec_sheets())
 
 
-def pretrained(gpu: str, directory: str | Path = CHECKPOINT_DIR, method: str = "ets") -> IterationTimePredictor:
-    """The shipped ``method`` model for ``gpu`` (a CheckpointError names the GPUs that have one)."""
-    from predictor.ets import CheckpointError
-    from predictor.methods import load
+def pretrained_path(gpu: str, directory: str | Path = CHECKPOINT_DIR, method: str = "ets") -> Path:
+    """The file of the shipped ``method`` model for ``gpu`` (a CheckpointError names the GPUs that have one)."""
+    from predictor.checkpoint_file import CheckpointError
 
     path = checkpoint_path(gpu, directory, method)
     if not path.exists():
         have = ", ".join(available(directory, method)) or "none"
         raise CheckpointError(f"no pretrained {method} checkpoint for {gpu!r} in {directory} (have: {have}); "
                               "train one with `python -m experiments.pretrain --devices ...`")
-    return load(path)
+    return path
+
+
+def pretrained(gpu: str, directory: str | Path = CHECKPOINT_DIR, method: str = "ets") -> TrainedPredictor:
+    """The shipped ``method`` model for ``gpu`` (a CheckpointError names the GPUs that have one)."""
+    from predictor.methods import load
+
+    return load(pretrained_path(gpu, directory, method))
 
 
 def interval_calibration(gpu: str, directory: str | Path = CHECKPOINT_DIR,
@@ -49,9 +55,6 @@ def interval_calibration(gpu: str, directory: str | Path = CHECKPOINT_DIR,
     """The interval calibration stored in the shipped ``method`` checkpoint for ``gpu`` (None when
     it has none), read without building the model."""
     from predictor.checkpoint_file import read
-    from predictor.training import stored_intervals
+    from predictor.methods.base import stored_intervals
 
-    path = checkpoint_path(gpu, directory, method)
-    if not path.exists():
-        pretrained(gpu, directory, method)  # raises, naming the GPUs that have one
-    return stored_intervals(read(path))
+    return stored_intervals(read(pretrained_path(gpu, directory, method)))

@@ -32,8 +32,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from predictor import ets
-from predictor.methods import METHODS
+from predictor.methods import METHODS, ets
 
 MIN_VAL_TRACES = 10
 VAL_FRACTION = 0.2

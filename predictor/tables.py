@@ -268,24 +268,21 @@ def method_table(method: str, sequences: pd.DataFrame, gpu_types: list[str],
     ``progress``: a bar on stderr while it is built, one step per GPU type (each predicts every
     config in one batch, so splitting it finer could change the numbers). ``warn``: gets the line
     saying a cache table was rebuilt (:func:`_cached`)."""
-    from predictor.checkpoints import CHECKPOINT_DIR, checkpoint_path, pretrained
+    from predictor.checkpoint_file import CheckpointError
+    from predictor.checkpoints import CHECKPOINT_DIR, pretrained_path
     from predictor.devices.specs import load_params
-    from predictor.ets import CheckpointError
+    from predictor.methods import load
 
     if method not in METHODS:
         raise TableError(f"unknown predictor method {short(method)}; known: {', '.join(METHODS)}")
     directory = Path(checkpoint_dir or CHECKPOINT_DIR)
     types = sorted(set(gpu_types))
     keys = {g: _gpu_key(g) for g in types}
-    files = []
-    for gpu in types:
-        path = checkpoint_path(keys[gpu], directory, method)
-        if not path.exists():
-            try:
-                pretrained(gpu, directory, method)  # raises with the list of GPUs that have one
-            except CheckpointError as exc:
-                raise TableError(str(exc)) from None
-        files.append(read_bytes(path, "checkpoint file"))
+    try:  # resolved once: the files hashed into the cache key are the files loaded
+        paths = {gpu: pretrained_path(keys[gpu], directory, method) for gpu in types}
+    except CheckpointError as exc:  # names the GPUs that have one
+        raise TableError(str(exc)) from None
+    files = [read_bytes(paths[gpu], "checkpoint file") for gpu in types]
     configs = sorted(sequences["config_id"].unique())
     params = load_params()
 
@@ -296,7 +293,7 @@ def method_table(method: str, sequences: pd.DataFrame, gpu_types: list[str],
             for gpu in types:
                 bar.set_postfix_str(gpu)
                 try:
-                    model = pretrained(keys[gpu], directory, method)
+                    model = load(paths[gpu])
                 except CheckpointError as exc:
                     raise TableError(str(exc)) from None
                 traces = sequences

@@ -16,7 +16,7 @@ import click
 
 from policies.base import PolicySpecError
 from policies.registry import policy_help
-from predictor.cli_errors import UserErrorGroup
+from predictor.cli.errors import UserErrorGroup
 from predictor.gpus import UnknownGpuTypeError, names_help
 from predictor.outputs import LOCK_NAME, OutputError, check_writable, claim_folder, locked_folder, remove_if_empty
 from predictor.tables import TableError

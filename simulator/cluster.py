@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from predictor.cli_errors import one_line
+from predictor.cli.errors import one_line
 from predictor.gpus import UnknownGpuTypeError, canonical_gpu_type
 from predictor.inputs import LIMITS, InputError, json_depth, limit, load_json, names, read_bytes, short
 

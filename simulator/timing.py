@@ -62,7 +62,7 @@ def true_runtimes(jobs: pd.DataFrame, gpu_types: list[str], reference_type: str)
 class RuntimePredictor(ABC):
     """Produces the run-time matrix (seconds per job and GPU type) a policy plans with: the
     ``--predictor`` of a run. Not to be confused with an iteration-time model of the ``predictor``
-    package (:class:`predictor.methods.IterationTimePredictor`), which :class:`ModelPredictor`
+    package (:class:`predictor.methods.base.TrainedPredictor`), which :class:`ModelPredictor`
     turns into run times through an iteration-time table."""
 
     name: str

@@ -57,7 +57,7 @@ root_packages = ["predictor"]
 name = "emulator above methods"
 type = "layers"
 containers = ["predictor"]
-layers = ["devices", "baselines"]
+layers = ["devices", "methods"]
 """)
     result = lint_imports(config)
     assert result.returncode != 0

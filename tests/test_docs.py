@@ -4,7 +4,10 @@ show names a program, subcommand and options that exist.
 Why: the README and docs/ hold hundreds of command lines; an option renamed in code and not in
 the docs would mislead every user who copies it. Each command is resolved to its click command
 (``simrun``, ``ets`` and every ``python -m experiments.<module>``) and each ``--option`` it names
-is looked up among that command's parameters.
+is looked up among that command's parameters. The README's examples are run, in order, by
+``python -m experiments.run_docs`` (all of them take longer than this suite may); here the script
+is checked to run every one of them, and the `ets predict` example is run and its printed line
+compared with the README's, doctest-style.
 """
 
 from __future__ import annotations
@@ -97,3 +100,26 @@ def test_every_link_resolves():
 
 def test_the_readme_stays_short():
     assert len((ROOT / "README.md").read_text().splitlines()) <= 250
+
+
+def test_the_script_runs_every_readme_example():
+    from experiments.run_docs import readme_examples
+
+    fenced = [line for page, line in documented_commands() if page == "README.md"
+              and f"`{line}`" not in (ROOT / "README.md").read_text()]  # not the inline spans
+    examples = readme_examples()
+    assert examples and set(examples) == set(fenced)
+    assert {PROGRAM.match(line).group(0).split(".")[0] for line in examples} == {"simrun", "ets",
+                                                                                   "python -m experiments"}
+
+
+def test_the_readme_prediction_is_what_the_command_prints(tmp_path):
+    """Doctest-style: the README's `ets predict` example, run as printed, prints the README's line."""
+    from experiments.run_docs import readme_examples, run_one, scratch
+
+    text = (ROOT / "README.md").read_text()
+    line = next(c for c in readme_examples() if c.startswith("ets predict"))
+    shown = text[text.index(line):].split("```")[2].strip()  # the fenced block after the command's
+    result = run_one(line, scratch(tmp_path, None), timeout=600)
+    assert result["rc"] == 0, result["output_tail"]
+    assert result["output_tail"].strip().splitlines()[-1] == shown

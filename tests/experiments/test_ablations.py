@@ -6,7 +6,7 @@ import pandas as pd
 
 from experiments.ablations import DEFAULT, key, points
 from experiments.reproduce import ablation_section
-from predictor import ets
+from predictor.methods import ets
 
 
 def test_every_point_is_a_distinct_valid_config_and_differs_from_the_default_in_its_study_only():

@@ -15,11 +15,12 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from predictor import ets, methods
+from predictor import methods
+from predictor.checkpoint_file import CheckpointError
 from predictor.checkpoints import CHECKPOINT_DIR
 from predictor.cli import main as cli
+from predictor.methods import ets
 from predictor.trace_table import write_traces
-from predictor.training import CheckpointError
 from tests.cli_checks import one_line_error as _one_line_error
 from tests.predictor.ets_data import tiny_traces
 
@@ -159,7 +160,7 @@ def test_the_time_limit_holds_within_an_epoch(monkeypatch):
         return real_step(self, *args, **kwargs)
 
     ticks = iter(range(10**6))
-    monkeypatch.setattr("predictor.training.time.perf_counter", lambda: float(next(ticks)))
+    monkeypatch.setattr("predictor.methods.training.time.perf_counter", lambda: float(next(ticks)))
     monkeypatch.setattr(torch.optim.Adam, "step", counted)
     model = ets.train(train, val, config, progress=False)
     assert len(model.history) == 1 and steps["count"] <= 4, steps

@@ -20,12 +20,12 @@ import torch
 from click.testing import CliRunner
 
 from predictor import checkpoint_file, methods
+from predictor.checkpoint_file import CheckpointError
 from predictor.checkpoints import CHECKPOINT_DIR
 from predictor.cli import main as ets
 from predictor.memory import MemoryEstimate, activation_bytes, too_big_warning
-from predictor.model_cli import _Subject, _with_habitat_source
+from predictor.prediction import Subject, with_habitat_source
 from predictor.trace_table import TraceFormatError, read_dataset, validate, write_traces
-from predictor.training import CheckpointError
 from tests.cli_checks import one_line_error
 
 SHIPPED = CHECKPOINT_DIR / "ets-V100.pt"
@@ -228,7 +228,7 @@ def test_predict_labels_prediction_and_measurement(tmp_path):
 
 
 def test_dnnperf_predicts_without_a_future_warning(tmp_path, recwarn):
-    code = ("import warnings, predictor.baselines.dnnperf\n"
+    code = ("import warnings, predictor.methods.dnnperf\n"
             "try:\n    warnings.warn('`torch.jit.script` is deprecated. Please switch', FutureWarning)\n"
             "except FutureWarning:\n    pass\nelse:\n    raise SystemExit('the warning is silenced globally')")
     done = subprocess.run([sys.executable, "-W", "error::FutureWarning", "-c", code], capture_output=True, text=True,
@@ -265,7 +265,7 @@ def test_habitat_with_a_real_source_gpu_says_to_import_a_trace(tmp_path):
     with pytest.raises(ValueError, match=r"measured on 'T4', and f.parquet has none \(devices: cpu\); give TARGET as "
                                          r"a trace file of this config measured on T4 \(`ets import KIND FILE --out "
                                          r"DIR`, then `ets predict --ckpt CKPT DIR/T4.parquet`\)"):
-        _with_habitat_source(model, _Subject(trace(device="cpu"), "f.parquet"))
+        with_habitat_source(model, Subject(trace(device="cpu"), "f.parquet"))
 
 
 def test_evaluate_on_another_device_says_to_pass_device(tmp_path):

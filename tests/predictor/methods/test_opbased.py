@@ -7,9 +7,10 @@ import pandas as pd
 import pytest
 
 from predictor import checkpoint_file, peaks
-from predictor.baselines import opbased
-from predictor.ets import CheckpointError, iteration_mre
+from predictor.checkpoint_file import CheckpointError
 from predictor.features import fit_features
+from predictor.methods import opbased
+from predictor.methods.ets import iteration_mre
 from tests.predictor.ets_data import tiny_traces
 
 FAST = dict(hidden=32, layers=2, lr=1e-2, batch_size=64, max_minutes=2.0)

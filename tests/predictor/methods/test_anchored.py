@@ -8,8 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictor import ets, peaks
+from predictor import peaks
 from predictor.features import decode_targets, encode, encode_targets, fit_features, raw_targets
+from predictor.methods import ets
 from predictor.trace_table import COLUMNS
 
 T4 = peaks.for_device("T4")  # 8.14 TFLOP/s float32, 320 GB/s (spec-derived)
@@ -245,7 +246,7 @@ def test_a_shipped_checkpoint_of_the_log_design_still_loads_and_predicts():
     from tests.predictor.ets_data import tiny_traces
 
     # the emulated-T4 ETS checkpoint shipped before anchored targets became the default (see its README)
-    model = methods.load(Path(__file__).parent / "data" / "ets-T4-log-design.pt")
+    model = methods.load(Path(__file__).parents[1] / "data" / "ets-T4-log-design.pt")
     assert model.spec.target_transform == "log" and not model.spec.anchored and not model.spec.peaks
     times = model.iteration_times(tiny_traces())
     assert (times["pred_us"] > 0).all() and np.isfinite(times["pred_us"]).all()
@@ -257,7 +258,7 @@ def test_a_checkpoint_whose_config_predates_the_target_option_keeps_its_spec_tar
 
     from predictor import checkpoint_file, methods
 
-    body = checkpoint_file.read(Path(__file__).parent / "data" / "ets-T4-log-design.pt")
+    body = checkpoint_file.read(Path(__file__).parents[1] / "data" / "ets-T4-log-design.pt")
     del body["config"]["target_transform"]
     checkpoint_file.write(tmp_path / "old.pt", body)
     model = methods.load(tmp_path / "old.pt")

@@ -1,17 +1,16 @@
-"""What every predictor's training and checkpoints share: device selection, early stopping on the
-validation iteration MRE with a convergence history, and checked checkpoint reading.
+"""What every method's training shares: device selection, mini-batches, and the one epoch loop
+with early stopping on the validation iteration MRE and a convergence history.
 
 Why one module: ETS and the three baselines are compared on wall time to their best validation
 MRE (the paper's convergence figure), so they must stop by the same rule and record the same
-history; and a bad checkpoint must be refused with the same messages whichever method wrote it.
+history. What a trained model shares (its fields, checkpoint, fit config) is in
+:mod:`predictor.methods.base`.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict
-from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
@@ -19,64 +18,12 @@ import pandas as pd
 import torch
 from torch import nn
 
-from predictor import checkpoint_file
-from predictor.checkpoint_file import CheckpointError
 from predictor.peaks import Peaks, for_device
 
 if TYPE_CHECKING:
-    from predictor.intervals import IntervalCalibration
+    from predictor.methods.base import FitConfig
 
 T = TypeVar("T")
-CHECKPOINT_FORMAT = 1  # the body's layout (fields per method); the file format is checkpoint_file's
-
-
-def write_checkpoint(path: str | Path, predictor, method: str, **extra) -> Path:
-    """Save a trained predictor with the fields every method's checkpoint carries, plus ``extra``
-    (what that method needs to rebuild itself: feature spec, scalers, ...); sealed with the
-    SHA-256 of the whole body (weights and metadata), written atomically."""
-    from predictor import __version__
-
-    intervals = getattr(predictor, "intervals", None)
-    return checkpoint_file.write(path, {
-        "format": CHECKPOINT_FORMAT, "method": method, "version": __version__, "device": predictor.device,
-        "config": asdict(predictor.config), "state_dict": predictor.model.state_dict(), "history": predictor.history,
-        "split": predictor.split, "fingerprint": predictor.fingerprint,
-        "intervals": intervals.to_dict() if intervals else None, **extra})
-
-
-def with_intervals(body: dict, predictor):
-    """``predictor`` (just loaded from ``body``) with its stored interval calibration, or None."""
-    predictor.intervals = stored_intervals(body)
-    return predictor
-
-
-def stored_intervals(body: dict) -> IntervalCalibration | None:
-    """The interval calibration of a checkpoint body; None for a checkpoint without one (written
-    before intervals existed, or never calibrated)."""
-    from predictor.intervals import IntervalCalibration
-
-    data = body.get("intervals") if isinstance(body, dict) else None
-    return IntervalCalibration.from_dict(data) if data else None
-
-
-def read_checkpoint(path: str | Path, method: str) -> dict:
-    """The body of a checkpoint written by ``method``; CheckpointError naming the path and the reason."""
-    body = checkpoint_file.read(path)
-    if not isinstance(body, dict) or body.get("format") != CHECKPOINT_FORMAT:
-        found = body.get("format") if isinstance(body, dict) else type(body).__name__
-        raise CheckpointError(f"{path}: checkpoint format {found!r}, this version reads {CHECKPOINT_FORMAT}")
-    if body.get("method") != method:
-        raise CheckpointError(f"{path}: a {body.get('method')!r} checkpoint, not a {method!r} one")
-    return body
-
-
-def load_weights(path: str | Path, model: nn.Module, state_dict: dict) -> None:
-    try:
-        model.load_state_dict(state_dict)
-    except (RuntimeError, ValueError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise CheckpointError(f"{path}: weights do not match the stored feature spec / architecture "
-                              f"({first})") from None
 
 
 def device_rows(train_traces: pd.DataFrame, val_traces: pd.DataFrame,
@@ -125,7 +72,7 @@ class EarlyStopping:
         stop.restore()
     """
 
-    def __init__(self, model: nn.Module, history: list[dict], config, desc: str, *,
+    def __init__(self, model: nn.Module, history: list[dict], config: FitConfig, desc: str, *,
                  optimizer: torch.optim.Optimizer | None = None, progress: bool = True,
                  log: Callable[[dict], None] | None = None) -> None:
         from tqdm import tqdm

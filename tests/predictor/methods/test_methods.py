@@ -8,10 +8,11 @@ import pytest
 from click.testing import CliRunner
 
 from predictor import checkpoint_file, methods
+from predictor.checkpoint_file import CheckpointError
 from predictor.cli import main as ets
-from predictor.ets import CheckpointError
+from predictor.methods.base import TrainedPredictor
 from predictor.trace_table import write_traces
-from tests.predictor.baselines.multi_device_data import multi_device_traces
+from tests.predictor.methods.multi_device_data import multi_device_traces
 
 
 def small(method: str) -> list[str]:
@@ -45,7 +46,7 @@ def test_every_method_trains_evaluates_and_loads_through_one_interface(trained, 
     assert report["traces"] == 2 and len(report["convergence"]) == 3
     assert methods.checkpoint_method(ckpt) == method
     model = methods.load(ckpt)
-    assert isinstance(model, methods.IterationTimePredictor)  # the one shape every method has
+    assert isinstance(model, TrainedPredictor)  # the one shape every method has
     assert model.method == method and model.device == "emulated:V100" and len(model.history) == 3
     out = CliRunner().invoke(ets, ["evaluate", "--ckpt", str(ckpt), "--data", str(data_dir / "data"), "--json"])
     assert out.exit_code == 0, out.output
@@ -69,7 +70,7 @@ def test_every_shipped_checkpoint_has_the_one_shape():
     shipped = sorted(CHECKPOINT_DIR.glob("*.pt"))
     assert {methods.checkpoint_method(p) for p in shipped} == set(methods.METHODS)
     for path in shipped:
-        assert isinstance(methods.load(path), methods.IterationTimePredictor), path
+        assert isinstance(methods.load(path), TrainedPredictor), path
 
 
 def test_foreign_checkpoints_are_refused(tmp_path):
@@ -125,3 +126,24 @@ def test_capabilities_are_asked_of_the_registry_not_of_names():
     assert [m for m, spec in methods.METHODS.items() if not spec.baseline] == ["ets"]  # the one method compared
     with pytest.raises(ValueError, match="unknown method 'nope'; known: ets, opbased, habitat, dnnperf"):
         methods.info("nope")
+
+
+@pytest.mark.parametrize("method", list(methods.METHODS))
+def test_every_method_has_the_shared_fit_options_and_the_one_base(method):
+    from dataclasses import fields
+
+    from predictor.methods.base import FIT_FIELDS, MAX_MINUTES, TrainedPredictor
+
+    defaults = {f.name: f.default for f in fields(methods.config_class(method))}
+    assert set(FIT_FIELDS) <= set(defaults)
+    assert defaults["max_minutes"] == MAX_MINUTES and defaults["seed"] == 0
+    predictor_class = methods.module(method).load.__self__  # the module's loader is its class's
+    assert issubclass(predictor_class, TrainedPredictor) and predictor_class.method == method
+
+
+@pytest.mark.parametrize("method", list(methods.METHODS))
+def test_an_incomplete_checkpoint_of_any_method_is_refused_in_one_line(method, tmp_path):
+    path = tmp_path / "x.pt"
+    checkpoint_file.write(path, {"format": 1, "method": method, "device": "T4"})  # no config, spec, weights
+    with pytest.raises(CheckpointError, match=r"x\.pt: (incomplete|the model reads)"):
+        methods.load(path)

@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from predictor import checkpoint_file
-from predictor.baselines import dnnperf
-from predictor.ets import CheckpointError
+from predictor.checkpoint_file import CheckpointError
+from predictor.methods import dnnperf
 from tests.predictor.ets_data import tiny_traces
 
 FAST = dict(hidden=32, layers=2, heads=2, lr=5e-3, batch_size=4, max_minutes=2.0)

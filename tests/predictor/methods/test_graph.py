@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictor.baselines.graph import EDGE_KINDS, build_graph, edge_features, forward_output_shape
+from predictor.methods.graph import EDGE_KINDS, build_graph, edge_features, forward_output_shape
 from tests.predictor.ets_data import tiny_traces
 
 

@@ -7,14 +7,15 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from predictor import ets, finetune, methods
+from predictor import finetune, methods
 from predictor.cli import main as cli
 from predictor.evaluate import evaluate
+from predictor.methods import ets
 from predictor.trace_table import read_dataset, write_traces
-from tests.predictor.baselines.multi_device_data import multi_device_traces
+from tests.predictor.methods.multi_device_data import multi_device_traces
 
 # log targets: a parent whose V100 times are far off the T4 (anchored, re-anchoring on the T4 alone
-# takes it most of the way: tests/predictor/test_anchored.py)
+# takes it most of the way: tests/predictor/methods/test_anchored.py)
 TINY = {"layers": 1, "hidden": 8, "max_epochs": 6, "seed": 0, "target_transform": "log"}
 
 

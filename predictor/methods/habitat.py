@@ -74,20 +74,14 @@ import numpy as np
 import pandas as pd
 import torch
 
-from predictor.baselines.opbased import mlp, mre, run_mlp
 from predictor.capture.costs import op_class
+from predictor.checkpoint_file import CheckpointError
 from predictor.devices.specs import DeviceParamsError, device_key, spec_sheets
-from predictor.ets import fingerprint, sorted_traces, summarize
+from predictor.methods.base import MAX_MINUTES, TrainedPredictor, load_weights, stored_fields
+from predictor.methods.ets import fingerprint, sorted_traces, summarize
+from predictor.methods.opbased import mlp, mre, run_mlp
+from predictor.methods.training import EarlyStopping, shuffled_rows
 from predictor.trace_table import DTYPES, MAX_PARAMS, PHASES
-from predictor.training import (
-    CheckpointError,
-    EarlyStopping,
-    load_weights,
-    read_checkpoint,
-    shuffled_rows,
-    with_intervals,
-    write_checkpoint,
-)
 
 METHOD = "habitat"
 GROUPS = ("conv2d", "linear", "bmm", "lstm")
@@ -234,7 +228,7 @@ class HabitatConfig:
     batch_size: int = 512
     max_epochs: int = 80
     patience: int = 8
-    max_minutes: float = 15.0
+    max_minutes: float = MAX_MINUTES
     seed: int = 0
     small_kernel_us: float = 0.0  # kernel-alike ops faster than this (µs) keep their source time
 
@@ -250,17 +244,16 @@ class _Prepared:
     alike_us: np.ndarray  # wave-scaled times (valid where not varying)
 
 
-class HabitatPredictor:
+class HabitatPredictor(TrainedPredictor):
     """Wave scaling + the kernel-varying MLP; predicts ``device`` from ``config.source_device`` traces."""
 
     method = METHOD
-    intervals = None  # IntervalCalibration once calibrated (predictor.intervals)
 
     def __init__(self, config: HabitatConfig, model: torch.nn.Module, scaler: Scaler, device: str,
                  fingerprint: str = "", history: list[dict] | None = None, split: dict | None = None) -> None:
-        self.config, self.model, self.scaler, self.device = config, model, scaler, device
+        super().__init__(config, model, device, fingerprint, history, split)
+        self.scaler = scaler
         self.source, self.target = gpu(config.source_device), gpu(device)
-        self.fingerprint, self.history, self.split = fingerprint, history or [], split or {}
 
     # --- inference ---------------------------------------------------------------------------
 
@@ -334,8 +327,18 @@ class HabitatPredictor:
 
     # --- persistence -------------------------------------------------------------------------
 
-    def save(self, path: str | Path) -> Path:
-        return write_checkpoint(path, self, METHOD, scaler=asdict(self.scaler), n_features=N_FEATURES)
+    def checkpoint_fields(self) -> dict:
+        return {"scaler": asdict(self.scaler), "n_features": N_FEATURES}
+
+    @classmethod
+    def from_checkpoint(cls, body: dict, path: str | Path) -> HabitatPredictor:
+        if body.get("n_features") != N_FEATURES:
+            raise CheckpointError(f"{path}: the model reads {body.get('n_features')} features but this version "
+                                  f"builds {N_FEATURES}: the checkpoint was written by an incompatible version")
+        config = HabitatConfig(**body["config"])
+        model = mlp(N_FEATURES, config.hidden, config.layers)
+        load_weights(path, model, body["state_dict"])
+        return cls(config, model, Scaler(**body["scaler"]), **stored_fields(body))
 
 
 def _aligned_truth(source: pd.DataFrame, target: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -354,16 +357,7 @@ def _aligned_truth(source: pd.DataFrame, target: pd.DataFrame) -> tuple[np.ndarr
     return duration, gap
 
 
-def load(path: str | Path) -> HabitatPredictor:
-    body = read_checkpoint(path, METHOD)
-    if body.get("n_features") != N_FEATURES:
-        raise CheckpointError(f"{path}: the model reads {body.get('n_features')} features but this version "
-                              f"builds {N_FEATURES}: the checkpoint was written by an incompatible version")
-    config = HabitatConfig(**body["config"])
-    model = mlp(N_FEATURES, config.hidden, config.layers)
-    load_weights(path, model, body["state_dict"])
-    return with_intervals(body, HabitatPredictor(config, model, Scaler(**body["scaler"]), body["device"],
-                                                 body.get("fingerprint", ""), body.get("history"), body.get("split")))
+load = HabitatPredictor.load  # what predictor.methods.load dispatches to
 
 
 # --- training ----------------------------------------------------------------------------------

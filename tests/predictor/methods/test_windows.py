@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from predictor.windows import average_windows, first_window_only, gather, window_index, window_starts
+from predictor.methods.windows import average_windows, first_window_only, gather, window_index, window_starts
 
 
 def test_window_starts_cover_the_trace_and_pad_only_the_last():

@@ -7,7 +7,7 @@ neighbouring ops, but predicts only the whole-iteration time, so it has no per-o
 The paper's pieces and ours:
 
 * **Graph**: ops as nodes, data dependencies as edges. The paper walks the autograd graph; our
-  traces keep no tensor identities, so :mod:`predictor.baselines.graph` rebuilds the edges from
+  traces keep no tensor identities, so :mod:`predictor.methods.graph` rebuilds the edges from
   op order and shapes. We also add every edge reversed (flagged in its features) so that a node
   hears from its consumers as well as its producers — with a few layers on a directed DAG the
   first ops of a model would otherwise see nothing.
@@ -56,21 +56,14 @@ with warnings.catch_warnings():
     from torch_geometric.loader import DataLoader
     from torch_geometric.nn import GATv2Conv, TransformerConv, global_add_pool, global_mean_pool
 
-from predictor.baselines.graph import EDGE_KINDS, build_graph, edge_features
-from predictor.ets import fingerprint, sorted_traces
+from predictor.checkpoint_file import CheckpointError
 from predictor.features import OPTIMIZERS, FeatureSpec, encode, fit_features, optimizer_of
+from predictor.methods.base import MAX_MINUTES, TrainedPredictor, checked_spec, load_weights, stored_fields
+from predictor.methods.ets import fingerprint, sorted_traces
+from predictor.methods.graph import EDGE_KINDS, build_graph, edge_features
+from predictor.methods.training import EarlyStopping, anchor_peaks, device_rows
 from predictor.peaks import Peaks
 from predictor.trace_table import DTYPES
-from predictor.training import (
-    CheckpointError,
-    EarlyStopping,
-    anchor_peaks,
-    device_rows,
-    load_weights,
-    read_checkpoint,
-    with_intervals,
-    write_checkpoint,
-)
 
 METHOD = "dnnperf"
 CONVS = ("transformer", "gatv2")
@@ -89,7 +82,7 @@ class DnnPerfConfig:
     batch_size: int = 8  # graphs per mini-batch
     max_epochs: int = 300
     patience: int = 20
-    max_minutes: float = 15.0
+    max_minutes: float = MAX_MINUTES
     seed: int = 0
     top_k: int = 25  # op types with their own one-hot slot (predictor.features)
     norm: str = "global"  # node-feature normalisation (predictor.features): global | per-op
@@ -238,17 +231,16 @@ def make_graph_set(spec: FeatureSpec, scalers: Scalers, parts: list[pd.DataFrame
 
 # -- the predictor ------------------------------------------------------------------------------------
 
-class DnnPerfPredictor:
+class DnnPerfPredictor(TrainedPredictor):
     """A trained graph regressor with its feature spec and scalers; whole-iteration times only."""
 
     method = METHOD
-    intervals = None  # IntervalCalibration once calibrated (predictor.intervals)
 
     def __init__(self, spec: FeatureSpec, scalers: Scalers, config: DnnPerfConfig, model: GraphRegressor,
                  device: str, fingerprint: str = "", history: list[dict] | None = None,
                  split: dict | None = None) -> None:
-        self.spec, self.scalers, self.config, self.model, self.device = spec, scalers, config, model, device
-        self.fingerprint, self.history, self.split = fingerprint, history or [], split or {}
+        super().__init__(config, model, device, fingerprint, history, split)
+        self.spec, self.scalers = spec, scalers
 
     def graph_set(self, traces: pd.DataFrame, with_targets: bool = False) -> GraphSet:
         if traces.empty:
@@ -284,30 +276,23 @@ class DnnPerfPredictor:
         graphs = self.graph_set(traces)
         return self.summary(graphs, self.predict_us(graphs))
 
-    def save(self, path: str | Path) -> Path:
-        return write_checkpoint(path, self, METHOD, spec=self.spec.to_dict(), dim=self.spec.dim,
-                                scalers=asdict(self.scalers))
+    def checkpoint_fields(self) -> dict:
+        return {"spec": self.spec.to_dict(), "dim": self.spec.dim, "scalers": asdict(self.scalers)}
 
-
-def load(path: str | Path) -> DnnPerfPredictor:
-    """A saved dnnperf predictor; CheckpointError naming the path and what is wrong."""
-    body = read_checkpoint(path, METHOD)
-    try:
-        spec = FeatureSpec.from_dict(body["spec"])
+    @classmethod
+    def from_checkpoint(cls, body: dict, path: str | Path) -> DnnPerfPredictor:
+        spec = checked_spec(body, path)
         config = DnnPerfConfig(**{"target_transform": spec.target_transform, **body["config"]})  # older: log
         scalers = Scalers(**body["scalers"])
-    except (KeyError, TypeError) as exc:
-        raise CheckpointError(f"{path}: incomplete dnnperf checkpoint ({type(exc).__name__}: {exc})") from None
-    if spec.dim != body.get("dim"):
-        raise CheckpointError(f"{path}: feature spec gives {spec.dim} features but the model was built for "
-                              f"{body.get('dim')}: the checkpoint was written by an incompatible version")
-    try:
-        model = GraphRegressor(spec.dim, config, scalers.node_scale)
-    except ValueError as exc:
-        raise CheckpointError(f"{path}: cannot rebuild the model from the stored config ({exc})") from None
-    load_weights(path, model, body["state_dict"])
-    return with_intervals(body, DnnPerfPredictor(spec, scalers, config, model, body["device"],
-                                                 body.get("fingerprint", ""), body.get("history"), body.get("split")))
+        try:
+            model = GraphRegressor(spec.dim, config, scalers.node_scale)
+        except ValueError as exc:
+            raise CheckpointError(f"{path}: cannot rebuild the model from the stored config ({exc})") from None
+        load_weights(path, model, body["state_dict"])
+        return cls(spec, scalers, config, model, **stored_fields(body))
+
+
+load = DnnPerfPredictor.load  # what predictor.methods.load dispatches to
 
 
 # -- training -----------------------------------------------------------------------------------------

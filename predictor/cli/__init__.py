@@ -1,7 +1,10 @@
 """``ets``: execution-trace datasets for the ETS predictor (collect, import, inspect) and emulated GPUs.
 
 Why a thin layer: the logic lives in :mod:`predictor.capture` and :mod:`predictor.trace_table`;
-this module turns options into calls and user errors into one-line messages.
+this module turns options into calls and user errors into one-line messages. Every command line
+of ``ets`` is in this package: datasets here, models in :mod:`.model`, emulated GPUs in
+:mod:`.devices`, checkpoint files in :mod:`.checkpoint`; :mod:`.errors` is the one-line error
+handling ``simrun`` shares.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import click
 
 from predictor import peaks
 from predictor.capture.importers import IMPORTERS, import_onto_zoo, import_traces
-from predictor.cli_errors import UserErrorGroup
+from predictor.cli.errors import UserErrorGroup
 from predictor.gpus import names_help
 from predictor.inputs import InputError
 from predictor.outputs import OutputError
@@ -228,9 +231,9 @@ def peaks_cmd(directory: Path, overwrite: bool) -> None:
                f"{measured.bytes_per_s / 1e9:,.1f} GB/s ({measured.origin})")
 
 
-from predictor.checkpoint_cli import checkpoint  # noqa: E402  (commands live there)
-from predictor.devices_cli import devices  # noqa: E402
-from predictor.model_cli import calibrate_cmd, evaluate_cmd, finetune_cmd, predict_cmd, train_cmd  # noqa: E402
+from predictor.cli.checkpoint import checkpoint  # noqa: E402  (commands live there)
+from predictor.cli.devices import devices  # noqa: E402
+from predictor.cli.model import calibrate_cmd, evaluate_cmd, finetune_cmd, predict_cmd, train_cmd  # noqa: E402
 
 main.add_command(devices)
 main.add_command(checkpoint)

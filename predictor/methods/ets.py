@@ -42,19 +42,10 @@ import torch
 from torch import nn
 
 from predictor.features import FeatureSpec, decode_targets, encode, encode_targets, fit_features, raw_targets
+from predictor.methods.base import MAX_MINUTES, TrainedPredictor, checked_spec, load_weights, stored_fields
+from predictor.methods.training import EarlyStopping, anchor_peaks, device_rows, shuffled_rows
+from predictor.methods.windows import average_windows, first_window_only, window_index
 from predictor.peaks import Peaks
-from predictor.training import (
-    CheckpointError,
-    EarlyStopping,
-    anchor_peaks,
-    device_rows,
-    load_weights,
-    read_checkpoint,
-    shuffled_rows,
-    with_intervals,
-    write_checkpoint,
-)
-from predictor.windows import average_windows, first_window_only, window_index
 
 ARCHS = ("lstm", "gru", "transformer", "mlp")
 LOSS_WEIGHTS = ("time", "uniform")
@@ -74,7 +65,7 @@ class TrainConfig:
     batch_size: int = 256
     max_epochs: int = 200
     patience: int = 8
-    max_minutes: float = 15.0
+    max_minutes: float = MAX_MINUTES
     seed: int = 0
     overlap: bool = True  # average overlapping windows (False: the no-overlap ablation)
     skip: bool = True  # add a linear map of each op's own features to the output (see WindowModel)
@@ -197,17 +188,16 @@ def fingerprint(traces: pd.DataFrame) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
-class EtsPredictor:
+class EtsPredictor(TrainedPredictor):
     """A trained window model with everything needed to use it on new traces."""
 
     method = "ets"
-    intervals = None  # IntervalCalibration once calibrated (predictor.intervals)
 
     def __init__(self, spec: FeatureSpec, config: TrainConfig, model: WindowModel, device: str,
                  fingerprint: str = "", history: list[dict] | None = None, split: dict | None = None,
                  lineage: list[dict] | None = None, scale: tuple[float, float] = (1.0, 1.0)) -> None:
-        self.spec, self.config, self.model, self.device = spec, config, model, device
-        self.fingerprint, self.history, self.split = fingerprint, history or [], split or {}
+        super().__init__(config, model, device, fingerprint, history, split)
+        self.spec = spec
         self.lineage = lineage or []  # the checkpoints this one was fine-tuned from, oldest first
         # (kernel time, overhead) factors on every op's prediction: a calibration to a device
         # from a few traces (predictor.finetune); (1, 1) for a trained model
@@ -249,24 +239,21 @@ class EtsPredictor:
 
     # --- persistence -------------------------------------------------------------------------
 
-    def save(self, path: str | Path) -> Path:
-        return write_checkpoint(path, self, "ets", spec=self.spec.to_dict(), dim=self.spec.dim, lineage=self.lineage,
-                                scale=list(self.scale))
+    def checkpoint_fields(self) -> dict:
+        return {"spec": self.spec.to_dict(), "dim": self.spec.dim, "lineage": self.lineage, "scale": list(self.scale)}
+
+    @classmethod
+    def from_checkpoint(cls, body: dict, path: str | Path) -> EtsPredictor:
+        spec = checked_spec(body, path)
+        # older checkpoints: no context columns; targets as their spec says (the default was log)
+        config = TrainConfig(**{"context": spec.context, "target_transform": spec.target_transform, **body["config"]})
+        model = WindowModel(spec.dim, config)
+        load_weights(path, model, body["state_dict"])
+        return cls(spec, config, model, **stored_fields(body), lineage=body.get("lineage"),
+                   scale=tuple(body.get("scale", (1.0, 1.0))))
 
 
-def load(path: str | Path) -> EtsPredictor:
-    body = read_checkpoint(path, "ets")
-    spec = FeatureSpec.from_dict(body["spec"])
-    if spec.dim != body.get("dim"):
-        raise CheckpointError(f"{path}: feature spec gives {spec.dim} features but the model was built for "
-                              f"{body.get('dim')}: the checkpoint was written by an incompatible version")
-    # older checkpoints: no context columns; targets as their spec says (the default was log)
-    config = TrainConfig(**{"context": spec.context, "target_transform": spec.target_transform, **body["config"]})
-    model = WindowModel(spec.dim, config)
-    load_weights(path, model, body["state_dict"])
-    return with_intervals(body, EtsPredictor(spec, config, model, body["device"], body.get("fingerprint", ""),
-                                             body.get("history"), body.get("split"), body.get("lineage"),
-                                             tuple(body.get("scale", (1.0, 1.0)))))
+load = EtsPredictor.load  # what predictor.methods.load dispatches to
 
 
 def summarize(ops: pd.DataFrame) -> pd.DataFrame:

@@ -1,16 +1,19 @@
 """Every iteration-time predictor by name: train one, load any checkpoint, one shape for all.
 
 Why: ETS and its baselines share the data, the splits, the metrics, the CLI and the simulator's
-iteration-time tables, so callers name a method instead of importing its module. Each method
-module offers ``train(train, val, config, *, device, split, progress, log)``, a config dataclass
-and ``load(path)``; what they return is an :class:`IterationTimePredictor` — one shape, as
-scikit-learn's estimators share theirs (per-op methods also offer ``predict_ops``). What differs
-between methods is declared once, as capabilities (:class:`Method`), and callers ask the
-capability, never the name.
+iteration-time tables, so callers name a method instead of importing its module. The methods live
+side by side in this package (``ets``, ``opbased``, ``habitat``, ``dnnperf``); each module offers
+``train(train, val, config, *, device, split, progress, log)``, a config dataclass with the shared
+fit options and ``load(path)``, and what it returns subclasses
+:class:`predictor.methods.base.TrainedPredictor` — one shape, as scikit-learn's estimators share
+``BaseEstimator`` (per-op methods also offer ``predict_ops``); the base imports no torch, so the
+simulator names the shape without loading it. What differs between methods
+is declared once, as capabilities (:class:`Method`), and callers ask the capability, never the name.
 
-To add a method: a module with ``train``, ``load`` and a config dataclass, and its entry in
-:data:`METHODS` with its capabilities; the CLI's ``--method``, the simulator's ``--predictor``
-and the conformance test (tests/predictor/test_methods.py) follow from the entry.
+To add a method: a module here with ``train``, ``load`` and a config dataclass, and its entry in
+:data:`METHODS` with its capabilities (docs/extending.md); the CLI's ``--method``, the
+simulator's ``--predictor`` and the conformance test (tests/predictor/methods/test_methods.py)
+follow from the entry.
 """
 
 from __future__ import annotations
@@ -19,9 +22,12 @@ import importlib
 from dataclasses import dataclass, fields
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING
 
 import pandas as pd
+
+if TYPE_CHECKING:
+    from predictor.methods.base import TrainedPredictor
 
 
 @dataclass(frozen=True)
@@ -39,10 +45,10 @@ class Method:
 
 # The one list of model methods.
 METHODS: dict[str, Method] = {
-    "ets": Method("predictor.ets", "TrainConfig", "ETS", baseline=False, fine_tunable=True),
-    "opbased": Method("predictor.baselines.opbased", "OpBasedConfig", "operator-based"),
-    "habitat": Method("predictor.baselines.habitat", "HabitatConfig", "Habitat-style", reads_source_device=True),
-    "dnnperf": Method("predictor.baselines.dnnperf", "DnnPerfConfig", "DNNPerf-style"),
+    "ets": Method("predictor.methods.ets", "TrainConfig", "ETS", baseline=False, fine_tunable=True),
+    "opbased": Method("predictor.methods.opbased", "OpBasedConfig", "operator-based"),
+    "habitat": Method("predictor.methods.habitat", "HabitatConfig", "Habitat-style", reads_source_device=True),
+    "dnnperf": Method("predictor.methods.dnnperf", "DnnPerfConfig", "DNNPerf-style"),
 }
 
 
@@ -56,25 +62,6 @@ def info(method: str) -> Method:
 def single_device_methods() -> tuple[str, ...]:
     """The methods that learn a device from its own traces alone (all but source-device readers)."""
     return tuple(m for m, spec in METHODS.items() if not spec.reads_source_device)
-
-
-@runtime_checkable
-class IterationTimePredictor(Protocol):
-    """A trained model of any method: which method and target device, its config, training history
-    and split, per-trace iteration times, and a checkpoint that :func:`load` reads back."""
-
-    method: str
-    device: str
-    config: Any
-    history: list[dict]
-    split: dict
-    intervals: Any  # predictor.intervals.IntervalCalibration, or None: no calibrated intervals
-
-    def iteration_times(self, traces: pd.DataFrame) -> pd.DataFrame:
-        """One row per trace (config_id): predicted and, where the traces have them, true µs."""
-
-    def save(self, path: str | Path) -> Path:
-        """Write the checkpoint; returns its path."""
 
 
 def module(method: str) -> ModuleType:
@@ -99,7 +86,7 @@ def make_config(method: str, **options):
 
 
 def train(method: str, train_traces: pd.DataFrame, val_traces: pd.DataFrame, config, *, device: str,
-          data_dir: str | Path | None = None, **options) -> IterationTimePredictor:
+          data_dir: str | Path | None = None, **options) -> TrainedPredictor:
     """Train ``method`` for ``device``; a config with anchored targets gets the device's peaks
     (recorded in ``data_dir``'s ``peaks.json``, else the GPU catalogue's; a CPU without a record
     is refused with the command that records it)."""
@@ -122,6 +109,6 @@ def checkpoint_method(path: str | Path) -> str:
     return method
 
 
-def load(path: str | Path) -> IterationTimePredictor:
+def load(path: str | Path) -> TrainedPredictor:
     """Any method's checkpoint."""
     return module(checkpoint_method(path)).load(path)

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictor import checkpoint_file, ets
+from predictor import checkpoint_file
 from predictor.dataset import split_by_family, unit_of
 from predictor.evaluate import evaluate, headline_metrics
 from predictor.features import (
@@ -18,6 +18,7 @@ from predictor.features import (
     heavy_ops,
     iteration_context,
 )
+from predictor.methods import ets
 from predictor.trace_table import DTYPES, PHASES
 from tests.predictor.ets_data import tiny_traces
 
@@ -160,19 +161,19 @@ def test_mismatched_checkpoints_are_refused_with_a_reason(overfit, tmp_path):
     body = checkpoint_file.read(path)
     body["spec"]["ops"] = body["spec"]["ops"][:-1]  # one op type fewer: the weights no longer fit
     checkpoint_file.write(tmp_path / "spec.pt", body)
-    with pytest.raises(ets.CheckpointError, match="spec.pt.*incompatible"):
+    with pytest.raises(checkpoint_file.CheckpointError, match="spec.pt.*incompatible"):
         ets.load(tmp_path / "spec.pt")
     body = checkpoint_file.read(path)
     body["config"]["hidden"] = 8
     checkpoint_file.write(tmp_path / "arch.pt", body)
-    with pytest.raises(ets.CheckpointError, match="arch.pt.*weights do not match"):
+    with pytest.raises(checkpoint_file.CheckpointError, match="arch.pt.*weights do not match"):
         ets.load(tmp_path / "arch.pt")
     body["format"] = 0
     checkpoint_file.write(tmp_path / "old.pt", body)
-    with pytest.raises(ets.CheckpointError, match="old.pt.*format 0"):
+    with pytest.raises(checkpoint_file.CheckpointError, match="old.pt.*format 0"):
         ets.load(tmp_path / "old.pt")
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
-    with pytest.raises(ets.CheckpointError, match="junk.pt: not a checkpoint of this tool"):
+    with pytest.raises(checkpoint_file.CheckpointError, match="junk.pt: not a checkpoint of this tool"):
         ets.load(tmp_path / "junk.pt")
 
 

@@ -32,20 +32,11 @@ import pandas as pd
 import torch
 from torch import nn
 
-from predictor.ets import fingerprint, sorted_traces, summarize
 from predictor.features import FeatureSpec, decode_targets, encode, encode_targets, fit_features
+from predictor.methods.base import MAX_MINUTES, TrainedPredictor, checked_spec, load_weights, stored_fields
+from predictor.methods.ets import fingerprint, sorted_traces, summarize
+from predictor.methods.training import EarlyStopping, anchor_peaks, device_rows, shuffled_rows
 from predictor.peaks import Peaks
-from predictor.training import (
-    CheckpointError,
-    EarlyStopping,
-    anchor_peaks,
-    device_rows,
-    load_weights,
-    read_checkpoint,
-    shuffled_rows,
-    with_intervals,
-    write_checkpoint,
-)
 
 METHOD = "opbased"
 
@@ -58,7 +49,7 @@ class OpBasedConfig:
     batch_size: int = 512
     max_epochs: int = 200
     patience: int = 8
-    max_minutes: float = 15.0
+    max_minutes: float = MAX_MINUTES
     seed: int = 0
     top_k: int = 25
     norm: str = "global"
@@ -89,16 +80,15 @@ def mre(pred: np.ndarray, truth: np.ndarray) -> float:
     return float(np.mean(np.abs(pred - truth) / truth))
 
 
-class OpBasedPredictor:
+class OpBasedPredictor(TrainedPredictor):
     """A per-op duration MLP with its feature spec; gaps are always predicted as 0."""
 
     method = METHOD
-    intervals = None  # IntervalCalibration once calibrated (predictor.intervals)
 
     def __init__(self, spec: FeatureSpec, config: OpBasedConfig, model: nn.Module, device: str,
                  fingerprint: str = "", history: list[dict] | None = None, split: dict | None = None) -> None:
-        self.spec, self.config, self.model, self.device = spec, config, model, device
-        self.fingerprint, self.history, self.split = fingerprint, history or [], split or {}
+        super().__init__(config, model, device, fingerprint, history, split)
+        self.spec = spec
 
     def _durations(self, ordered: pd.DataFrame, features: np.ndarray) -> np.ndarray:
         normalised = run_mlp(self.model, features)
@@ -116,21 +106,19 @@ class OpBasedPredictor:
     def iteration_times(self, traces: pd.DataFrame) -> pd.DataFrame:
         return summarize(self.predict_ops(traces))
 
-    def save(self, path: str | Path) -> Path:
-        return write_checkpoint(path, self, METHOD, spec=self.spec.to_dict(), dim=self.spec.dim)
+    def checkpoint_fields(self) -> dict:
+        return {"spec": self.spec.to_dict(), "dim": self.spec.dim}
+
+    @classmethod
+    def from_checkpoint(cls, body: dict, path: str | Path) -> OpBasedPredictor:
+        spec = checked_spec(body, path)
+        config = OpBasedConfig(**{"target_transform": spec.target_transform, **body["config"]})  # older: log
+        model = mlp(spec.dim, config.hidden, config.layers)
+        load_weights(path, model, body["state_dict"])
+        return cls(spec, config, model, **stored_fields(body))
 
 
-def load(path: str | Path) -> OpBasedPredictor:
-    body = read_checkpoint(path, METHOD)
-    spec = FeatureSpec.from_dict(body["spec"])
-    if spec.dim != body.get("dim"):
-        raise CheckpointError(f"{path}: feature spec gives {spec.dim} features but the model was built for "
-                              f"{body.get('dim')}: the checkpoint was written by an incompatible version")
-    config = OpBasedConfig(**{"target_transform": spec.target_transform, **body["config"]})  # older: log
-    model = mlp(spec.dim, config.hidden, config.layers)
-    load_weights(path, model, body["state_dict"])
-    return with_intervals(body, OpBasedPredictor(spec, config, model, body["device"], body.get("fingerprint", ""),
-                                                 body.get("history"), body.get("split")))
+load = OpBasedPredictor.load  # what predictor.methods.load dispatches to
 
 
 def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: OpBasedConfig | None = None, *,

@@ -1,14 +1,15 @@
 """``ets train | evaluate | predict``: fit a predictor on a dataset, measure it, use it.
 
-Why a module of its own: :mod:`predictor.cli` handles datasets and devices; these commands
-handle models. Both stay thin: options in, calls out, user errors as one-line messages.
+Why a module of its own: :mod:`predictor.cli` handles datasets, :mod:`predictor.cli.devices` the
+emulated GPUs; these commands handle models. All stay thin: options in, calls out (what `predict`
+predicts and how it labels each number is :mod:`predictor.prediction`), user errors as one-line
+messages.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,13 +19,11 @@ import pandas as pd
 from predictor.features import TARGET_TRANSFORMS
 from predictor.intervals import DEFAULT_LEVEL, check_level
 from predictor.methods import METHODS, info
-from predictor.trace_table import TraceFormatError, device_file, read_dataset, read_trace_file
+from predictor.prediction import Subject, predictions, subject_of
+from predictor.trace_table import TraceFormatError, read_dataset
 
 if TYPE_CHECKING:
-    from predictor.zoo.config import ModelConfig
-
-TRACE_SUFFIXES = {".csv": "ets-csv", ".json": "kineto", ".gz": "kineto", ".sqlite": "nsys"}
-
+    pass
 
 def _device_rows(traces: pd.DataFrame, device: str | None, what: str, *, whose: str = "",
                  purpose: str = "") -> pd.DataFrame:
@@ -53,7 +52,7 @@ def _level_option(_ctx, _param, value: float) -> float:
 
 
 def _load_checkpoint(path: Path):
-    from predictor.ets import CheckpointError
+    from predictor.checkpoint_file import CheckpointError
     from predictor.methods import load
 
     try:
@@ -418,7 +417,7 @@ def predict_cmd(ctx: click.Context, ckpt: Path, target: str | None, model_files:
     says what it is: the checkpoint's prediction, or a timing the trace file (or emulator) holds.
     Or, instead of TARGET, --model-file FILE|DIR: each file's model; a file that fails is named in
     one line on stderr, the others are still predicted, and the exit status is 1."""
-    from predictor.devices_cli import check_model_or_files
+    from predictor.cli.devices import check_model_or_files
     from predictor.memory import estimate, too_big_warning
 
     check_model_or_files(target, model_files, "TARGET", inference)
@@ -433,7 +432,7 @@ def predict_cmd(ctx: click.Context, ckpt: Path, target: str | None, model_files:
     if dtype:
         raise click.UsageError("--dtype applies to --model-file (a config id names its dtype)")
     try:  # the target first: a hostile trace file is refused before the model's memory is spent
-        subject = _target(target, batch, size)
+        subject = subject_of(target, batch, size)
     except (TraceFormatError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     model = _load_checkpoint(ckpt)
@@ -442,7 +441,7 @@ def predict_cmd(ctx: click.Context, ckpt: Path, target: str | None, model_files:
         if warning:
             click.echo(warning, err=True)
     try:
-        rows = _predictions(model, ckpt, subject, level)
+        rows = predictions(model, ckpt, subject, level)
     except (TraceFormatError, ValueError) as exc:  # e.g. a Habitat-style model given no trace of its source
         raise click.ClickException(str(exc)) from None
     if as_json:
@@ -458,17 +457,17 @@ def predict_cmd(ctx: click.Context, ckpt: Path, target: str | None, model_files:
 def _predict_model_files(ckpt: Path, model_files: tuple[str, ...], inference: bool, dtype: str, level: float,
                          as_json: bool) -> None:
     """`ets predict --model-file`: one prediction per file (one JSON line with ``model_file``)."""
+    from predictor.cli.devices import ModelFileRun
     from predictor.devices.kernels import KernelModelError
-    from predictor.devices_cli import ModelFileRun
 
     model = _load_checkpoint(ckpt)  # before any user code runs: a bad checkpoint fails once, at once
     intervals = model.intervals.describe() if model.intervals is not None else None
     run = ModelFileRun(model_files, inference=inference, dtype=dtype)
     for path, trace in run:
-        subject = _Subject(trace, f"a meta-device capture of {path} (op order and shapes; nothing timed)",
+        subject = Subject(trace, f"a meta-device capture of {path} (op order and shapes; nothing timed)",
                            captured=True)
         try:
-            rows = _predictions(model, ckpt, subject, level)
+            rows = predictions(model, ckpt, subject, level)
         except KernelModelError as exc:  # the installation's kernel model, not the file: stop
             raise click.ClickException(str(exc)) from None
         except (TraceFormatError, ValueError) as exc:  # e.g. a Habitat-style model without an emulated source
@@ -482,112 +481,6 @@ def _predict_model_files(ckpt: Path, model_files: tuple[str, ...], inference: bo
             for r in rows:
                 click.echo(_prediction_line(r))
     run.finish()
-
-
-@dataclass(frozen=True)
-class _Subject:
-    """What `ets predict` predicts: the op sequences, where they come from, the config if captured."""
-
-    traces: pd.DataFrame
-    origin: str  # CAPTURE_ORIGIN or the trace file
-    config: ModelConfig | None = None  # set for a capture
-    captured: bool = False  # a capture without a config (a model file)
-
-
-def _target(target: str, batch: int, size: int) -> _Subject:
-    from predictor.capture.importers import import_traces
-    from predictor.capture.quiet import capture_quietly
-    from predictor.zoo.config import ModelBuildError
-
-    path = Path(target)
-    if path.exists():
-        if path.suffix == ".parquet":
-            return _Subject(read_trace_file(path), str(path))
-        kind = TRACE_SUFFIXES.get(path.suffix)
-        if kind is None:
-            raise ValueError(f"{path}: unknown trace file type {path.suffix!r}; "
-                             f"known: .parquet, {', '.join(TRACE_SUFFIXES)}")
-        return _Subject(import_traces(kind, path), str(path))
-    config = _config(target, batch, size)
-    try:
-        return _Subject(capture_quietly(config), CAPTURE_ORIGIN, config)
-    except ModelBuildError as exc:
-        raise ValueError(str(exc)) from None
-
-
-CAPTURE_ORIGIN = "a meta-device capture (op order and shapes; nothing timed)"
-
-
-def _predictions(model, ckpt: Path, subject: _Subject, level: float = DEFAULT_LEVEL) -> list[dict]:
-    """One record per predicted iteration: the summary's columns, ``iteration_ms`` with its
-    ``level`` interval (``low_ms``, ``high_ms``; null for a checkpoint without intervals),
-    ``prediction`` (what the number is) and ``timings`` (each measured or emulated time of it, labelled)."""
-    if info(model.method).reads_source_device:  # one prediction per config, from its source GPU's rows
-        parts = [_with_habitat_source(model, subject)]
-    else:  # a dataset file may hold several devices' iterations of one config: predict each
-        parts = [rows for _, rows in subject.traces.groupby("device", sort=True)]
-    records = []
-    for traces in parts:
-        sources = set(model.source_rows(traces)["device"]) if info(model.method).reads_source_device else set()
-        timings = _timings(traces, subject, sources)
-        for r in model.iteration_times(traces).to_dict("records"):
-            r.pop("true_us", None)  # the labelled timings below say whose time it is
-            r["trace_device"] = r.pop("device", None)  # the rows' device ("meta" for a capture), not the prediction's
-            low, high = (None, None) if model.intervals is None else (
-                float(b[0]) / 1e3 if 0 < b[0] < math.inf else None  # unbounded: too few calibration traces
-                for b in model.intervals.bounds([r["pred_us"]], level, [r["family"]]))
-            records.append({**r, "iteration_ms": r["pred_us"] / 1e3, "low_ms": low, "high_ms": high, "level": level,
-                            "prediction": f"{model.device} prediction by {ckpt.name}",
-                            "ops_from": subject.origin, "timings": timings.get(r["config_id"], [])})
-    return records
-
-
-def _with_habitat_source(model, subject: _Subject) -> pd.DataFrame:
-    """The subject's traces plus, for a capture, its timing on the emulated source GPU; a
-    ValueError that says how to supply a source trace when there is none."""
-    from predictor.devices.inference_host import for_trace
-    from predictor.devices.specs import EMULATED_PREFIX, load_params
-    from predictor.devices.timing import emulate
-
-    traces, source = subject.traces, model.config.source_device
-    if not model.source_rows(traces).empty:
-        return traces
-    if source.startswith(EMULATED_PREFIX) and set(traces["device"]) == {"meta"}:
-        params = load_params()  # seed 0, as the simulator's Habitat tables
-        gpu = params.device(source).name
-        return pd.concat([emulate(seq, source, params, seed=0, inference_host_us=for_trace(seq, gpu))
-                          for _, seq in traces.groupby("config_id", sort=True)], ignore_index=True)
-    present = ", ".join(sorted(map(str, traces["device"].unique())))
-    if source.startswith(EMULATED_PREFIX):
-        fix = (f"give TARGET as the model name or config id instead (its capture is then timed on {source}), or a "
-               f"trace file holding this config's {source} rows (`ets collect --device {source}`)")
-    else:
-        fix = (f"give TARGET as a trace file of this config measured on {source} "
-               f"(`ets import KIND FILE --out DIR`, then `ets predict --ckpt CKPT {device_file('DIR', source)}`)")
-    raise ValueError(f"this Habitat-style checkpoint scales traces measured on {source!r}, and {subject.origin} has "
-                     f"none (devices: {present}); {fix}")
-
-
-def _timings(traces: pd.DataFrame, subject: _Subject, sources: set[str]) -> dict[str, list[dict]]:
-    """Per config, the iteration time each timed device's rows give, labelled with what it is
-    (``sources``: the devices a Habitat-style model scales from)."""
-    timed = traces[traces["device"] != "meta"]
-    where = "in " + subject.origin if subject.config is None and not subject.captured else "of the capture"
-    out: dict[str, list[dict]] = {}
-    totals = (timed["duration_us"] + timed["gap_us"]).groupby([timed["config_id"], timed["device"]]).sum()
-    for (config_id, device), us in totals.items():
-        label = _measurement_label(str(device), where)
-        if device in sources:
-            label += " (the source it scales)"
-        out.setdefault(str(config_id), []).append({"what": label, "ms": float(us) / 1e3})
-    return out
-
-
-def _measurement_label(device: str, where: str) -> str:
-    """'emulated:T4 timing in f.parquet', 'real T4 measurement in f.parquet', 'real CPU measurement ...'."""
-    if device.startswith("emulated:"):
-        return f"{device} timing {where}"
-    return f"real {'CPU' if device == 'cpu' else device} measurement {where}"
 
 
 def _prediction_line(r: dict) -> str:
@@ -604,22 +497,3 @@ def _prediction_line(r: dict) -> str:
 
 def _ms(value: float | None) -> str:
     return "unbounded" if value is None else f"{value:.2f}"
-
-
-def _config(target: str, batch: int, size: int):
-    from predictor.families import family_of
-    from predictor.zoo.config import ModelConfig
-    from predictor.zoo.registry import zoo_configs
-
-    if ":" in target:
-        for c in zoo_configs("all"):
-            if c.config_id == target:
-                return c
-        parts = target.split(":")
-        if len(parts) >= 6 and not parts[-1].startswith("x"):  # a vision id outside the sampled zoo
-            model, b, s, dtype, opt, classes = parts[:6]
-            return ModelConfig(kind="vision", family=family_of(model), model=model, batch=int(b[1:]),
-                               input_size=int(s[1:]), dtype=dtype, optimizer=opt, num_classes=int(classes[1:]))
-        raise ValueError(f"{target!r} is neither a file nor a zoo config id")
-    return ModelConfig(kind="vision", family=family_of(target), model=target, batch=batch, input_size=size,
-                       num_classes=1000)

@@ -10,10 +10,11 @@ import pandas as pd
 import pytest
 
 from predictor import checkpoint_file
-from predictor.baselines import habitat
-from predictor.baselines.opbased import run_mlp
-from predictor.ets import CheckpointError, iteration_mre, sorted_traces, summarize
-from tests.predictor.baselines.multi_device_data import multi_device_traces
+from predictor.checkpoint_file import CheckpointError
+from predictor.methods import habitat
+from predictor.methods.ets import iteration_mre, sorted_traces, summarize
+from predictor.methods.opbased import run_mlp
+from tests.predictor.methods.multi_device_data import multi_device_traces
 
 FAST = dict(hidden=32, layers=2, lr=1e-2, batch_size=64, max_minutes=2.0)
 SOURCE, TARGET = "emulated:T4", "emulated:V100"
@@ -95,7 +96,7 @@ def test_a_tiny_model_learns_the_kernel_varying_ops(model, traces):
 
 
 def test_the_learning_rate_halves_on_plateaus_as_for_every_method(model):
-    # the rule of predictor.training.EarlyStopping (halve after 2 epochs without improvement, down
+    # the rule of predictor.methods.training.EarlyStopping (halve after 2 epochs without improvement, down
     # to 1/16); Habitat-style training used to run without it
     rates = [h["lr"] for h in model.history]
     assert rates[0] == FAST["lr"] and min(rates) == FAST["lr"] / 16
