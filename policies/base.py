@@ -43,6 +43,28 @@ class Placement:
     gpu_ids: tuple[int, ...] | None = None
 
 
+@dataclass(frozen=True)
+class Preemption:
+    """Suspend running job ``job`` (a preemptive policy, at a round boundary only): it keeps the
+    iterations it has done, gives its GPUs back and waits again; resuming it costs its restart
+    delay (:class:`RestartCost`)."""
+
+    job: int
+
+
+@dataclass(frozen=True)
+class RestartCost:
+    """What resuming a suspended job costs, in seconds: a fixed restart plus reading its checkpoint
+    (``checkpoint_bytes`` / ``storage_gbps``), as Gavel's and Sia's simulators charge it. Charged
+    once per resume, never at a job's first start."""
+
+    fixed_s: float = 10.0
+    storage_gbps: float = 2.0
+
+    def seconds(self, checkpoint_bytes: np.ndarray) -> np.ndarray:
+        return self.fixed_s + np.asarray(checkpoint_bytes, dtype="float64") / (self.storage_gbps * 1e9)
+
+
 @dataclass
 class SchedulerView:
     """What a policy may look at: the clock, waiting and running jobs, free GPUs, and *predicted*
@@ -70,6 +92,13 @@ class SchedulerView:
     # q -> the q-quantile of the true run time given the prediction, (job, type), kept current by
     # the engine; None: the predictions are taken as exact (a view built by hand)
     quantiles: Callable[[float], np.ndarray] | None = None
+    # Preemptive runs only (None / False otherwise): per job, the fraction of its iterations done
+    # (measured, current at every call: a remaining time is (1 - progress) x a predicted one) and
+    # the GPU-seconds of service it has had; at_round: this call is a round boundary, where leases
+    # end and a policy may return Preemptions.
+    progress: np.ndarray | None = None
+    attained: np.ndarray | None = None
+    at_round: bool = False
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():
@@ -111,9 +140,11 @@ class SchedulerView:
 
 
 class Policy(ABC):
-    """A non-preemptive scheduler called once per timestamp at which something changed."""
+    """A scheduler called once per timestamp at which something changed; non-preemptive unless it
+    is a :class:`PreemptivePolicy`."""
 
     name: str = "policy"
+    preemptive: bool = False
 
     def on_arrival(self, view: SchedulerView, jobs: list[int]) -> None:  # noqa: B027 (a hook: doing nothing is the default)
         """New jobs joined the waiting set (called before ``schedule`` at the same timestamp)."""
@@ -124,3 +155,4 @@ class Policy(ABC):
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name}
+

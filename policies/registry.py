@@ -13,8 +13,14 @@ from policies.allox import AlloxPolicy
 from policies.base import Policy, PolicySpecError
 from policies.edf import EdfPolicy
 from policies.fifo import FifoPolicy
+from policies.gavel import OBJECTIVES, GavelPolicy
 from policies.hydra import DEFAULT_WORK, HydraPolicy
 from policies.sjf import SjfPolicy
+from policies.srtf import SrtfPolicy
+from policies.tiresias import TiresiasPolicy
+
+PREEMPTION_OPTIONS = ("lease=360 (seconds between rounds; inf: never preempt), restart=10 (seconds to resume, "
+                      "plus checkpoint_bytes / storage_gbps where the trace has them), storage_gbps=2")
 
 # name -> (factory taking the parsed options, one-line help)
 POLICIES: dict[str, tuple[Callable[..., Policy], str]] = {
@@ -30,6 +36,14 @@ POLICIES: dict[str, tuple[Callable[..., Policy], str]] = {
                            "budget instead: plans depend on the machine), nodes=N|all, bnb=on|off, "
                            "mode=online|offline, window=100|N|all, deadline_quantile=Q in (0,1): tardiness planned "
                            "with Q-quantile run times]"),
+    "srtf": (SrtfPolicy, "preemptive shortest remaining predicted time, heterogeneity-aware; reallocates every "
+                         f"lease [{PREEMPTION_OPTIONS}]"),
+    "tiresias": (TiresiasPolicy, "preemptive discretised 2D-LAS (Tiresias): queues by attained GPU-seconds, "
+                                 "no run-time prediction [thresholds=3200 (a/b/...), starve=0 (off) or S, "
+                                 f"{PREEMPTION_OPTIONS}]"),
+    "gavel": (GavelPolicy, "Gavel's heterogeneity-aware LP allocation over predicted throughputs, realised in "
+                           f"rounds [objective={'|'.join(OBJECTIVES)} (ftf: Themis's finish-time fairness), "
+                           f"{PREEMPTION_OPTIONS}]"),
 }
 
 

@@ -16,32 +16,45 @@ import heapq
 
 from policies.base import Placement, Policy
 
+Entry = tuple[float, float, int, int]  # (seconds, submit, job, version)
+
 
 class SjfPolicy(Policy):
     name = "sjf"
 
     def __init__(self) -> None:
-        self._heaps: dict[tuple[int, int], list[tuple[float, float, int]]] = {}
-        self._by_type: list[list[tuple[int, list[tuple[float, float, int]]]]] = []  # per type: (count, heap), ascending
+        self._heaps: dict[tuple[int, int], list[Entry]] = {}
+        self._by_type: list[list[tuple[int, list[Entry]]]] = []  # per type: (count, heap), ascending
+        self._version: dict[int, int] = {}  # a job queued again (srtf) outdates its earlier entries
 
     def on_arrival(self, view, jobs: list[int]) -> None:
+        for job in jobs:
+            self.queue(view, job, view.predicted[job].tolist())
+
+    def requeue(self, view, job: int, seconds: list[float]) -> None:
+        """Queue ``job`` again (suspended by a preemptive policy) with what is left of its run time;
+        its earlier entries no longer count."""
+        self._version[job] = self._version.get(job, 0) + 1
+        self.queue(view, job, seconds)
+
+    def queue(self, view, job: int, seconds: list[float]) -> None:
+        """Queue ``job`` with ``seconds`` on each type (its predicted run time, or what is left of it)."""
         types = len(view.gpu_types)
         if not self._by_type:
             self._by_type = [[] for _ in range(types)]
-        for job in jobs:
-            need = int(view.num_gpus[job])
-            submit = float(view.submit[job])
-            predicted = view.predicted[job].tolist()
-            for k in range(types):
-                heap = self._heaps.get((k, need))
-                if heap is None:
-                    heap = self._heaps[(k, need)] = []
-                    self._by_type[k] = sorted(self._by_type[k] + [(need, heap)], key=lambda e: e[0])
-                heapq.heappush(heap, (predicted[k], submit, job))
+        need = int(view.num_gpus[job])
+        submit = float(view.submit[job])
+        version = self._version.get(job, 0)
+        for k in range(types):
+            heap = self._heaps.get((k, need))
+            if heap is None:
+                heap = self._heaps[(k, need)] = []
+                self._by_type[k] = sorted(self._by_type[k] + [(need, heap)], key=lambda e: e[0])
+            heapq.heappush(heap, (seconds[k], submit, job, version))
 
     def schedule(self, view) -> list[Placement]:
         free = view.free_by_type.tolist()  # Python ints
-        waiting, placed = view.waiting, set()
+        waiting, placed, version = view.waiting, set(), self._version
         out: list[Placement] = []
         while True:
             best = None
@@ -50,13 +63,14 @@ class SjfPolicy(Policy):
                 for need, heap in heaps:
                     if need > room:
                         break
-                    while heap and (heap[0][2] not in waiting or heap[0][2] in placed):
-                        heapq.heappop(heap)  # started already (lazy deletion)
+                    while heap and (heap[0][2] not in waiting or heap[0][2] in placed
+                                    or (version and heap[0][3] != version.get(heap[0][2], 0))):
+                        heapq.heappop(heap)  # started already, or queued again since (lazy deletion)
                     if heap and (best is None or (heap[0], k) < best):
                         best = (heap[0], k)
             if best is None:
                 return out
-            (_, _, job), k = best
+            (_, _, job, _), k = best
             free[k] -= view.num_gpus[job]
             placed.add(job)
             out.append(Placement(job, view.gpu_types[k]))

@@ -49,6 +49,12 @@ def format_summary(summary: dict) -> str:
          f"{readable(summary['tardiness_total'])} s / {readable(summary['tardiness_mean'], 1)} s"),
         ("utilisation", f"{summary['utilization']:.1%}  ("
          + ", ".join(f"{t} {u:.0%}" for t, u in summary["utilization_by_type"].items()) + ")"),
+    ]
+    if summary.get("preemptions"):  # a preemptive policy that suspended jobs
+        resuming, lost = readable(summary["restart_overhead_seconds"]), readable(summary["gpu_seconds_lost"])
+        rows.append(("preemptions", f"{summary['preemptions']:,} ({summary['preemptions_per_job_mean']:.2f} per job, "
+                     f"p95 {summary['preemptions_per_job_p95']:g}); resuming {resuming} s, {lost} GPU-s lost"))
+    rows += [
         ("policy time", f"{summary['policy_seconds']:.3f} s in {summary['policy_calls']:,} calls"),
         ("wall time", f"{summary['wall_seconds']:.2f} s ({summary['events_per_second']:,.0f} events/s)"),
     ]
@@ -202,8 +208,9 @@ def main(ctx: click.Context, policy, predictor, trace, workload, limit, cluster,
 
     summary.json keys (seconds): jobs, rejected, jct_mean, jct_p50, jct_p95, jct_p99, queue_mean,
     queue_p50, queue_p95, makespan, tardiness_total, tardiness_mean (over all jobs), late_jobs,
-    late_tardiness_mean, jobs_with_deadline, utilization, utilization_by_type, policy_seconds,
-    policy_calls, wall_seconds, events, events_per_second.
+    late_tardiness_mean, jobs_with_deadline, utilization, utilization_by_type, preemptions,
+    preemptions_per_job_mean, preemptions_per_job_p95, restart_overhead_seconds, gpu_seconds_lost,
+    policy_seconds, policy_calls, wall_seconds, events, events_per_second.
     """
     if ctx.invoked_subcommand is not None:
         return

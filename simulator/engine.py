@@ -44,10 +44,14 @@ class SimulationResult:
     wall_seconds: float
     events: int
     manifest: dict = field(default_factory=dict)
+    busy_by_type: dict[str, float] | None = None  # GPU-seconds held per type, where jobs moved between types
+    segments: pd.DataFrame | None = None  # a preemptive run's stretches on GPUs (simulator.preemption)
 
 
 class Simulation:
-    """Replay a job trace on a cluster under a policy, with predicted and true run times.
+    """Replay a job trace on a cluster under a non-preemptive policy, with predicted and true run
+    times (a preemptive policy runs in :class:`simulator.preemption.PreemptiveSimulation`;
+    :func:`simulator.preemption.make_simulation` picks the engine for a policy).
 
     simpy drives the clock with few events: one per distinct arrival time (the next one is
     scheduled when it fires), one per distinct completion time (jobs that end at the same instant
@@ -59,8 +63,12 @@ class Simulation:
     completion callbacks call the policy again, as before.
     """
 
+    PREEMPTIVE = False  # this engine never suspends a job
+
     def __init__(self, trace: JobTrace, cluster: Cluster, policy: Policy, predictor: RuntimePredictor,
                  *, reference_type: str | None = None, progress: bool = False, observe_after: int | None = None):
+        if policy.preemptive and not self.PREEMPTIVE:
+            raise TypeError(f"policy {policy.name!r} is preemptive: run it with simulator.preemption.make_simulation")
         self.trace, self.cluster, self.policy, self.predictor = trace, cluster, policy, predictor
         self.state = ClusterState(cluster)
         jobs = trace.jobs
@@ -264,6 +272,7 @@ class Simulation:
         # The replay allocates a few short-lived containers per event; a collection of the youngest
         # generation every 700 allocations (the default) costs ~8 % of a FIFO replay, for no
         # garbage (cycles are rare here). Collect less often while the replay runs.
+        self._before_replay()
         thresholds = gc.get_threshold()
         gc.set_threshold(max(thresholds[0], GC_THRESHOLD), *thresholds[1:])
         try:
@@ -278,7 +287,19 @@ class Simulation:
                 f"policy {self.policy.name!r} left {len(self.view.waiting)} job(s) waiting on an idle "
                 f"cluster (first: {[self.view.job_ids[j] for j in stuck]})")
         return SimulationResult(self._records(), self.policy_seconds, self.policy_calls,
-                                time.perf_counter() - wall0, self.events)
+                                time.perf_counter() - wall0, self.events, busy_by_type=self._busy_by_type(),
+                                segments=self._segments_frame())
+
+    def _before_replay(self) -> None:
+        """Queue what the replay needs besides arrivals (the preemptive engine's first round)."""
+
+    def _busy_by_type(self) -> dict[str, float] | None:
+        """GPU-seconds held per type when a job's records cannot tell it (None: they can)."""
+        return None
+
+    def _segments_frame(self) -> pd.DataFrame | None:
+        """Each stretch a job held GPUs, where a job may hold them more than once (None: once)."""
+        return None
 
     def _records(self) -> pd.DataFrame:
         jobs = self.trace.jobs

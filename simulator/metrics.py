@@ -14,8 +14,13 @@ Keys (stable; new keys may be added, none renamed):
   late_jobs          jobs that ended past their deadline
   late_tardiness_mean  mean tardiness of the late jobs only (0 when none)
   jobs_with_deadline
-  utilization        busy GPU-seconds / (cluster GPUs x makespan)
+  utilization        busy GPU-seconds / (cluster GPUs x makespan) (preemptive runs: every
+                     segment's GPU-seconds held, restarts included, on the type it ran on)
   utilization_by_type  the same per GPU type
+  preemptions        suspensions of running jobs in all (0 for a non-preemptive policy)
+  preemptions_per_job_mean, preemptions_per_job_p95
+  restart_overhead_seconds   seconds jobs spent resuming (restoring checkpoints), summed over jobs
+  gpu_seconds_lost   GPU-seconds held while resuming: restart seconds x the job's GPUs
   policy_seconds, policy_calls   wall time spent inside the policy, and how often it was called
   wall_seconds, events, events_per_second   the whole simulation
 """
@@ -29,7 +34,9 @@ from simulator.cluster import Cluster
 
 
 def summarize(records: pd.DataFrame, cluster: Cluster, *, policy_seconds: float, policy_calls: int,
-              wall_seconds: float, events: int) -> dict:
+              wall_seconds: float, events: int, busy_by_type: dict[str, float] | None = None) -> dict:
+    """The summary of a run's records; ``busy_by_type``: GPU-seconds held per type where jobs
+    moved between types (a preemptive run), else each job's run time on its type counts."""
     done = records[records["status"] == "completed"]
     n = len(done)
     jct = done["jct"].to_numpy()
@@ -42,11 +49,14 @@ def summarize(records: pd.DataFrame, cluster: Cluster, *, policy_seconds: float,
 
     makespan = float(done["end"].max() - done["submit"].min()) if n else 0.0
     busy = done["num_gpus"].to_numpy() * done["true_runtime"].to_numpy()
+    total_busy = float(busy.sum()) if busy_by_type is None else float(sum(busy_by_type.values()))
     by_type = {}
     for gpu in cluster.gpu_types:
-        mask = (done["gpu_type"] == gpu).to_numpy()
+        held = busy[(done["gpu_type"] == gpu).to_numpy()].sum() if busy_by_type is None else busy_by_type.get(gpu, 0.0)
         cap = cluster.gpus_of_type(gpu) * makespan
-        by_type[gpu] = float(busy[mask].sum() / cap) if cap > 0 else 0.0
+        by_type[gpu] = float(held / cap) if cap > 0 else 0.0
+    preempted = done["preemptions"].to_numpy() if "preemptions" in done else np.zeros(n)
+    restart = done["restart_overhead_s"].to_numpy() if "restart_overhead_s" in done else np.zeros(n)
     cap = cluster.total_gpus * makespan
     return {
         "jobs": n,
@@ -64,8 +74,13 @@ def summarize(records: pd.DataFrame, cluster: Cluster, *, policy_seconds: float,
         "late_jobs": int(late.sum()),
         "late_tardiness_mean": float(tard[late].mean()) if late.any() else 0.0,
         "jobs_with_deadline": int(done["deadline"].notna().sum()),
-        "utilization": float(busy.sum() / cap) if cap > 0 else 0.0,
+        "utilization": total_busy / cap if cap > 0 else 0.0,
         "utilization_by_type": by_type,
+        "preemptions": int(preempted.sum()),
+        "preemptions_per_job_mean": float(preempted.mean()) if n else 0.0,
+        "preemptions_per_job_p95": pct(preempted, 95),
+        "restart_overhead_seconds": float(restart.sum()),
+        "gpu_seconds_lost": float((restart * done["num_gpus"].to_numpy()).sum()),
         "policy_seconds": float(policy_seconds),
         "policy_calls": int(policy_calls),
         "wall_seconds": float(wall_seconds),

@@ -25,8 +25,8 @@ from predictor.inputs import InputError, short
 from predictor.outputs import atomic_file
 from predictor.tables import stderr_warning
 from simulator.cluster import Cluster, resolve
-from simulator.engine import Simulation
 from simulator.metrics import summarize
+from simulator.preemption import make_simulation
 from simulator.timing import MODEL_PREDICTORS, ModelPredictor, make_predictor
 from traces.deadlines import assign_deadlines
 from traces.schema import JobTrace
@@ -389,12 +389,12 @@ def execute(config: RunConfig, *, trace: JobTrace | None = None, cluster: Cluste
             predictor.catalog = sequences
         trace, binding = bind(trace, cluster.gpu_types, reference, config.seed, sequences=sequences,
                               progress=progress, warn=note)
-    sim = Simulation(trace, cluster, policy, predictor, reference_type=reference, progress=progress,
-                     observe_after=config.observe_after)
+    sim = make_simulation(trace, cluster, policy, predictor, reference_type=reference, progress=progress,
+                          observe_after=config.observe_after)
     result = sim.run()
     summary = summarize(result.records, cluster, policy_seconds=result.policy_seconds,
                         policy_calls=result.policy_calls, wall_seconds=result.wall_seconds,
-                        events=result.events)
+                        events=result.events, busy_by_type=result.busy_by_type)
     used_types = sorted(set(cluster.gpu_types) | set(trace.jobs["gpu_type"].unique()) - {""} | {sim.reference_type})
     manifest = {
         "config": asdict(config),

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from policies.registry import POLICIES, make_policy
 from simulator.cluster import homogeneous_groups
-from simulator.engine import Simulation
 from simulator.metrics import summarize
+from simulator.preemption import make_simulation
 from simulator.timing import make_predictor
 from tests.records import from_records
 
@@ -43,11 +43,15 @@ def build(jobs):
 
 
 def simulate(trace, cluster, policy, predictor):
-    return Simulation(trace, cluster, make_policy(policy), make_predictor(predictor, seed=7)).run()
+    return make_simulation(trace, cluster, make_policy(policy), make_predictor(predictor, seed=7)).run()
+
+
+# every policy, and the preemptive ones with leases short enough to preempt these small jobs
+POLICY_SPECS = sorted(POLICIES) + ["srtf:lease=20,restart=3", "tiresias:lease=20,thresholds=40/200,restart=3"]
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(jobs=jobs_strategy, groups=cluster_strategy, policy=st.sampled_from(sorted(POLICIES)),
+@given(jobs=jobs_strategy, groups=cluster_strategy, policy=st.sampled_from(POLICY_SPECS),
        predictor=st.sampled_from(["truth", "noisy:0.2", "noisy:1.0"]))
 def test_run_invariants(jobs, groups, policy, predictor):
     trace = build(jobs)
@@ -63,15 +67,22 @@ def test_run_invariants(jobs, groups, policy, predictor):
     assert len(rec) == len(jobs) and rec["job_id"].is_unique
     assert done["end"].notna().all() and done["start"].notna().all()
 
-    # time sanity: start >= submit, JCT >= true run time, end = start + true run time
+    # time sanity: start >= submit, JCT >= true run time, end = start + true run time (a suspended
+    # job: later, by its waits and restarts)
     assert (done["start"] >= done["submit"]).all()
     assert (done["jct"] >= done["true_runtime"] - 1e-9).all()
-    assert np.allclose(done["end"], done["start"] + done["true_runtime"])
+    if res.segments is None:
+        assert np.allclose(done["end"], done["start"] + done["true_runtime"])
+        stretches = done.assign(job_id=done["job_id"])
+    else:  # every stretch on GPUs of a preemptive run, each with the job's own GPU count
+        assert (done["end"] >= done["start"] + done["true_runtime"] - 1e-6).all()
+        stretches = res.segments.merge(done[["job_id", "num_gpus"]], on="job_id")
+        assert len(stretches) == len(res.segments) == (done["preemptions"] + 1).sum()
 
-    # placements: right count, right type, never a GPU double-booked
+    # placements: right count, right type, never a GPU double-booked, never more GPUs than asked
     type_of_gpu = [n.gpu_type for n in cluster.nodes for _ in range(n.num_gpus)]
     intervals: dict[int, list[tuple[float, float]]] = {}
-    for row in done.itertuples():
+    for row in stretches.itertuples():
         ids = [int(g) for g in row.gpu_ids.split(",")]
         assert len(ids) == row.num_gpus == len(set(ids))
         assert all(type_of_gpu[g] == row.gpu_type for g in ids)
@@ -83,7 +94,7 @@ def test_run_invariants(jobs, groups, policy, predictor):
             assert s1 >= e0, f"GPU double-booked: {(s0, e0)} and {(s1, e1)}"
 
     summary = summarize(rec, cluster, policy_seconds=res.policy_seconds, policy_calls=res.policy_calls,
-                        wall_seconds=res.wall_seconds, events=res.events)
+                        wall_seconds=res.wall_seconds, events=res.events, busy_by_type=res.busy_by_type)
     assert 0.0 <= summary["utilization"] <= 1.0 + 1e-9
     assert all(0.0 <= u <= 1.0 + 1e-9 for u in summary["utilization_by_type"].values())
     assert summary["jobs"] + summary["rejected"] == len(jobs)

@@ -1,0 +1,245 @@
+"""The engine for preemptive policies: leases in rounds, suspended jobs that keep their progress,
+restart costs, and moves between GPU types.
+
+Why a subclass: the non-preemptive engine (:class:`simulator.engine.Simulation`) is tuned for
+100k-job replays and its plans are frozen (experiments/frozen_cases.py); a preemptive policy gets
+this engine instead, which shares the arrivals, the coalesced policy calls and the checks of a
+placement, and changes only what preemption changes:
+
+* **Rounds.** Besides arrivals and completions, the policy is called every ``lease_seconds`` (at
+  multiples of the lease after the first arrival) while jobs wait or run; the view's ``at_round``
+  says so, and only then may its decisions include :class:`policies.base.Preemption` s, which are
+  applied before its placements.
+* **Progress.** A job's work is its true run time on a type; on type k it advances its fraction
+  done by elapsed / truth[job, k]. Suspended at time t, it keeps the fraction done at t (measured
+  on the true clock, as a checkpoint of the iterations done) and may resume on any type, where the
+  rest runs at that type's true speed. The view's ``progress`` holds each job's fraction done,
+  current at every call (it is what a real scheduler counts: iterations done over iterations
+  asked), ``attained`` its GPU-seconds of service.
+* **Restart cost.** Resuming (not a first start) holds the GPUs for the policy's restart delay
+  (:class:`policies.base.RestartCost`: a fixed restart plus the job's ``checkpoint_bytes`` over
+  the storage bandwidth, where the trace has that column) before any work is done; charged once
+  per resume.
+
+Records: ``start`` is the first start, ``gpu_type`` the type the job finished on,
+``true_runtime`` the seconds it trained on GPUs (all segments), ``predicted_runtime`` the initial
+prediction on its final type; plus ``preemptions`` and ``restart_overhead_s`` per job.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pandas as pd
+import simpy
+
+from policies.base import Placement, Policy, PolicyError, PolicySpecError, Preemption, read_only
+from policies.preemptive import PreemptivePolicy
+from simulator.engine import Simulation
+
+
+def make_simulation(trace, cluster, policy: Policy, predictor, **options) -> Simulation:
+    """The engine for ``policy``: :class:`PreemptiveSimulation` for a preemptive one, else the
+    non-preemptive :class:`Simulation`."""
+    engine = PreemptiveSimulation if policy.preemptive else Simulation
+    return engine(trace, cluster, policy, predictor, **options)
+
+
+class PreemptiveSimulation(Simulation):
+    """:class:`Simulation` for a :class:`PreemptivePolicy` (see the module docstring)."""
+
+    PREEMPTIVE = True
+
+    def __init__(self, trace, cluster, policy: PreemptivePolicy, predictor, **options) -> None:
+        if not policy.preemptive:
+            raise TypeError(f"policy {policy.name!r} is not preemptive; use Simulation")
+        super().__init__(trace, cluster, policy, predictor, **options)
+        if self.observe_time is not None:
+            raise PolicySpecError(f"--observe-after does not combine with the preemptive policy {policy.name!r} "
+                                  "(a resumed job's measured time is not modelled)")
+        n = len(trace.jobs)
+        jobs = trace.jobs
+        checkpoint = jobs["checkpoint_bytes"].to_numpy(dtype="float64") if "checkpoint_bytes" in jobs else np.zeros(n)
+        self.restart_s = policy.restart.seconds(checkpoint)
+        self.lease = float(policy.lease_seconds)
+        self.done = np.zeros(n)  # fraction of the work done when the current segment began
+        self.fraction = np.zeros(n)  # the view's progress: fraction done now
+        self.attained = np.zeros(n)  # GPU-seconds of service (restarts included)
+        self.worked = np.zeros(n)  # seconds trained on GPUs, all segments
+        self.preemptions = np.zeros(n, dtype=np.int64)
+        self.overhead = np.zeros(n)  # restart seconds charged
+        self.work_start = np.full(n, np.nan)  # when the current segment's work began (after its restart)
+        self.segment_start = np.full(n, np.nan)
+        self.epoch = np.zeros(n, dtype=np.int64)  # a completion of an older segment is stale
+        self.busy_by_type = np.zeros(len(cluster.gpu_types))  # GPU-seconds held per type
+        self._attained_before = np.zeros(n)  # attained service when the current segment began
+        self._segments: list[tuple] = []  # (job, type index, GPU ids, start, end, restart s, work s)
+        self.view.progress = read_only(self.fraction)
+        self.view.attained = read_only(self.attained)
+        self._round_armed = False
+
+    # -- rounds --------------------------------------------------------------------------------
+    def _arm_round(self) -> None:
+        """Queue the next round boundary (on the lease grid) if jobs wait, run or will arrive."""
+        if self._round_armed or not np.isfinite(self.lease):
+            return
+        view, now = self.view, self._env.now
+        if not (view.waiting or view.running or self._arrival_batch < len(self._arrival_times)):
+            return
+        rounds = np.floor((now - self._first) / self.lease) + 1
+        self._round_armed = True
+        self._env.timeout(self._first + rounds * self.lease - now).callbacks.append(self._round)
+
+    def _round(self, _ev) -> None:
+        self._round_armed = False
+        self.view.at_round = True
+        self.events += 1
+        self._pending = True
+        self._after_event()
+        self._arm_round()
+
+    def _arrive(self, ev) -> None:
+        super()._arrive(ev)
+        self._arm_round()
+
+    # -- progress ------------------------------------------------------------------------------
+    def _fraction_done(self, job: int, k: int, now: float) -> float:
+        return min(1.0, self.done[job] + max(0.0, now - self.work_start[job]) / self.truth[job, k])
+
+    def _refresh_progress(self, now: float) -> None:
+        for job, (_, k) in self.view.running.items():
+            self.fraction[job] = self._fraction_done(job, k, now)
+            self.attained[job] = self._attained_before[job] + (now - self.segment_start[job]) * self._num[job]
+
+    # -- the policy's turn ---------------------------------------------------------------------
+    def _schedule(self) -> None:
+        self._pending = False
+        view = self.view
+        view.now = now = self._env.now
+        at_round = view.at_round
+        if not (self._new or view.waiting or (at_round and view.running)):  # a round may move running jobs
+            view.at_round = False
+            return
+        self._refresh_progress(now)
+        t0 = time.perf_counter()
+        if self._new:
+            self.policy.on_arrival(view, self._new)
+            self._new = []
+        decisions = []
+        if view.waiting or at_round:
+            decisions = self.policy.schedule(view)
+            self.policy_calls += 1
+        self.policy_seconds += time.perf_counter() - t0
+        view.at_round = False
+        preempt = [d for d in decisions if isinstance(d, Preemption)]
+        placements = [d for d in decisions if not isinstance(d, Preemption)]
+        if preempt and not at_round:
+            raise PolicyError(f"policy {self.policy.name!r} preempted job(s) between rounds "
+                              f"(first: {preempt[0].job}); preemptions are taken at round boundaries only")
+        for p in preempt:
+            self._suspend(int(p.job), now)
+        self._start(placements, now)
+
+    def _suspend(self, job: int, now: float) -> None:
+        running = self.view.running
+        if job not in running:
+            raise PolicyError(f"policy {self.policy.name!r} preempted job {job}, which is not running")
+        _, k = running.pop(job)
+        self._close_segment(job, k, now, max(0.0, now - self.work_start[job]))
+        self.done[job] = self.fraction[job] = self._fraction_done(job, k, now)
+        self.state.release(k, self.gpus_of[job])
+        self.epoch[job] += 1  # its queued completion is stale now
+        self.preemptions[job] += 1
+        self.view.waiting[job] = None  # waits again, behind the jobs waiting already
+
+    def _close_segment(self, job: int, k: int, now: float, worked: float) -> None:
+        held = now - self.segment_start[job]
+        self._segments.append((job, k, self.gpus_of[job], float(self.segment_start[job]), now,
+                               float(self.work_start[job] - self.segment_start[job]), worked))
+        self.worked[job] += worked
+        self.attained[job] = self._attained_before[job] = self._attained_before[job] + held * self._num[job]
+        self.busy_by_type[k] += held * self._num[job]
+
+    def _start(self, placements: list[Placement], now: float) -> None:
+        state, view = self.state, self.view
+        waiting, running = view.waiting, view.running
+        for p in placements:
+            job = int(p.job)
+            if job not in waiting:
+                raise PolicyError(f"policy {self.policy.name!r} started job {job} which is not waiting")
+            k = state.type_index.get(p.gpu_type)
+            if k is None:
+                raise PolicyError(f"policy {self.policy.name!r} chose GPU type {p.gpu_type!r}, not in the cluster")
+            n = self._num[job]
+            if p.gpu_ids is not None:
+                if len(p.gpu_ids) != n:
+                    raise PolicyError(f"job {job} needs {n} GPUs, policy gave {len(p.gpu_ids)}")
+                ids = state.claim(k, tuple(int(g) for g in p.gpu_ids))
+            elif state.free_by_type[k] < n:
+                raise PolicyError(f"policy {self.policy.name!r} placed job {job} ({n} GPUs) on "
+                                  f"{p.gpu_type} with only {state.free_by_type[k]} free")
+            else:
+                ids = state.allocate(k, n)
+            for g in ids:
+                state.gpu_job[g] = job
+            del waiting[job]
+            running[job] = (now, k)
+            resumed = self.preemptions[job] > 0
+            delay = float(self.restart_s[job]) if resumed else 0.0
+            self.overhead[job] += delay
+            if np.isnan(self.start[job]):
+                self.start[job] = now
+            self.type_of[job] = k
+            self.gpus_of[job] = ids
+            self.segment_start[job] = now
+            self.work_start[job] = now + delay
+            duration = delay + (1.0 - self.done[job]) * self.truth[job, k]
+            self._env.timeout(duration, (job, int(self.epoch[job]))).callbacks.append(self._finish)
+
+    def _finish(self, ev: simpy.Event) -> None:
+        """A segment's end: the job completes, unless it was suspended since (a stale event)."""
+        job, epoch = ev.value
+        if epoch == self.epoch[job] and job in self.view.running:
+            now = self._env.now
+            _, k = self.view.running.pop(job)
+            self._close_segment(job, k, now, (1.0 - self.done[job]) * self.truth[job, k])
+            self.state.release(k, self.gpus_of[job])
+            self.done[job] = self.fraction[job] = 1.0
+            self.end[job] = now
+            self.events += 1
+            if self._bar is not None:
+                self._bar.update(1)
+            self._pending = True
+        self._after_event()
+
+    # -- driver ----------------------------------------------------------------------------------
+    def _before_replay(self) -> None:
+        self._first = self._env.now  # the first admitted submit time: rounds fall on its lease grid
+        self._arm_round()
+
+    def _busy_by_type(self) -> dict[str, float] | None:
+        if not self.preemptions.any():  # one segment per job: its records tell it
+            return None
+        return dict(zip(self.cluster.gpu_types, self.busy_by_type.tolist()))
+
+    def _segments_frame(self) -> pd.DataFrame:
+        rows = self._segments
+        return pd.DataFrame({
+            "job": np.array([r[0] for r in rows], dtype=np.int64),
+            "job_id": self.trace.jobs["job_id"].iloc[[r[0] for r in rows]].to_numpy(),
+            "gpu_type": [self.cluster.gpu_types[r[1]] for r in rows],
+            "gpu_ids": [",".join(map(str, r[2])) for r in rows],
+            "start": np.array([r[3] for r in rows], dtype="float64"),
+            "end": np.array([r[4] for r in rows], dtype="float64"),
+            "restart_s": np.array([r[5] for r in rows], dtype="float64"),
+            "work_s": np.array([r[6] for r in rows], dtype="float64"),
+        })
+
+    def _records(self) -> pd.DataFrame:
+        records = super()._records()
+        placed = self.type_of >= 0
+        records["true_runtime"] = np.where(placed, self.worked, np.nan)
+        records["preemptions"] = self.preemptions
+        records["restart_overhead_s"] = self.overhead
+        return records

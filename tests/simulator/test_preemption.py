@@ -1,0 +1,162 @@
+"""The preemptive engine and its policies, on cases worked out by hand, and the invariants of
+preemption: progress conserved across suspensions and moves, restarts charged once per resume."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from policies.base import Placement, PolicyError, PolicySpecError, Preemption
+from policies.preemptive import PreemptivePolicy
+from policies.registry import make_policy
+from simulator.cluster import homogeneous_groups
+from simulator.preemption import make_simulation
+from simulator.timing import make_predictor
+from tests.records import from_records
+
+
+def run(records, groups, policy, predictor="truth"):
+    policy = make_policy(policy) if isinstance(policy, str) else policy
+    return make_simulation(from_records(records), homogeneous_groups(groups, "t"), policy,
+                           make_predictor(predictor, seed=1)).run()
+
+
+def by_job(result) -> pd.DataFrame:
+    return result.records.set_index("job_id")
+
+
+def job(job_id, duration, submit=0.0, **extra):
+    return {"job_id": job_id, "submit_s": submit, "num_gpus": 1, "duration_s": duration, **extra}
+
+
+def test_srtf_preempts_the_longer_job_at_the_next_round():
+    # 1 GPU, lease 300 s, restart 50 s. t=0: A (1000 s) starts. t=100: B (200 s) waits (no round).
+    # t=300 round: A has 700 s left, B 200 s: B takes the GPU, A is suspended (30 % done).
+    # t=500: B ends; A resumes: 50 s restart + 700 s -> ends at 1250.
+    res = run([job("A", 1000.0), job("B", 200.0, submit=100.0)], [("V100", 1, 1)], "srtf:lease=300,restart=50")
+    r = by_job(res)
+    assert (r.loc["A", "start"], r.loc["A", "end"]) == (0.0, 1250.0)
+    assert (r.loc["B", "start"], r.loc["B", "end"]) == (300.0, 500.0)
+    assert (r.loc["A", "jct"], r.loc["B", "jct"]) == (1250.0, 400.0)
+    assert r.loc["A", "preemptions"] == 1 and r.loc["B", "preemptions"] == 0
+    assert r.loc["A", "restart_overhead_s"] == 50.0 and r.loc["B", "restart_overhead_s"] == 0.0
+    assert r.loc["A", "true_runtime"] == pytest.approx(1000.0)  # trained 300 + 700 s
+    segments = res.segments.sort_values(["start", "job"])
+    assert segments[["job_id", "start", "end", "restart_s"]].values.tolist() == [
+        ["A", 0.0, 300.0, 0.0], ["B", 300.0, 500.0, 0.0], ["A", 500.0, 1250.0, 50.0]]
+
+
+def test_tiresias_demotes_by_attained_service_and_serves_a_queue_first_come_first_served():
+    # 1 GPU, threshold 100 GPU-s, lease 50 s, no restart cost. A (1000 s) at 0, B (1000 s) at 10.
+    # t=100: A has 100 GPU-s -> queue 1; B (queue 0) preempts it. t=200: B has 100 -> queue 1 too;
+    # in one queue the earlier submit goes first: A resumes (900 s left) and ends at 1100; B resumes
+    # then with 900 s left and ends at 2000.
+    res = run([job("A", 1000.0), job("B", 1000.0, submit=10.0)], [("V100", 1, 1)],
+              "tiresias:thresholds=100,lease=50,restart=0")
+    r = by_job(res)
+    assert (r.loc["A", "start"], r.loc["A", "end"], r.loc["A", "preemptions"]) == (0.0, 1100.0, 1)
+    assert (r.loc["B", "start"], r.loc["B", "end"], r.loc["B", "preemptions"]) == (100.0, 2000.0, 1)
+    policy = make_policy("tiresias:thresholds=100/1000")
+    view = type("View", (), {"attained": np.array([0.0, 99.9, 100.0, 999.0, 1000.0]), "waiting": {}})()
+    assert policy.queue_of(view, np.arange(5)).tolist() == [0, 0, 1, 1, 2]
+
+
+def test_restarts_are_charged_once_per_resume_never_at_a_first_start():
+    # A (300 s) at 0 is preempted at each of the rounds 100 and 200 by shorter arrivals, once each.
+    jobs = [job("A", 300.0), job("B", 50.0, submit=50.0), job("C", 20.0, submit=160.0)]
+    res = run(jobs, [("V100", 1, 1)], "srtf:lease=100,restart=7")
+    r = by_job(res)
+    segments = res.segments
+    for job_id in ("A", "B", "C"):
+        own = segments[segments["job_id"] == job_id].sort_values("start")
+        assert own["restart_s"].iloc[0] == 0.0  # a first start costs nothing
+        assert (own["restart_s"].iloc[1:] == 7.0).all()
+        assert r.loc[job_id, "restart_overhead_s"] == 7.0 * r.loc[job_id, "preemptions"]
+        assert len(own) == r.loc[job_id, "preemptions"] + 1
+    assert r.loc["A", "preemptions"] == 2
+    summary_lost = (r["restart_overhead_s"] * r["num_gpus"]).sum()
+    assert summary_lost == 14.0
+
+
+def test_progress_is_conserved_across_preemptions_and_moves_between_types():
+    # Two GPU types with different true speeds; SRTF moves suspended jobs to wherever they finish
+    # first. Every completed job's work, summed over its segments as fractions of its true run time
+    # on each segment's type, is exactly one job.
+    rng = np.random.default_rng(3)
+    jobs = []
+    for i in range(40):
+        a100 = float(rng.integers(50, 2000))
+        jobs.append({"job_id": f"j{i}", "submit_s": float(rng.integers(0, 3000)),
+                     "num_gpus": int(rng.choice([1, 1, 2])), "duration_s": a100, "gpu_type": "A100",
+                     "runtime_s:A100": a100, "runtime_s:V100": a100 * float(rng.uniform(1.2, 3.0))})
+    res = run(jobs, [("A100", 2, 1), ("V100", 2, 1)], "srtf:lease=120,restart=5", predictor="noisy:0.3")
+    rec = res.records
+    assert rec["preemptions"].sum() > 5
+    truth = {(j["job_id"], "A100"): j["runtime_s:A100"] for j in jobs} | \
+            {(j["job_id"], "V100"): j["runtime_s:V100"] for j in jobs}
+    fractions = res.segments.assign(fraction=[w / truth[(j, t)] for j, t, w in res.segments[
+        ["job_id", "gpu_type", "work_s"]].itertuples(index=False)]).groupby("job_id")["fraction"].sum()
+    assert np.allclose(fractions.loc[rec["job_id"]].to_numpy(), 1.0, rtol=0, atol=1e-9)
+    moved = res.segments.groupby("job_id")["gpu_type"].nunique()
+    assert (moved > 1).any()  # some job resumed on the other type
+
+
+def test_srtf_with_an_infinite_lease_is_sjf():
+    rng = np.random.default_rng(11)
+    jobs = [{"job_id": f"j{i}", "submit_s": float(rng.integers(0, 500)), "num_gpus": int(rng.choice([1, 2, 4])),
+             "duration_s": float(rng.integers(1, 400))} for i in range(120)]
+    groups = [("V100", 4, 2), ("T4", 2, 2)]
+    srtf = run(jobs, groups, "srtf:lease=inf,restart=0", predictor="noisy:0.5")
+    sjf = run(jobs, groups, "sjf", predictor="noisy:0.5")
+    assert srtf.records[sjf.records.columns].equals(sjf.records)
+    assert (srtf.records["preemptions"] == 0).all()
+
+
+class PreemptsBetweenRounds(PreemptivePolicy):
+    name = "rogue"
+
+    def schedule(self, view):
+        if view.running and not view.at_round:
+            return [Preemption(next(iter(view.running)))]
+        return [Placement(j, view.gpu_types[0]) for j in list(view.waiting)[:1]
+                if view.free_by_type[0] >= view.num_gpus[j]]
+
+
+def test_a_preemption_between_rounds_is_refused():
+    with pytest.raises(PolicyError, match="between rounds"):
+        run([job("A", 100.0), job("B", 10.0, submit=5.0)], [("V100", 1, 1)], PreemptsBetweenRounds(lease=1000))
+
+
+@pytest.mark.parametrize("spec,option", [("srtf:lease=0", "lease"), ("srtf:lease=-6", "lease"),
+                                         ("tiresias:restart=-1", "restart"), ("srtf:storage_gbps=0", "storage_gbps"),
+                                         ("tiresias:thresholds=500/100", "thresholds"),
+                                         ("tiresias:starve=nan", "starve")])
+def test_bad_preemption_options_name_the_option(spec, option):
+    with pytest.raises(PolicySpecError, match=f"option {option}="):
+        make_policy(spec)
+
+
+def test_simrun_prints_the_preemptions_and_refuses_a_bad_lease_in_one_line(tmp_path):
+    from simulator.cli import main
+
+    out = CliRunner().invoke(main, ["--policy", "srtf:lease=300", "--predictor", "truth", "--workload",
+                                    "philly-like:200", "--out", str(tmp_path / "run"), "--quiet"])
+    assert out.exit_code == 0, out.output
+    import json
+
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["preemptions"] > 0 and summary["gpu_seconds_lost"] > 0
+    bad = CliRunner().invoke(main, ["--policy", "srtf:lease=0", "--predictor", "truth", "--quiet"])
+    assert bad.exit_code != 0 and "option lease='0'" in bad.output and len(bad.output.strip().splitlines()) == 1
+
+
+def test_tiresias_reads_no_prediction():
+    rng = np.random.default_rng(2)
+    jobs = [job(f"j{i}", float(rng.integers(10, 900)), submit=float(rng.integers(0, 2000)),
+                num_gpus=int(rng.choice([1, 2]))) for i in range(60)]
+    truth = run(jobs, [("V100", 2, 2)], "tiresias:lease=60,thresholds=200/2000")
+    noisy = run(jobs, [("V100", 2, 2)], "tiresias:lease=60,thresholds=200/2000", predictor="noisy:1.0")
+    assert truth.records.drop(columns="predicted_runtime").equals(noisy.records.drop(columns="predicted_runtime"))
+    assert truth.records["preemptions"].sum() > 0
