@@ -10,6 +10,7 @@ synthetic and Philly traces get simrun's default deadlines (20 % of jobs).
     python -m experiments.bench_policies [--out reports/bench_policies] [--limit-s 600] [--case NAME ...]
                                          [--policy SPEC ...]
     python -m experiments.bench_policies --hydra-budgets [--repeats 3] [--slow 3] [--variant work=N ...]
+    python -m experiments.bench_policies --gavel-lp [--repeats 3]
 
 ``--hydra-budgets`` (issue 31): Hydra's default budget in work units against the wall-clock default
 it replaced (``budget_ms`` 20 online, 1000 offline), on the Hydra cases (heavy and light 400, both
@@ -22,7 +23,7 @@ Targets (issue 19): Hydra online on full Philly <= 5 min, every run <= 10 min; A
 exact on heavy 400 <= 5 s of planning; Hydra offline on heavy 400 <= 1 s, tardiness <= 6,114 s;
 AlloX online on full Philly <= 60 s; FIFO on full Philly <= 5x the bare loop;
 wall(100k) / wall(10k) <= 11 per policy; FIFO on 1M pai-like jobs <= 60 s within 4 GiB. Issue 35:
-every preemptive policy (srtf, tiresias) on full Philly <= 5 min, on pai-like 100k <= 10 min.
+every preemptive policy (srtf, tiresias, gavel) on full Philly <= 5 min, on pai-like 100k <= 10 min.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ import pandas as pd
 
 from experiments.shared_data import shared_dir
 
-ONLINE = ("fifo", "sjf", "edf", "allox", "hydra", "srtf", "tiresias")
+ONLINE = ("fifo", "sjf", "edf", "allox", "hydra", "srtf", "tiresias", "gavel")
 HEAVY = ("hydra:mode=offline", "hydra:mode=offline,budget_ms=5000", "hydra", "allox:mode=offline,window=all",
          "allox:window=all")
 
@@ -284,6 +285,32 @@ def scaling(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def gavel_lp_table(jobs: int = 1000, repeats: int = 3, seed: int = 0) -> str:
+    """Seconds per round of each Gavel objective's LPs for ``jobs`` active jobs on 4 GPU types
+    (64/64/32/32 GPUs, 1-8 GPUs per job, random throughputs, progress and ages), best of ``repeats``."""
+    from policies.gavel import OBJECTIVES, Allocation
+
+    rng = np.random.default_rng(seed)
+    throughput = 1.0 / rng.uniform(100, 10_000, (jobs, 4))
+    num_gpus, gpus = rng.choice([1, 1, 1, 2, 4, 8], jobs), np.array([64, 64, 32, 32])
+    remaining, elapsed = rng.uniform(0.1, 1.0, jobs), rng.uniform(0, 1000, jobs)
+    lines = [f"| objective | seconds per round ({jobs} jobs x 4 types, best of {repeats}) |", "|---|---:|"]
+    for objective in OBJECTIVES:
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            lp = Allocation(throughput, num_gpus, gpus)
+            if objective == "max_min":
+                lp.max_min()
+            elif objective == "makespan":
+                lp.makespan(remaining)
+            else:
+                lp.ftf(remaining, elapsed)
+            best = min(best, time.perf_counter() - t0)
+        lines.append(f"| {objective} | {best:.3f} |")
+    return "\n".join(lines)
+
+
 @click.command()
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("reports/bench_policies"),
               show_default=True)
@@ -301,9 +328,13 @@ def scaling(df: pd.DataFrame) -> str:
               help="--hydra-budgets: another budget to compare, as Hydra options (e.g. work=5000).")
 @click.option("--budget-case", "budget_cases", multiple=True, type=click.Choice(list(BUDGET_CASES)),
               help="--hydra-budgets: only these cases.")
+@click.option("--gavel-lp", is_flag=True, help="Instead: seconds per round of Gavel's LPs, 1,000 jobs x 4 types.")
 def main(out: Path, limit_s: float, names: tuple[str, ...], policies: tuple[str, ...],
          one: tuple[str, str] | None, hydra_budgets: bool, repeats: int, slow: float, variants: tuple[str, ...],
-         budget_cases: tuple[str, ...]) -> None:
+         budget_cases: tuple[str, ...], gavel_lp: bool) -> None:
+    if gavel_lp:
+        click.echo(gavel_lp_table(repeats=repeats))
+        return
     if one:
         click.echo(json.dumps(run_one(CASES[one[0]], one[1])))
         return

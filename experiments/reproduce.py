@@ -208,6 +208,11 @@ def main(quick: bool, out: Path, devices: str, ablations: Path, workers: int) ->
     jobs, seeds = (120, 1) if quick else (risk.JOBS, 3)
     risk_table, risk_change, risk_figures = risk.run(out / "risk", jobs, seeds, workers, quick)
     figures += risk_figures
+    from experiments import preemption
+
+    jobs, seeds = (120, 1) if quick else (preemption.JOBS, 3)
+    preemption_table, preemption_figures = preemption.run(out / "preemption", jobs, seeds, workers, quick)
+    figures += preemption_figures
     text = [f"# Reproduction ({'quick' if quick else 'full'})",
             f"Held-out configs: {sequences['config_id'].nunique()} (the workload catalog); devices: emulated "
             f"{', '.join(gpus)}.",
@@ -226,12 +231,15 @@ def main(quick: bool, out: Path, devices: str, ablations: Path, workers: int) ->
             "## 6. Error sweep (truth × injected error)", markdown(error_sweep),
             "## 7. Risk-aware deadline planning (`deadline_quantile`; `python -m experiments.risk`)",
             markdown(risk_table), "### Change against the point estimate", markdown(risk_change),
+            "## 8. What prediction error costs preemptive and non-preemptive schedulers "
+            "(`python -m experiments.preemption`)", markdown(preemption_table),
             "## Figures", "\n".join(f"- `{f}`" for f in figures if str(f).endswith(".png"))]
     (out / "README.md").write_text("\n\n".join(text) + "\n")
     (out / "results.json").write_text(json.dumps({"accuracy": rows, "convergence": curves.to_dict("records"),
                                                   "scheduling": predictors.to_dict("records"),
                                                   "error_sweep": error_sweep.to_dict("records"),
-                                                  "risk": risk_table.to_dict("records")},
+                                                  "risk": risk_table.to_dict("records"),
+                                                  "preemption": preemption_table.to_dict("records")},
                                                  indent=1, default=float) + "\n")
     click.echo(f"wrote {out / 'README.md'} and {len(figures)} figure files")
 

@@ -131,16 +131,23 @@ class GavelPolicy(PreemptivePolicy):
                  storage_gbps: float | str = 2.0) -> None:
         super().__init__(lease, restart, storage_gbps)
         self.objective = choice("objective", objective, OBJECTIVES)
-        self._received: dict[int, np.ndarray] = {}  # job -> seconds it was given on each type
-        self._rounds: dict[int, int] = {}  # job -> rounds it has been present at
+        self._received: np.ndarray | None = None  # (job, type): seconds each job was given on each type
+        self._rounds: np.ndarray | None = None  # per job: rounds it has been present at
+        self._cached: tuple[bytes, np.ndarray] | None = None  # max_min: (the jobs, X), reused while they stay
 
     def allocation(self, view, jobs: np.ndarray) -> np.ndarray:
         """X for ``jobs`` (indices) by this policy's objective, from the predicted throughputs."""
+        if self.objective == "max_min":  # depends on the jobs and their predictions alone
+            key = jobs.tobytes()
+            if self._cached is not None and self._cached[0] == key:
+                return self._cached[1]
         remaining = 1.0 - view.progress[jobs]
         throughput = 1.0 / np.maximum(view.predicted[jobs], 1e-6)  # a job of no predicted time: done at once
         lp = Allocation(throughput, view.num_gpus[jobs], view.total_by_type)
         if self.objective == "max_min":
-            return lp.max_min()
+            x = lp.max_min()
+            self._cached = (key, x)
+            return x
         if self.objective == "makespan":
             return lp.makespan(remaining)
         return lp.ftf(remaining, view.now - view.submit[jobs])
@@ -148,36 +155,35 @@ class GavelPolicy(PreemptivePolicy):
     def schedule(self, view) -> list[Placement | Preemption]:
         if not view.at_round:
             return []  # Gavel starts and moves jobs at rounds only
+        if self._received is None or len(self._rounds) != len(view.submit):  # a new run
+            self._received = np.zeros((len(view.submit), len(view.gpu_types)))
+            self._rounds = np.zeros(len(view.submit), dtype=np.int64)
+            self._cached = None
         jobs = np.array(sorted([*view.running, *view.waiting]), dtype=np.int64)
         x = self.allocation(view, jobs)
-        m = len(view.gpu_types)
-        share = np.zeros_like(x)
-        for i, job in enumerate(jobs.tolist()):
-            rounds = self._rounds.get(job, 0)
-            if rounds:
-                share[i] = self._received.get(job, np.zeros(m)) / (rounds * self.lease_seconds)
+        rounds = self._rounds[jobs]
+        share = self._received[jobs] / np.maximum(rounds * self.lease_seconds, 1e-12)[:, None]
         with np.errstate(divide="ignore", invalid="ignore"):
             priority = np.where(x > 1e-9, np.where(share > 0, x / share, np.inf), -np.inf)
         rows, cols = np.nonzero(priority > -np.inf)
         order = np.lexsort((cols, jobs[rows], -priority[rows, cols]))
         room = view.total_by_type.astype(np.int64).copy()
+        need = view.num_gpus[jobs].tolist()
         given: dict[int, int] = {}
         for r, k in zip(rows[order].tolist(), cols[order].tolist()):
             job = int(jobs[r])
-            n = int(view.num_gpus[job])
-            if job not in given and room[k] >= n:
+            if job not in given and room[k] >= need[r]:
                 given[job] = k
-                room[k] -= n
+                room[k] -= need[r]
+                if not room.any():
+                    break
+        self._rounds[jobs] += 1
         out: list[Placement | Preemption] = []
         for job, (_, k) in view.running.items():
             if given.get(job) != k:
                 out.append(Preemption(job))
-        for job in jobs.tolist():
-            self._rounds[job] = self._rounds.get(job, 0) + 1
-            k = given.get(job)
-            if k is None:
-                continue
-            self._received.setdefault(job, np.zeros(m))[k] += self.lease_seconds
+        for job, k in given.items():
+            self._received[job, k] += self.lease_seconds
             running = view.running.get(job)
             if running is None or running[1] != k:
                 out.append(Placement(job, view.gpu_types[k]))

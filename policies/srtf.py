@@ -40,6 +40,8 @@ class SrtfPolicy(PreemptivePolicy):
         return self._reallocate(view)
 
     def _reallocate(self, view) -> list[Placement | Preemption]:
+        if not view.waiting:  # every running job has room where it runs: nothing would change
+            return []
         jobs = np.fromiter([*view.running, *view.waiting], dtype=np.int64)
         need = view.num_gpus[jobs]
         left = (1.0 - view.progress[jobs])[:, None] * view.predicted[jobs]
@@ -47,13 +49,21 @@ class SrtfPolicy(PreemptivePolicy):
         left = np.where(fits, left, np.inf)
         order = np.lexsort((jobs, view.submit[jobs], left.min(axis=1)))
         room = view.total_by_type.astype(np.int64).copy()
+        free = int(room.sum())
         out: list[Placement | Preemption] = []
         suspended: list[int] = []
-        for i in order.tolist():
+        for position, i in enumerate(order.tolist()):
+            if free == 0:  # no room left for anyone: the running jobs still unranked lose their place
+                rest = jobs[order[position:]]
+                for job in rest[np.isin(rest, list(view.running))].tolist():
+                    out.insert(0, Preemption(job))
+                    suspended.append(job)
+                break
             job, n = int(jobs[i]), int(need[i])
             running = view.running.get(job)
             if running is not None and room[running[1]] >= n:
                 room[running[1]] -= n  # keeps its GPUs
+                free -= n
                 continue
             options = np.where(room >= n, left[i], np.inf)
             k = int(np.argmin(options))
@@ -64,6 +74,7 @@ class SrtfPolicy(PreemptivePolicy):
                     suspended.append(job)
                 continue
             room[k] -= n
+            free -= n
             out.append(Placement(job, view.gpu_types[k]))
         for job in suspended:  # they wait again: queued with what is left of their time
             self._fill.requeue(view, job, ((1.0 - view.progress[job]) * view.predicted[job]).tolist())

@@ -74,6 +74,7 @@ class PreemptiveSimulation(Simulation):
         self.epoch = np.zeros(n, dtype=np.int64)  # a completion of an older segment is stale
         self.busy_by_type = np.zeros(len(cluster.gpu_types))  # GPU-seconds held per type
         self._attained_before = np.zeros(n)  # attained service when the current segment began
+        self._num_array = jobs["num_gpus"].to_numpy(dtype="float64")
         self._segments: list[tuple] = []  # (job, type index, GPU ids, start, end, restart s, work s)
         self.view.progress = read_only(self.fraction)
         self.view.attained = read_only(self.attained)
@@ -105,12 +106,25 @@ class PreemptiveSimulation(Simulation):
 
     # -- progress ------------------------------------------------------------------------------
     def _fraction_done(self, job: int, k: int, now: float) -> float:
-        return min(1.0, self.done[job] + max(0.0, now - self.work_start[job]) / self.truth[job, k])
+        truth = self.truth[job, k]
+        if truth <= 0:  # a job of no work is done once it starts working
+            return 1.0 if now >= self.work_start[job] else float(self.done[job])
+        return min(1.0, self.done[job] + max(0.0, now - self.work_start[job]) / truth)
 
     def _refresh_progress(self, now: float) -> None:
-        for job, (_, k) in self.view.running.items():
-            self.fraction[job] = self._fraction_done(job, k, now)
-            self.attained[job] = self._attained_before[job] + (now - self.segment_start[job]) * self._num[job]
+        """The view's progress and attained service of the running jobs, as of ``now`` (vectorised:
+        this runs at every policy call, with hundreds of jobs running on a large cluster)."""
+        running = self.view.running
+        if not running:
+            return
+        jobs = np.fromiter(running, dtype=np.int64, count=len(running))
+        truth = self.truth[jobs, self.type_of[jobs]]
+        worked = np.maximum(0.0, now - self.work_start[jobs])
+        started = now >= self.work_start[jobs]
+        with np.errstate(divide="ignore", invalid="ignore"):  # a job of no work: done once it starts working
+            fraction = np.where(truth > 0, self.done[jobs] + worked / truth, np.where(started, 1.0, self.done[jobs]))
+        self.fraction[jobs] = np.minimum(1.0, fraction)
+        self.attained[jobs] = self._attained_before[jobs] + (now - self.segment_start[jobs]) * self._num_array[jobs]
 
     # -- the policy's turn ---------------------------------------------------------------------
     def _schedule(self) -> None:
@@ -224,11 +238,11 @@ class PreemptiveSimulation(Simulation):
         return dict(zip(self.cluster.gpu_types, self.busy_by_type.tolist()))
 
     def _segments_frame(self) -> pd.DataFrame:
-        rows = self._segments
+        rows, types = self._segments, self.cluster.gpu_types
         return pd.DataFrame({
             "job": np.array([r[0] for r in rows], dtype=np.int64),
             "job_id": self.trace.jobs["job_id"].iloc[[r[0] for r in rows]].to_numpy(),
-            "gpu_type": [self.cluster.gpu_types[r[1]] for r in rows],
+            "gpu_type": [types[r[1]] for r in rows],
             "gpu_ids": [",".join(map(str, r[2])) for r in rows],
             "start": np.array([r[3] for r in rows], dtype="float64"),
             "end": np.array([r[4] for r in rows], dtype="float64"),

@@ -24,7 +24,7 @@ def test_quick_reproduction_writes_every_section(tmp_path, monkeypatch):
     text = (out / "README.md").read_text()
     for section in ("Predictor accuracy", "Error by op count", "Convergence", "Window / stride",
                     "Scheduling with predicted run times", "Error sweep", "Reliability of the prediction intervals",
-                    "Risk-aware deadline planning"):
+                    "Risk-aware deadline planning", "What prediction error costs preemptive"):
         assert section in text
     body = json.loads((out / "results.json").read_text())
     assert {(r["method"], r["device"]) for r in body["accuracy"]} == {
@@ -42,6 +42,14 @@ def test_quick_reproduction_writes_every_section(tmp_path, monkeypatch):
     assert (out / "reliability.png").exists() and (out / "risk" / "risk_tradeoff.png").exists()
     assert {(r["policy"], r["setting"]) for r in body["risk"]} == {(p, s) for p in ("hydra", "edf")
                                                                    for s in ("point", "0.9")}
+    # preemptive against non-preemptive: every policy with every predictor; Tiresias reads no
+    # prediction, so its every ratio is exactly 1
+    preemption = body["preemption"]
+    assert {r["policy"] for r in preemption} == {"sjf", "srtf", "hydra", "gavel", "tiresias"}
+    assert {r["predictor"] for r in preemption} == {"truth", "ets", "habitat", "dnnperf", "noisy:0.1", "noisy:0.2",
+                                                    "noisy:0.4"}
+    assert all(r["jct_mean_ratio"] == 1.0 for r in preemption if r["policy"] == "tiresias" or r["predictor"] == "truth")
+    assert (out / "preemption" / "preemption.png").exists()
 
 
 def test_the_scheduling_table_pools_over_seeds_as_the_sweep_table_and_plots():
