@@ -148,3 +148,6 @@ class TiresiasPolicy(PreemptivePolicy):
                 free[k] = most - n
                 out.append(Placement(job, view.gpu_types[k]))
         return out
+
+    def describe(self) -> dict:
+        return {**super().describe(), "thresholds": self.thresholds.tolist(), "starve": self.starve}
