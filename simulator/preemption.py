@@ -18,8 +18,9 @@ placement, and changes only what preemption changes:
   asked), ``attained`` its GPU-seconds of service.
 * **Restart cost.** Resuming (not a first start) holds the GPUs for the policy's restart delay
   (:class:`policies.base.RestartCost`: a fixed restart plus the job's ``checkpoint_bytes`` over
-  the storage bandwidth, where the trace has that column) before any work is done; charged once
-  per resume.
+  the storage bandwidth — a bound job's from its config's parameters and optimizer state
+  (:func:`traces.catalog.checkpoint_bytes`), a trace's from that optional column) before any work
+  is done; charged once per resume.
 
 Records: ``start`` is the first start, ``gpu_type`` the type the job finished on,
 ``true_runtime`` the seconds it trained on GPUs (all segments), ``predicted_runtime`` the initial
@@ -37,6 +38,7 @@ import simpy
 from policies.base import Placement, Policy, PolicyError, PolicySpecError, Preemption, read_only
 from policies.preemptive import PreemptivePolicy
 from simulator.engine import Simulation
+from traces.schema import CHECKPOINT_BYTES
 
 
 def make_simulation(trace, cluster, policy: Policy, predictor, **options) -> Simulation:
@@ -60,7 +62,7 @@ class PreemptiveSimulation(Simulation):
                                   "(a resumed job's measured time is not modelled)")
         n = len(trace.jobs)
         jobs = trace.jobs
-        checkpoint = jobs["checkpoint_bytes"].to_numpy(dtype="float64") if "checkpoint_bytes" in jobs else np.zeros(n)
+        checkpoint = jobs[CHECKPOINT_BYTES].to_numpy(dtype="float64") if CHECKPOINT_BYTES in jobs else np.zeros(n)
         self.restart_s = policy.restart.seconds(checkpoint)
         self.lease = float(policy.lease_seconds)
         self.done = np.zeros(n)  # fraction of the work done when the current segment began

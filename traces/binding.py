@@ -14,7 +14,9 @@ predictor needs the model. Each job gets:
   the GPU type the job was observed on (for traces without types, the reference type), so the
   job's true run time on that type is exactly its observed duration;
 * **measured per-type run times** ``runtime_s:<GPU>`` = iterations × true seconds per iteration
-  on every GPU type of the cluster: the simulator's ground truth.
+  on every GPU type of the cluster: the simulator's ground truth;
+* its **checkpoint bytes** (the config's parameters and optimizer state,
+  :func:`traces.catalog.checkpoint_bytes`): what a preemptive policy's resume reads back.
 
 Every draw hashes (seed, job id), so a job's binding does not depend on the other jobs.
 """
@@ -26,7 +28,7 @@ import pandas as pd
 
 from predictor.families import JOB_CLASSES, family_of, job_class
 from predictor.tables import IterationTimeTable
-from traces.schema import RUNTIME_PREFIX, JobTrace
+from traces.schema import CHECKPOINT_BYTES, RUNTIME_PREFIX, JobTrace
 from traces.seeding import hashed_uniform
 
 CLASS_SHARES = {"image": 0.6, "language": 0.3, "speech": 0.1}
@@ -81,6 +83,8 @@ def bind_workload(trace: JobTrace, configs: pd.DataFrame, truth: IterationTimeTa
     jobs["model"] = info.loc[chosen, "model"].to_numpy()
     jobs["job_class"] = classes
     jobs["iterations"] = jobs["duration_s"].to_numpy(dtype="float64") / per_iteration
+    if CHECKPOINT_BYTES in info:  # what resuming the job reads back (a preemptive policy's restart)
+        jobs[CHECKPOINT_BYTES] = info.loc[chosen, CHECKPOINT_BYTES].to_numpy(dtype="float64")
     for k, gpu in enumerate(gpu_types):
         jobs[RUNTIME_PREFIX + gpu] = jobs["iterations"].to_numpy() * per_type[:, k]
     return JobTrace(jobs, trace.source, trace.kind, dict(trace.excluded))

@@ -48,6 +48,7 @@ JOB_COLUMNS: dict[str, str] = {
     "line": "int64",
 }
 RUNTIME_PREFIX = "runtime_s:"
+CHECKPOINT_BYTES = "checkpoint_bytes"  # optional: what resuming the job reads back (preemptive policies)
 
 
 class TraceError(LocatedError):
@@ -177,7 +178,7 @@ def finalize(df: pd.DataFrame, path: str | Path, kind: str, excluded: dict[str, 
         raise TraceError(path, "deadline lies before the submit time", line=int(lines[i]), field="deadline_s")
     df["num_gpus"] = gpu_counts(numeric(df["num_gpus"], path, lines, "num_gpus"), path, lines, "num_gpus")
     df["gpu_type"] = canonical_types(df["gpu_type"], path, lines, "gpu_type")
-    for col in [c for c in df.columns if c.startswith(RUNTIME_PREFIX)]:
+    for col in [c for c in df.columns if c.startswith(RUNTIME_PREFIX) or c == CHECKPOINT_BYTES]:
         df[col] = numeric(df[col], path, lines, col, min_value=0.0)
     df["job_id"] = df["job_id"].astype(str)
     dup = df["job_id"].duplicated()
@@ -188,7 +189,7 @@ def finalize(df: pd.DataFrame, path: str | Path, kind: str, excluded: dict[str, 
                          line=int(lines[i]), field="job_id")
     for col in ("user", "workload"):
         df[col] = df[col].fillna("").astype(str)
-    extra = [c for c in df.columns if c.startswith(RUNTIME_PREFIX)]
+    extra = [c for c in df.columns if c.startswith(RUNTIME_PREFIX) or c == CHECKPOINT_BYTES]
     df = df[list(JOB_COLUMNS) + extra].astype({k: v for k, v in JOB_COLUMNS.items()})
     df = df.sort_values(["submit_s", "line"], kind="stable").reset_index(drop=True)
     return JobTrace(df, path, kind, dict(excluded or {}))

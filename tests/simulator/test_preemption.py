@@ -160,3 +160,12 @@ def test_tiresias_reads_no_prediction():
     noisy = run(jobs, [("V100", 2, 2)], "tiresias:lease=60,thresholds=200/2000", predictor="noisy:1.0")
     assert truth.records.drop(columns="predicted_runtime").equals(noisy.records.drop(columns="predicted_runtime"))
     assert truth.records["preemptions"].sum() > 0
+
+
+def test_a_resume_reads_the_jobs_checkpoint_at_the_storage_bandwidth():
+    # The SRTF case above, A's checkpoint 4 GB at 2 GB/s: its resume costs 50 + 2 s, so it ends at 1252.
+    res = run([job("A", 1000.0, checkpoint_bytes=4e9), job("B", 200.0, submit=100.0, checkpoint_bytes=1e12)],
+              [("V100", 1, 1)], "srtf:lease=300,restart=50,storage_gbps=2")
+    r = by_job(res)
+    assert r.loc["A", "restart_overhead_s"] == 52.0 and r.loc["A", "end"] == 1252.0
+    assert r.loc["B", "restart_overhead_s"] == 0.0  # never resumed: its size costs nothing
