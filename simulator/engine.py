@@ -269,10 +269,10 @@ class Simulation:
         if self._arrival_times:
             t = self._arrival_times[0]
             env.timeout(t - first if t > first else 0.0).callbacks.append(self._arrive)
+        self._before_replay()
         # The replay allocates a few short-lived containers per event; a collection of the youngest
         # generation every 700 allocations (the default) costs ~8 % of a FIFO replay, for no
         # garbage (cycles are rare here). Collect less often while the replay runs.
-        self._before_replay()
         thresholds = gc.get_threshold()
         gc.set_threshold(max(thresholds[0], GC_THRESHOLD), *thresholds[1:])
         try:
