@@ -85,14 +85,10 @@ def figure(table: pd.DataFrame, out: Path) -> list[Path]:
 
 def run(out: Path, jobs: int, seeds: int, workers: int, quick: bool = False) -> tuple[pd.DataFrame, list[Path]]:
     """The sweep (resumable), its table and figure; ``quick``: one Philly-like workload."""
-    from simulator.sweep.driver import run_sweep
+    from experiments.sweeps import completed_sweep
 
     configs = grid(jobs, seeds, ("philly-like",) if quick else ("pai-like", "philly-like"))
-    results = run_sweep(configs, out / "sweep", workers=workers, progress=True)
-    failed = results[results["status"] != "ok"]
-    if len(failed):
-        raise click.ClickException(f"{len(failed)} sweep point(s) failed, e.g. {failed['error'].iloc[0]}")
-    table = ratios(results)
+    table = ratios(completed_sweep(configs, out / "sweep", workers))
     return table, figure(table, out)
 
 

@@ -132,8 +132,8 @@ def convergence(models: dict, out: Path) -> tuple[pd.DataFrame, list[Path]]:
 
 def scheduling(out: Path, quick: bool, workers: int) -> tuple[pd.DataFrame, pd.DataFrame, list[Path]]:
     """The predictor comparison and the error sweep as two resumable sweeps."""
+    from experiments.sweeps import completed_sweep
     from simulator.plots import plot
-    from simulator.sweep.driver import run_sweep
     from simulator.sweep.grid import plan
     from simulator.sweep.tables import normalise_to_truth
 
@@ -145,11 +145,7 @@ def scheduling(out: Path, quick: bool, workers: int) -> tuple[pd.DataFrame, pd.D
     tables, files = [], []
     for name, configs in (("predictors", compare), ("errors", errors)):
         sweep = out / "sweeps" / name
-        results = run_sweep(configs, sweep, workers=workers, progress=True)
-        failed = results[results["status"] != "ok"]
-        if len(failed):
-            raise click.ClickException(f"{len(failed)} sweep point(s) failed, e.g. {failed['error'].iloc[0]}")
-        tables.append(pooled_table(normalise_to_truth(results)))
+        tables.append(pooled_table(normalise_to_truth(completed_sweep(configs, sweep, workers))))
         files += plot(sweep, out / name, log=lambda m: None)
     return tables[0], tables[1], files
 

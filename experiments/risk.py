@@ -128,15 +128,11 @@ def plot(table: pd.DataFrame, out: Path) -> list[Path]:
 def run(out: Path, jobs: int, seeds: int, workers: int, quick: bool = False) -> tuple[pd.DataFrame, pd.DataFrame,
                                                                                       list[Path]]:
     """Run (or resume) the sweep; the ratio table, the change against the point estimate, the figures."""
-    from simulator.sweep.driver import run_sweep
+    from experiments.sweeps import completed_sweep
 
     points = grid(jobs, seeds, predictors=("ets", "noisy:0.2") if quick else PREDICTORS,
                   quantiles=(0.9,) if quick else QUANTILES)
-    results = run_sweep(points, out / "sweep", workers=workers, progress=True)
-    failed = results[results["status"] != "ok"]
-    if len(failed):
-        raise click.ClickException(f"{len(failed)} sweep point(s) failed, e.g. {failed['error'].iloc[0]}")
-    table = ratios(results)
+    table = ratios(completed_sweep(points, out / "sweep", workers))
     return table, against_point(table), plot(table, out)
 
 

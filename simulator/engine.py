@@ -164,48 +164,15 @@ class Simulation:
         waiting = view.waiting
         if not (self._new or waiting):
             return  # nothing for the policy to see or decide
-        t0 = time.perf_counter()
-        if self._new:
-            self.policy.on_arrival(view, self._new)
-            self._new = []
-        placements: list[Placement] = []
-        if waiting:
-            placements = self.policy.schedule(view)
-            self.policy_calls += 1
-        self.policy_seconds += time.perf_counter() - t0
+        placements = self._decide(view)
         if not placements:
             return
-        # Start the placed jobs, each checked (a bad placement is a PolicyError).
-        state, env = self.state, self._env
-        running, type_index, free_by_type = view.running, state.type_index, state.free_by_type
-        allocate, gpu_job, num = state.allocate, state.gpu_job, self._num
+        env, occupy, start = self._env, self._occupy, self.start
         truth, num_types = self._truth, self._num_types
-        start, type_of, gpus_of = self.start, self.type_of, self.gpus_of
         ending, observe = self._ending, self.observe_time
         for p in placements:
-            job = int(p.job)
-            if job not in waiting:
-                raise PolicyError(f"policy {self.policy.name!r} started job {job} which is not waiting")
-            k = type_index.get(p.gpu_type)
-            if k is None:
-                raise PolicyError(f"policy {self.policy.name!r} chose GPU type {p.gpu_type!r}, not in the cluster")
-            n = num[job]
-            if p.gpu_ids is not None:
-                if len(p.gpu_ids) != n:
-                    raise PolicyError(f"job {job} needs {n} GPUs, policy gave {len(p.gpu_ids)}")
-                ids = state.claim(k, tuple(int(g) for g in p.gpu_ids))
-            elif free_by_type[k] < n:
-                raise PolicyError(f"policy {self.policy.name!r} placed job {job} ({n} GPUs) on "
-                                  f"{p.gpu_type} with only {free_by_type[k]} free")
-            else:
-                ids = allocate(k, n)
-            for g in ids:
-                gpu_job[g] = job
-            del waiting[job]
-            running[job] = (now, k)
+            job, k = occupy(p, now)
             start[job] = now
-            type_of[job] = k
-            gpus_of[job] = ids
             duration = truth[job * num_types + k]
             end = now + duration  # the time simpy gives the timeout below
             if end in ending:
@@ -216,6 +183,49 @@ class Simulation:
             if observe is not None and observe[job, k] < self.truth[job, k]:
                 seen = env.timeout(float(observe[job, k]))
                 seen.callbacks.append(lambda _ev, job=job, k=k: self._observe(job, k))
+
+    def _decide(self, view: SchedulerView) -> list:
+        """The policy's turn: new arrivals first, then its decisions (when a job waits, or at a
+        preemptive engine's round), timed."""
+        t0 = time.perf_counter()
+        if self._new:
+            self.policy.on_arrival(view, self._new)
+            self._new = []
+        decisions = []
+        if view.waiting or view.at_round:
+            decisions = self.policy.schedule(view)
+            self.policy_calls += 1
+        self.policy_seconds += time.perf_counter() - t0
+        return decisions
+
+    def _occupy(self, p: Placement, now: float) -> tuple[int, int]:
+        """Start placement ``p``, checked (a bad placement is a PolicyError): the job's GPUs are
+        claimed and it moves from waiting to running. Returns (job, GPU type index)."""
+        state, waiting = self.state, self.view.waiting
+        job = int(p.job)
+        if job not in waiting:
+            raise PolicyError(f"policy {self.policy.name!r} started job {job} which is not waiting")
+        k = state.type_index.get(p.gpu_type)
+        if k is None:
+            raise PolicyError(f"policy {self.policy.name!r} chose GPU type {p.gpu_type!r}, not in the cluster")
+        n = self._num[job]
+        if p.gpu_ids is not None:
+            if len(p.gpu_ids) != n:
+                raise PolicyError(f"job {job} needs {n} GPUs, policy gave {len(p.gpu_ids)}")
+            ids = state.claim(k, tuple(int(g) for g in p.gpu_ids))
+        elif state.free_by_type[k] < n:
+            raise PolicyError(f"policy {self.policy.name!r} placed job {job} ({n} GPUs) on "
+                              f"{p.gpu_type} with only {state.free_by_type[k]} free")
+        else:
+            ids = state.allocate(k, n)
+        gpu_job = state.gpu_job
+        for g in ids:
+            gpu_job[g] = job
+        del waiting[job]
+        self.view.running[job] = (now, k)
+        self.type_of[job] = k
+        self.gpus_of[job] = ids
+        return job, k
 
     def _observe(self, job: int, k: int) -> None:
         """The job has run K iterations on type k: its measured time replaces the prediction."""

@@ -29,8 +29,6 @@ prediction on its final type; plus ``preemptions`` and ``restart_overhead_s`` pe
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pandas as pd
 import simpy
@@ -70,11 +68,10 @@ class PreemptiveSimulation(Simulation):
         self.attained = np.zeros(n)  # GPU-seconds of service (restarts included)
         self.worked = np.zeros(n)  # seconds trained on GPUs, all segments
         self.preemptions = np.zeros(n, dtype=np.int64)
-        self.overhead = np.zeros(n)  # restart seconds charged
         self.work_start = np.full(n, np.nan)  # when the current segment's work began (after its restart)
         self.segment_start = np.full(n, np.nan)
         self.epoch = np.zeros(n, dtype=np.int64)  # a completion of an older segment is stale
-        self.busy_by_type = np.zeros(len(cluster.gpu_types))  # GPU-seconds held per type
+        self.held_by_type = np.zeros(len(cluster.gpu_types))  # GPU-seconds held per type
         self._attained_before = np.zeros(n)  # attained service when the current segment began
         self._num_array = jobs["num_gpus"].to_numpy(dtype="float64")
         self._segments: list[tuple] = []  # (job, type index, GPU ids, start, end, restart s, work s)
@@ -107,11 +104,14 @@ class PreemptiveSimulation(Simulation):
         self._arm_round()
 
     # -- progress ------------------------------------------------------------------------------
-    def _fraction_done(self, job: int, k: int, now: float) -> float:
-        truth = self.truth[job, k]
-        if truth <= 0:  # a job of no work is done once it starts working
-            return 1.0 if now >= self.work_start[job] else float(self.done[job])
-        return min(1.0, self.done[job] + max(0.0, now - self.work_start[job]) / truth)
+    def _fraction_done(self, jobs: np.ndarray, now: float) -> np.ndarray:
+        """The fraction of each running job's work done at ``now`` (none during its restart)."""
+        truth = self.truth[jobs, self.type_of[jobs]]
+        worked = np.maximum(0.0, now - self.work_start[jobs])
+        started = now >= self.work_start[jobs]
+        with np.errstate(divide="ignore", invalid="ignore"):  # a job of no work: done once it starts working
+            fraction = np.where(truth > 0, self.done[jobs] + worked / truth, np.where(started, 1.0, self.done[jobs]))
+        return np.minimum(1.0, fraction)
 
     def _refresh_progress(self, now: float) -> None:
         """The view's progress and attained service of the running jobs, as of ``now`` (vectorised:
@@ -120,12 +120,7 @@ class PreemptiveSimulation(Simulation):
         if not running:
             return
         jobs = np.fromiter(running, dtype=np.int64, count=len(running))
-        truth = self.truth[jobs, self.type_of[jobs]]
-        worked = np.maximum(0.0, now - self.work_start[jobs])
-        started = now >= self.work_start[jobs]
-        with np.errstate(divide="ignore", invalid="ignore"):  # a job of no work: done once it starts working
-            fraction = np.where(truth > 0, self.done[jobs] + worked / truth, np.where(started, 1.0, self.done[jobs]))
-        self.fraction[jobs] = np.minimum(1.0, fraction)
+        self.fraction[jobs] = self._fraction_done(jobs, now)
         self.attained[jobs] = self._attained_before[jobs] + (now - self.segment_start[jobs]) * self._num_array[jobs]
 
     # -- the policy's turn ---------------------------------------------------------------------
@@ -138,15 +133,7 @@ class PreemptiveSimulation(Simulation):
             view.at_round = False
             return
         self._refresh_progress(now)
-        t0 = time.perf_counter()
-        if self._new:
-            self.policy.on_arrival(view, self._new)
-            self._new = []
-        decisions = []
-        if view.waiting or at_round:
-            decisions = self.policy.schedule(view)
-            self.policy_calls += 1
-        self.policy_seconds += time.perf_counter() - t0
+        decisions = self._decide(view)
         view.at_round = False
         preempt = [d for d in decisions if isinstance(d, Preemption)]
         placements = [d for d in decisions if not isinstance(d, Preemption)]
@@ -163,7 +150,7 @@ class PreemptiveSimulation(Simulation):
             raise PolicyError(f"policy {self.policy.name!r} preempted job {job}, which is not running")
         _, k = running.pop(job)
         self._close_segment(job, k, now, max(0.0, now - self.work_start[job]))
-        self.done[job] = self.fraction[job] = self._fraction_done(job, k, now)
+        self.done[job] = self.fraction[job] = self._fraction_done(np.array([job]), now)[0]
         self.state.release(k, self.gpus_of[job])
         self.epoch[job] += 1  # its queued completion is stale now
         self.preemptions[job] += 1
@@ -175,39 +162,14 @@ class PreemptiveSimulation(Simulation):
                                float(self.work_start[job] - self.segment_start[job]), worked))
         self.worked[job] += worked
         self.attained[job] = self._attained_before[job] = self._attained_before[job] + held * self._num[job]
-        self.busy_by_type[k] += held * self._num[job]
+        self.held_by_type[k] += held * self._num[job]
 
     def _start(self, placements: list[Placement], now: float) -> None:
-        state, view = self.state, self.view
-        waiting, running = view.waiting, view.running
         for p in placements:
-            job = int(p.job)
-            if job not in waiting:
-                raise PolicyError(f"policy {self.policy.name!r} started job {job} which is not waiting")
-            k = state.type_index.get(p.gpu_type)
-            if k is None:
-                raise PolicyError(f"policy {self.policy.name!r} chose GPU type {p.gpu_type!r}, not in the cluster")
-            n = self._num[job]
-            if p.gpu_ids is not None:
-                if len(p.gpu_ids) != n:
-                    raise PolicyError(f"job {job} needs {n} GPUs, policy gave {len(p.gpu_ids)}")
-                ids = state.claim(k, tuple(int(g) for g in p.gpu_ids))
-            elif state.free_by_type[k] < n:
-                raise PolicyError(f"policy {self.policy.name!r} placed job {job} ({n} GPUs) on "
-                                  f"{p.gpu_type} with only {state.free_by_type[k]} free")
-            else:
-                ids = state.allocate(k, n)
-            for g in ids:
-                state.gpu_job[g] = job
-            del waiting[job]
-            running[job] = (now, k)
-            resumed = self.preemptions[job] > 0
-            delay = float(self.restart_s[job]) if resumed else 0.0
-            self.overhead[job] += delay
+            job, k = self._occupy(p, now)
+            delay = float(self.restart_s[job]) if self.preemptions[job] else 0.0  # a resume, not a first start
             if np.isnan(self.start[job]):
                 self.start[job] = now
-            self.type_of[job] = k
-            self.gpus_of[job] = ids
             self.segment_start[job] = now
             self.work_start[job] = now + delay
             duration = delay + (1.0 - self.done[job]) * self.truth[job, k]
@@ -237,7 +199,7 @@ class PreemptiveSimulation(Simulation):
     def _busy_by_type(self) -> dict[str, float] | None:
         if not self.preemptions.any():  # one segment per job: its records tell it
             return None
-        return dict(zip(self.cluster.gpu_types, self.busy_by_type.tolist()))
+        return dict(zip(self.cluster.gpu_types, self.held_by_type.tolist()))
 
     def _segments_frame(self) -> pd.DataFrame:
         rows, types = self._segments, self.cluster.gpu_types
@@ -257,5 +219,5 @@ class PreemptiveSimulation(Simulation):
         placed = self.type_of >= 0
         records["true_runtime"] = np.where(placed, self.worked, np.nan)
         records["preemptions"] = self.preemptions
-        records["restart_overhead_s"] = self.overhead
+        records["restart_overhead_s"] = self.preemptions * self.restart_s  # each suspension, one resume
         return records
