@@ -13,7 +13,10 @@ under Gavel's constraints — X >= 0, Σ_k X[j, k] <= 1 per job, Σ_j s_j X[j, k
 * ``max_min`` (Gavel's heterogeneity-aware max-min fairness): maximise min_j thr_j(X) / iso_j,
   thr_j(X) = Σ_k T[j, k] X[j, k] and iso_j its throughput on an equal 1/n share of every type
   (X_iso[j, k] = G_k / ΣG × min(1, ΣG / (n s_j)); Gavel takes it from another LP, whose optimum is
-  not unique, so that the normalisation depended on the solver);
+  not unique, so that the normalisation depended on the solver). The LP's optimum is not unique
+  either: of its optima, the one giving alike jobs (same GPUs, predicted times proportional)
+  equal allocations — what an interior-point solver such as Gavel's CVXPY converges to, where
+  the simplex would pick a vertex — solved with one row per kind of job (see ``_max_min``);
 * ``ftf`` (finish-time fairness, Themis as Gavel writes it): minimise max_j ρ_j, ρ_j = (t_j +
   R_j / thr_j(X)) / (t_j + R_j / iso_j), t_j the time since the job arrived, R_j the fraction of
   it left; ρ_j <= ρ is linear in X for a fixed ρ (thr_j(X) >= R_j / (ρ c_j - t_j)), so the least
@@ -37,7 +40,7 @@ import numpy as np
 from scipy import sparse
 from scipy.optimize import linprog
 
-from policies.base import Placement, PolicyError, Preemption
+from policies.base import Placement, Preemption
 from policies.options import choice
 from policies.preemptive import PreemptivePolicy
 
@@ -45,83 +48,143 @@ OBJECTIVES = ("max_min", "ftf", "makespan")
 FTF_STEPS = 16  # bisection steps on ρ: ρ within (1 - lower bound) / 2**16 of the least feasible
 
 
-def isolated_share(num_gpus: np.ndarray, gpus_by_type: np.ndarray) -> np.ndarray:
-    """X_iso: each of the n jobs' equal 1/n share of every type, (job, type)."""
+def isolated_share(num_gpus: np.ndarray, gpus_by_type: np.ndarray, jobs: int | None = None) -> np.ndarray:
+    """X_iso: each of the n jobs' equal 1/n share of every type, (row, type); n is ``jobs``, by
+    default one per row."""
     total = float(gpus_by_type.sum())
-    scale = np.minimum(1.0, total / (len(num_gpus) * num_gpus.astype("float64")))
+    n = len(num_gpus) if jobs is None else jobs
+    scale = np.minimum(1.0, total / (n * num_gpus.astype("float64")))
     return (gpus_by_type / total)[None, :] * scale[:, None]
 
 
 class Allocation:
-    """The LPs of one round: throughputs ``T`` (job, type), GPUs per job ``s``, per type ``G``."""
+    """The LPs of one round: throughputs ``T`` (row, type), GPUs per job ``s``, per type ``G``;
+    a row stands for ``counts`` jobs alike (by default one), each given the row's allocation."""
 
-    def __init__(self, throughput: np.ndarray, num_gpus: np.ndarray, gpus_by_type: np.ndarray) -> None:
+    def __init__(self, throughput: np.ndarray, num_gpus: np.ndarray, gpus_by_type: np.ndarray,
+                 counts: np.ndarray | None = None) -> None:
         self.T, self.s, self.G = throughput, num_gpus.astype("float64"), gpus_by_type.astype("float64")
         self.n, self.m = throughput.shape
+        counts = np.ones(self.n) if counts is None else counts.astype("float64")
         self.fits = (self.s[:, None] <= self.G[None, :]) & (throughput > 0)
-        self.iso = (throughput * isolated_share(num_gpus, gpus_by_type) * self.fits).sum(axis=1)
-        n, m = self.n, self.m
-        rows = np.repeat(np.arange(n), m)
-        cols = np.arange(n * m)
-        per_job = sparse.csr_matrix((np.ones(n * m), (rows, cols)), shape=(n, n * m))  # Σ_k X[j, k] <= 1
-        per_type = sparse.csr_matrix((np.repeat(self.s, m), (np.tile(np.arange(m), n), cols)),
-                                     shape=(m, n * m))  # Σ_j s_j X[j, k] <= G_k
-        self.capacity = sparse.vstack([per_job, per_type]).tocsr()
-        self.capacity_rhs = np.concatenate([np.ones(n), self.G])
-        self.bounds = [(0.0, 1.0 if f else 0.0) for f in self.fits.ravel()]
-        self.throughput_rows = sparse.csr_matrix((throughput.ravel(), (rows, cols)), shape=(n, n * m))
+        self.share = isolated_share(num_gpus, gpus_by_type, int(counts.sum())) * self.fits
+        self.iso = (throughput * self.share).sum(axis=1)
+        self._counts = counts
+        self.fallbacks = 0  # LPs HiGHS could not solve, replaced by the equal share (see _solve)
 
-    def _solve(self, c: np.ndarray, a_extra, b_extra: np.ndarray, extra_bounds: list) -> np.ndarray | None:
-        extra = a_extra.shape[1] - self.n * self.m  # variables besides X (the objective's t or z)
-        capacity = self.capacity if not extra else sparse.hstack(
-            [self.capacity, sparse.csr_matrix((self.n + self.m, extra))])
-        a = sparse.vstack([a_extra, capacity])
-        b = np.concatenate([b_extra, self.capacity_rhs])
-        result = linprog(c, A_ub=a.tocsr(), b_ub=b, bounds=self.bounds + extra_bounds, method="highs")
-        if result.status == 2:  # infeasible
-            return None
-        if result.status != 0:
-            raise PolicyError(f"gavel: the allocation LP failed ({result.message})")
-        return result.x
+    def _solve(self, cost: np.ndarray, coef: np.ndarray, t_coef: np.ndarray | None,
+               upper: np.ndarray) -> np.ndarray | None:
+        """min cost·(X, t) s.t. Σ_k coef[j, k] X[j, k] + t_coef[j] t <= upper[j] per row j, and
+        Gavel's constraints; ``t`` (free) only if ``t_coef`` is given. None if infeasible, or if
+        HiGHS cannot tell (numerical trouble: its status "unknown"); the callers then keep to what
+        is certified — a larger ρ, or the equal share, which is always feasible.
+
+        The matrix is assembled column by column (CSC) from arrays: each X[j, k] is in three rows
+        (row j's own, Σ_k X[j, k] <= 1, the type's capacity); rebuilding it with scipy.sparse's
+        stacking cost more than the solve at every round."""
+        n, m = self.n, self.m
+        j = np.repeat(np.arange(n), m)
+        index = np.column_stack([j, n + j, 2 * n + np.tile(np.arange(m), n)]).ravel()
+        value = np.column_stack([coef.ravel(), np.ones(n * m), np.repeat(self._counts * self.s, m)]).ravel()
+        start = np.arange(0, 3 * n * m + 1, 3)
+        bounds = np.zeros((n * m, 2))
+        bounds[:, 1] = self.fits.ravel()
+        if t_coef is not None:
+            rows = np.flatnonzero(t_coef)
+            index, value = np.concatenate([index, rows]), np.concatenate([value, t_coef[rows]])
+            start = np.append(start, len(index))
+            bounds = np.vstack([bounds, [-np.inf, np.inf]])
+        a = sparse.csc_array((value, index, start), shape=(2 * n + m, len(start) - 1))
+        b = np.concatenate([upper, np.ones(n), self.G])
+        result = linprog(cost, A_ub=a, b_ub=b, bounds=bounds, method="highs")
+        return result.x if result.status == 0 else None
 
     def _max_scaled_min(self, weights: np.ndarray) -> np.ndarray:
         """X maximising min_j weights_j × thr_j(X) (rows of jobs no type can hold are left out)."""
         n, m = self.n, self.m
         able = self.fits.any(axis=1)
         # t - w_j thr_j(X) <= 0 for every job that fits somewhere; variables: X (n m), t
-        scaled = sparse.diags(np.where(able, weights, 0.0)) @ self.throughput_rows
-        a = sparse.hstack([-scaled, sparse.csr_matrix(able.astype("float64")[:, None])])
-        c = np.zeros(n * m + 1)
-        c[-1] = -1.0
-        x = self._solve(c, a, np.zeros(n), [(None, None)])
-        return x[:-1].reshape(n, m)
+        scaled = np.where(able, weights, 0.0)[:, None] * self.T
+        cost = np.zeros(n * m + 1)
+        cost[-1] = -1.0
+        x = self._solve(cost, -scaled, able.astype("float64"), np.zeros(n))
+        return x[:-1].reshape(n, m) if x is not None else self._equal_share()
+
+    def _equal_share(self) -> np.ndarray:
+        self.fallbacks += 1
+        return self.share
 
     def max_min(self) -> np.ndarray:
         return self._max_scaled_min(1.0 / np.where(self.iso > 0, self.iso, 1.0))
 
     def makespan(self, remaining: np.ndarray) -> np.ndarray:
-        return self._max_scaled_min(1.0 / np.maximum(remaining, 1e-12))
+        # weights scaled to a largest coefficient of 1 (the optimum does not change): HiGHS's
+        # tolerances are absolute, and throughputs of 1e-5 per second would sit inside them
+        weights = 1.0 / np.maximum(remaining, 1e-12)
+        largest = (weights[:, None] * self.T).max(initial=0.0)
+        return self._max_scaled_min(weights / largest if largest > 0 else weights)
 
     def ftf(self, remaining: np.ndarray, elapsed: np.ndarray) -> np.ndarray:
         able = self.fits.any(axis=1) & (self.iso > 0)
-        c_iso = elapsed + remaining / np.where(able, self.iso, 1.0)
+        iso = np.where(able, self.iso, 1.0)
+        c_iso = elapsed + remaining / iso
         low = float(np.max(np.where(able, elapsed / c_iso, 0.0), initial=0.0))
         high = 1.0  # the equal share meets ρ = 1 by construction
         zero = np.zeros(self.n * self.m)
+        # each job's row in units of its equal-share throughput (thr_j / iso_j >= need_j / iso_j):
+        # coefficients near 1, where raw throughputs (1e-5 per second) sit inside HiGHS's absolute tolerances
+        relative = -self.T / iso[:, None]
 
-        def need(rho: float) -> np.ndarray:  # the least throughput of each job for ρ_j <= rho
-            return np.where(able, remaining / np.maximum(rho * c_iso - elapsed, 1e-12), 0.0)
+        def need(rho: float) -> np.ndarray:  # each job's least throughput for ρ_j <= rho, over iso_j
+            return np.where(able, remaining / np.maximum(rho * c_iso - elapsed, 1e-12) / iso, 0.0)
 
         for _ in range(FTF_STEPS):
             rho = (low + high) / 2
-            if self._solve(zero, -self.throughput_rows, -need(rho), []) is None:
+            if self._solve(zero, relative, None, -need(rho)) is None:
                 low = rho
             else:
                 high = rho
         # of the allocations meeting the least feasible ρ, the one of most total throughput (a
         # feasibility LP would return an arbitrary one, GPUs left idle included)
-        best = self._solve(-self.T.ravel(), -self.throughput_rows, -need(high), [])
+        best = self._solve(-(self.T / self.T.max(initial=1e-300)).ravel(), relative, None, -need(high))
+        if best is None:  # ρ = 1 never bettered and its LP on the solver's tolerance, or not solved
+            return self._equal_share()
         return best.reshape(self.n, self.m)
+
+
+def take_by_priority(priority: np.ndarray, need: np.ndarray, room: list[int], chunk: int = 64) -> dict[int, int]:
+    """Gavel's round: (row, type) pairs in order of ``priority`` (rows: jobs in ascending order;
+    highest first, ties: lower job, then type order; -inf: never), each taken if its row has no
+    type yet and the type still has room for the row's ``need`` GPUs. Returns row -> type.
+
+    A round usually fills the cluster within its first pairs, so they are sorted a ``chunk`` at a
+    time (the highest, with every pair tied with the last), and between chunks the pairs that can
+    no longer be taken (their row placed, their type too full: room only shrinks) are dropped."""
+    m = len(room)
+    room, need_of = list(room), need.tolist()
+    free = sum(room)
+    flat = priority.ravel()
+    pairs = np.flatnonzero(flat > -np.inf)
+    keys = -flat[pairs]
+    given: dict[int, int] = {}
+    placed = np.zeros(len(need_of), dtype=bool)
+    while pairs.size:
+        take = keys <= np.partition(keys, chunk)[chunk] if pairs.size > chunk else np.ones(pairs.size, dtype=bool)
+        head = pairs[take]
+        for pair in head[np.lexsort((head, keys[take]))].tolist():
+            r, k = divmod(pair, m)
+            if r not in given and room[k] >= need_of[r]:
+                given[r] = k
+                placed[r] = True
+                room[k] -= need_of[r]
+                free -= need_of[r]
+                if free == 0:
+                    return given
+        pairs, keys = pairs[~take], keys[~take]
+        rows, types = np.divmod(pairs, m)
+        alive = (np.asarray(room)[types] >= need[rows]) & ~placed[rows]
+        pairs, keys = pairs[alive], keys[alive]
+    return given
 
 
 class GavelPolicy(PreemptivePolicy):
@@ -133,24 +196,54 @@ class GavelPolicy(PreemptivePolicy):
         self.objective = choice("objective", objective, OBJECTIVES)
         self._received: np.ndarray | None = None  # (job, type): seconds each job was given on each type
         self._rounds: np.ndarray | None = None  # per job: rounds it has been present at
-        self._cached: tuple[bytes, np.ndarray] | None = None  # max_min: (the jobs, X), reused while they stay
+        self._cached: tuple[bytes, np.ndarray] | None = None  # max_min: (classes and counts, X per class)
+        self._class_of: np.ndarray | None = None  # max_min: each job's class (see _max_min)
+        self._representative: np.ndarray | None = None  # a job of each class
+        self.equal_share_rounds = 0  # rounds whose LP HiGHS could not solve: the equal share instead
 
     def allocation(self, view, jobs: np.ndarray) -> np.ndarray:
         """X for ``jobs`` (indices) by this policy's objective, from the predicted throughputs."""
-        if self.objective == "max_min":  # depends on the jobs and their predictions alone
-            key = jobs.tobytes()
-            if self._cached is not None and self._cached[0] == key:
-                return self._cached[1]
-        remaining = 1.0 - view.progress[jobs]
-        throughput = 1.0 / np.maximum(view.predicted[jobs], 1e-6)  # a job of no predicted time: done at once
-        lp = Allocation(throughput, view.num_gpus[jobs], view.total_by_type)
         if self.objective == "max_min":
-            x = lp.max_min()
-            self._cached = (key, x)
-            return x
-        if self.objective == "makespan":
-            return lp.makespan(remaining)
-        return lp.ftf(remaining, view.now - view.submit[jobs])
+            return self._max_min(view, jobs)
+        remaining = 1.0 - view.progress[jobs]
+        lp = Allocation(self._throughput(view, jobs), view.num_gpus[jobs], view.total_by_type)
+        x = lp.makespan(remaining) if self.objective == "makespan" else lp.ftf(remaining, view.now - view.submit[jobs])
+        self.equal_share_rounds += lp.fallbacks
+        return x
+
+    @staticmethod
+    def _throughput(view, jobs: np.ndarray) -> np.ndarray:
+        """Predicted fraction of each job done per second on each type."""
+        return 1.0 / np.maximum(view.predicted[jobs], 1e-6)  # a job of no predicted time: done at once
+
+    def _max_min(self, view, jobs: np.ndarray) -> np.ndarray:
+        """Max-min fairness over the jobs' classes: jobs alike in GPUs and in relative speed on
+        each type (predicted run times proportional, to 9 digits) have the same normalised
+        throughputs, so one of the LP's optima gives them equal allocations; it is found with one
+        row per class (the backlog of an overloaded cluster is thousands of jobs of a few hundred
+        kinds). The allocation depends on the classes present and their counts alone: it is reused
+        while they stay."""
+        if self._class_of is None:
+            seconds = np.maximum(view.predicted, 1e-6)
+            with np.errstate(invalid="ignore"):
+                relative = seconds / seconds.min(axis=1, keepdims=True)
+            kinds = np.column_stack([np.where(np.isfinite(relative), np.round(relative, 9), -1.0), view.num_gpus])
+            _, first, self._class_of = np.unique(kinds, axis=0, return_index=True, return_inverse=True)
+            self._representative = first
+        of = self._class_of[jobs]
+        counts = np.bincount(of, minlength=len(self._representative))
+        classes = np.flatnonzero(counts)
+        counts = counts[classes]
+        position = np.empty(len(self._representative), dtype=np.int64)
+        position[classes] = np.arange(len(classes))
+        inverse = position[of]
+        key = classes.tobytes() + counts.tobytes()
+        if self._cached is None or self._cached[0] != key:
+            rows = self._representative[classes]
+            lp = Allocation(self._throughput(view, rows), view.num_gpus[rows], view.total_by_type, counts)
+            self._cached = (key, lp.max_min())
+            self.equal_share_rounds += lp.fallbacks
+        return self._cached[1][inverse]
 
     def schedule(self, view) -> list[Placement | Preemption]:
         if not view.at_round:
@@ -158,25 +251,16 @@ class GavelPolicy(PreemptivePolicy):
         if self._received is None or len(self._rounds) != len(view.submit):  # a new run
             self._received = np.zeros((len(view.submit), len(view.gpu_types)))
             self._rounds = np.zeros(len(view.submit), dtype=np.int64)
-            self._cached = None
-        jobs = np.array(sorted([*view.running, *view.waiting]), dtype=np.int64)
+            self._cached = self._class_of = None
+            self.equal_share_rounds = 0
+        jobs = np.sort(np.fromiter([*view.running, *view.waiting], dtype=np.int64))
         x = self.allocation(view, jobs)
         rounds = self._rounds[jobs]
         share = self._received[jobs] / np.maximum(rounds * self.lease_seconds, 1e-12)[:, None]
         with np.errstate(divide="ignore", invalid="ignore"):
             priority = np.where(x > 1e-9, np.where(share > 0, x / share, np.inf), -np.inf)
-        rows, cols = np.nonzero(priority > -np.inf)
-        order = np.lexsort((cols, jobs[rows], -priority[rows, cols]))
-        room = view.total_by_type.astype(np.int64).copy()
-        need = view.num_gpus[jobs].tolist()
-        given: dict[int, int] = {}
-        for r, k in zip(rows[order].tolist(), cols[order].tolist()):
-            job = int(jobs[r])
-            if job not in given and room[k] >= need[r]:
-                given[job] = k
-                room[k] -= need[r]
-                if not room.any():
-                    break
+        rows = take_by_priority(priority, view.num_gpus[jobs], view.total_by_type.astype(np.int64).tolist())
+        given = {int(jobs[r]): k for r, k in rows.items()}
         self._rounds[jobs] += 1
         out: list[Placement | Preemption] = []
         for job, (_, k) in view.running.items():
@@ -190,4 +274,4 @@ class GavelPolicy(PreemptivePolicy):
         return out
 
     def describe(self) -> dict:
-        return {**super().describe(), "objective": self.objective}
+        return {**super().describe(), "objective": self.objective, "equal_share_rounds": self.equal_share_rounds}

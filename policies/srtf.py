@@ -20,6 +20,7 @@ import numpy as np
 
 from policies.base import Placement, Preemption
 from policies.preemptive import PreemptivePolicy
+from policies.rounds import WaitingHeaps, ranked, reallocate
 from policies.sjf import SjfPolicy
 
 
@@ -30,52 +31,42 @@ class SrtfPolicy(PreemptivePolicy):
                  storage_gbps: float | str = 2.0) -> None:
         super().__init__(lease, restart, storage_gbps)
         self._fill = SjfPolicy()
+        self._waiting = WaitingHeaps()  # for the rounds: keyed by the least remaining time
 
     def on_arrival(self, view, jobs: list[int]) -> None:
         self._fill.on_arrival(view, jobs)
+        for job in jobs:
+            self._waiting.push(job, int(view.num_gpus[job]), self._key(view, job))
+
+    def _remaining(self, view, jobs) -> np.ndarray:
+        """What is left of ``jobs``' predicted run time on each type (inf where they never fit)."""
+        left = (1.0 - view.progress[jobs])[..., None] * view.predicted[jobs]
+        return np.where(view.num_gpus[jobs][..., None] <= view.total_by_type, left, np.inf)
+
+    def _key(self, view, job: int) -> tuple[float, float]:
+        """(least remaining time over the types that could hold it, submit): ``_remaining``'s
+        minimum in plain floats (same products), as it runs once per arrival."""
+        left, need = 1.0 - float(view.progress[job]), int(view.num_gpus[job])
+        seconds = [left * p for p, total in zip(view.predicted[job].tolist(), view.total_by_type.tolist())
+                   if need <= total]
+        return min(seconds, default=np.inf), float(view.submit[job])
 
     def schedule(self, view) -> list[Placement | Preemption]:
         if not view.at_round:
             return self._fill.schedule(view)
-        return self._reallocate(view)
-
-    def _reallocate(self, view) -> list[Placement | Preemption]:
         if not view.waiting:  # every running job has room where it runs: nothing would change
             return []
-        jobs = np.fromiter([*view.running, *view.waiting], dtype=np.int64)
-        need = view.num_gpus[jobs]
-        left = (1.0 - view.progress[jobs])[:, None] * view.predicted[jobs]
-        fits = need[:, None] <= view.total_by_type[None, :]
-        left = np.where(fits, left, np.inf)
-        order = np.lexsort((jobs, view.submit[jobs], left.min(axis=1)))
-        room = view.total_by_type.astype(np.int64).copy()
-        free = int(room.sum())
-        out: list[Placement | Preemption] = []
-        suspended: list[int] = []
-        for position, i in enumerate(order.tolist()):
-            if free == 0:  # no room left for anyone: the running jobs still unranked lose their place
-                rest = jobs[order[position:]]
-                for job in rest[np.isin(rest, list(view.running))].tolist():
-                    out.insert(0, Preemption(job))
-                    suspended.append(job)
-                break
-            job, n = int(jobs[i]), int(need[i])
-            running = view.running.get(job)
-            if running is not None and room[running[1]] >= n:
-                room[running[1]] -= n  # keeps its GPUs
-                free -= n
-                continue
-            options = np.where(room >= n, left[i], np.inf)
+        jobs = np.fromiter(view.running, dtype=np.int64, count=len(view.running))
+        running = ranked(self._remaining(view, jobs).min(axis=1), view.submit[jobs], jobs)
+
+        def choose(job: int, room: list[int]) -> int | None:  # where what is left of it is least
+            options = np.where(np.asarray(room) >= view.num_gpus[job], self._remaining(view, job), np.inf)
             k = int(np.argmin(options))
-            if running is not None:
-                out.insert(0, Preemption(job))  # suspensions first: their GPUs serve the placements
-            if not np.isfinite(options[k]):
-                if running is not None:
-                    suspended.append(job)
-                continue
-            room[k] -= n
-            free -= n
-            out.append(Placement(job, view.gpu_types[k]))
+            return k if np.isfinite(options[k]) else None
+
+        out, suspended = reallocate(view, running, self._waiting, choose)
         for job in suspended:  # they wait again: queued with what is left of their time
-            self._fill.requeue(view, job, ((1.0 - view.progress[job]) * view.predicted[job]).tolist())
+            left = ((1.0 - view.progress[job]) * view.predicted[job]).tolist()
+            self._fill.requeue(view, job, left)
+            self._waiting.requeue(job, int(view.num_gpus[job]), self._key(view, job))
         return out

@@ -19,13 +19,12 @@ that do not fit.
 
 from __future__ import annotations
 
-import heapq
-
 import numpy as np
 
 from policies.base import Placement, PolicySpecError, Preemption
 from policies.options import number
 from policies.preemptive import PreemptivePolicy
+from policies.rounds import WaitingHeaps, ranked, reallocate
 
 
 def thresholds_option(value: str | tuple[float, ...]) -> tuple[float, ...]:
@@ -49,14 +48,13 @@ class TiresiasPolicy(PreemptivePolicy):
         self.thresholds = np.asarray(thresholds_option(thresholds))
         self.starve = number("starve", starve, 0.0, np.inf, high_open=True)
         self._last_ran: dict[int, tuple[float, float]] = {}  # job -> (seconds it last ran, when it stopped)
-        # waiting jobs by (queue, submit, job) for the fills between rounds: a waiting job's service
-        # does not change, so an entry stays right until the job starts (then it is skipped)
-        self._heap: list[tuple[int, float, int, int]] = []  # (queue, submit, job, version)
-        self._version: dict[int, int] = {}  # bumped when a suspended job is queued again
+        # waiting jobs by (queue, submit): a waiting job's service does not change, so its entry
+        # stays right until it starts (not so with ``starve``: a starving job's queue moves with the clock)
+        self._waiting = WaitingHeaps()
 
     def on_arrival(self, view, jobs: list[int]) -> None:
         for job in jobs:  # no service yet: the first queue
-            heapq.heappush(self._heap, (0, float(view.submit[job]), job, 0))
+            self._waiting.push(job, int(view.num_gpus[job]), (0, float(view.submit[job])))
 
     def queue_of(self, view, jobs: np.ndarray) -> np.ndarray:
         """Each job's queue: how many thresholds its attained service has reached; a starving job
@@ -69,38 +67,27 @@ class TiresiasPolicy(PreemptivePolicy):
                     queues[i] = 0
         return queues
 
-    def _ordered(self, view, jobs: list[int]) -> np.ndarray:
-        jobs = np.asarray(jobs, dtype=np.int64)
-        return jobs[np.lexsort((jobs, view.submit[jobs], self.queue_of(view, jobs)))]
+    def _ranked(self, view, jobs) -> list[tuple[int, float, int]]:
+        """(queue, submit, job) of ``jobs``, in priority order."""
+        jobs = np.fromiter(jobs, dtype=np.int64)
+        return ranked(self.queue_of(view, jobs), view.submit[jobs], jobs)
 
     def schedule(self, view) -> list[Placement | Preemption]:
         if not view.at_round:
             return self._fill(view)
         if not view.waiting:  # every running job has room where it runs: nothing would change
             return []
-        order = self._ordered(view, [*view.running, *view.waiting])
-        room = view.total_by_type.astype(np.int64).copy()
-        out: list[Placement | Preemption] = []
-        for position, job in enumerate(order.tolist()):
-            if not room.any():  # no room left for anyone: the running jobs still unranked lose their place
-                rest = order[position:]
-                for late in rest[np.isin(rest, list(view.running))].tolist():
-                    out.insert(0, Preemption(late))
-                    self._suspend(view, late)
-                break
-            n = int(view.num_gpus[job])
-            running = view.running.get(job)
-            if running is not None and room[running[1]] >= n:
-                room[running[1]] -= n
-                continue
-            if running is not None:
-                out.insert(0, Preemption(job))
-            k = int(np.argmax(room))
-            if room[k] >= n:
-                room[k] -= n
-                out.append(Placement(job, view.gpu_types[k]))
-            elif running is not None:
-                self._suspend(view, job)
+
+        def choose(job: int, room: list[int]) -> int | None:  # the most room: Tiresias ignores heterogeneity
+            most = max(room)
+            return room.index(most) if most >= view.num_gpus[job] else None
+
+        if self.starve > 0:  # every job ranked afresh
+            out, suspended = reallocate(view, self._ranked(view, [*view.running, *view.waiting]), None, choose)
+        else:
+            out, suspended = reallocate(view, self._ranked(view, view.running), self._waiting, choose)
+        for job in suspended:
+            self._suspend(view, job)
         return out
 
     def _suspend(self, view, job: int) -> None:
@@ -108,46 +95,32 @@ class TiresiasPolicy(PreemptivePolicy):
         entry in the queue its service has reached."""
         self._last_ran[job] = (view.now - view.running[job][0], view.now)
         queue = int(np.searchsorted(self.thresholds, view.attained[job], side="right"))
-        self._version[job] = version = self._version.get(job, 0) + 1
-        heapq.heappush(self._heap, (queue, float(view.submit[job]), job, version))
+        self._waiting.requeue(job, int(view.num_gpus[job]), (queue, float(view.submit[job])))
 
     def _fill(self, view) -> list[Placement]:
-        """Waiting jobs in priority order onto free GPUs, skipping those that do not fit; stops
-        once no GPU is free (a heap: a fill costs the jobs it looks at, not the whole queue)."""
+        """Waiting jobs in priority order onto free GPUs, each on the type with the most free GPUs,
+        skipping those that do not fit; a fill costs the jobs it starts, not the whole queue."""
         free = view.free_by_type.tolist()
-        if max(free) == 0:
-            return []
-        if self.starve > 0:  # a starving job's queue changes with the clock: order them afresh
-            return self._place(view, self._ordered(view, list(view.waiting)).tolist(), free)
-        heap, waiting, version = self._heap, view.waiting, self._version
         out: list[Placement] = []
-        skipped = []
-        while heap and max(free) > 0:
-            entry = heapq.heappop(heap)
-            job = entry[2]
-            if job not in waiting or entry[3] != version.get(job, 0):
-                continue  # started since, or queued again after a suspension
-            placed = self._place(view, [job], free)
-            if placed:
-                out += placed
-            else:
-                skipped.append(entry)
-        for entry in skipped:
-            heapq.heappush(heap, entry)
+        if self.starve > 0:  # a starving job's queue changes with the clock: order them afresh
+            if max(free) > 0:
+                for _, _, job in self._ranked(view, view.waiting):
+                    self._place(view, job, free, out)
+            return out
+        while (most := max(free)) > 0 and (head := self._waiting.head(view.waiting, most)) is not None:
+            self._waiting.pop(head[1])
+            self._place(view, head[0][2], free, out)
         return out
 
     @staticmethod
-    def _place(view, order: list[int], free: list[int]) -> list[Placement]:
-        """``order``'s jobs that fit, each on the type with the most free GPUs (``free`` is updated)."""
-        out = []
-        for job in order:
-            n = int(view.num_gpus[job])
-            most = max(free)
-            if most >= n:
-                k = free.index(most)
-                free[k] = most - n
-                out.append(Placement(job, view.gpu_types[k]))
-        return out
+    def _place(view, job: int, free: list[int], out: list[Placement]) -> None:
+        """``job`` on the type with the most free GPUs, if it fits there (``free`` is updated)."""
+        n = int(view.num_gpus[job])
+        most = max(free)
+        if most >= n:
+            k = free.index(most)
+            free[k] = most - n
+            out.append(Placement(job, view.gpu_types[k]))
 
     def describe(self) -> dict:
         return {**super().describe(), "thresholds": self.thresholds.tolist(), "starve": self.starve}

@@ -69,7 +69,9 @@ class ClusterState:
             # node has n free, so the free counts to walk, downwards, are n - 1 .. 1.
             need = n
             for free in range(min(n - 1, self.max_node), 0, -1):
-                for node in sorted({node for node in heaps[free] if node_free[node] == free}):
+                nodes = sorted({node for node in heaps[free] if node_free[node] == free})
+                heaps[free][:] = nodes  # its stale entries dropped (a sorted list is a heap): scans stay short
+                for node in nodes:
                     take = min(free, need)
                     chosen.append((node, take))
                     need -= take

@@ -85,7 +85,7 @@ def default_out_dir(policy: str, predictor: str) -> Path:
 
 # What a run folder holds: simrun's files, those `simrun timeline` / `simrun plot` add, and the
 # hidden temporary files of an interrupted write.
-RUN_ENTRIES = {*RunOutput.FILES, RunOutput.TRUTH, "timeline.json", "plots"}
+RUN_ENTRIES = {*RunOutput.FILES, RunOutput.SEGMENTS, RunOutput.TRUTH, "timeline.json", "plots"}
 
 
 def _leftover(name: str) -> bool:
@@ -151,7 +151,7 @@ def write_results(out_dir: Path, output: RunOutput, truth: RunOutput | None, *, 
         return output.write(out_dir, truth=truth)
     refuse_foreign(out_dir)
     output.write(out_dir, truth=truth)
-    remove_others(out_dir, set(RunOutput.FILES) | {LOCK_NAME} | ({RunOutput.TRUTH} if truth is not None else set()))
+    remove_others(out_dir, set(output.files()) | {LOCK_NAME} | ({RunOutput.TRUTH} if truth is not None else set()))
     return out_dir
 
 

@@ -29,6 +29,8 @@ prediction on its final type; plus ``preemptions`` and ``restart_overhead_s`` pe
 
 from __future__ import annotations
 
+from array import array
+
 import numpy as np
 import pandas as pd
 import simpy
@@ -44,6 +46,45 @@ def make_simulation(trace, cluster, policy: Policy, predictor, **options) -> Sim
     non-preemptive :class:`Simulation`."""
     engine = PreemptiveSimulation if policy.preemptive else Simulation
     return engine(trace, cluster, policy, predictor, **options)
+
+
+class Segments:
+    """Each stretch a job held GPUs, in compact columns: Gavel's rounds make tens of them per job,
+    millions on a 100k-job trace, where a tuple per stretch cost gigabytes."""
+
+    def __init__(self) -> None:
+        self.job, self.type, self.gpus_end = array("q"), array("q"), array("q")
+        self.gpus = array("q")  # every stretch's GPU ids, one after another (gpus_end: where each ends)
+        self.start, self.end, self.restart, self.work = array("d"), array("d"), array("d"), array("d")
+
+    def add(self, job: int, k: int, gpus: tuple[int, ...], start: float, end: float, restart: float,
+            work: float) -> None:
+        self.job.append(job)
+        self.type.append(k)
+        self.gpus.extend(gpus)
+        self.gpus_end.append(len(self.gpus))
+        self.start.append(start)
+        self.end.append(end)
+        self.restart.append(restart)
+        self.work.append(work)
+
+    def frame(self, job_ids: np.ndarray, gpu_types: list[str]) -> pd.DataFrame:
+        """One row per stretch: job (index and id), GPU type, GPU ids ("3,4"), start, end, and the
+        seconds of it spent restarting and working."""
+        jobs = np.frombuffer(self.job, dtype=np.int64).copy()
+        ends = np.frombuffer(self.gpus_end, dtype=np.int64).tolist()
+        ids = np.frombuffer(self.gpus, dtype=np.int64).astype(str).tolist()
+        firsts = [0, *ends[:-1]]
+        return pd.DataFrame({
+            "job": jobs,
+            "job_id": job_ids[jobs],
+            "gpu_type": np.asarray(gpu_types, dtype=object)[np.frombuffer(self.type, dtype=np.int64)],
+            "gpu_ids": [",".join(ids[a:b]) for a, b in zip(firsts, ends)],
+            "start": np.frombuffer(self.start, dtype=np.float64).copy(),
+            "end": np.frombuffer(self.end, dtype=np.float64).copy(),
+            "restart_s": np.frombuffer(self.restart, dtype=np.float64).copy(),
+            "work_s": np.frombuffer(self.work, dtype=np.float64).copy(),
+        })
 
 
 class PreemptiveSimulation(Simulation):
@@ -74,7 +115,7 @@ class PreemptiveSimulation(Simulation):
         self.held_by_type = np.zeros(len(cluster.gpu_types))  # GPU-seconds held per type
         self._attained_before = np.zeros(n)  # attained service when the current segment began
         self._num_array = jobs["num_gpus"].to_numpy(dtype="float64")
-        self._segments: list[tuple] = []  # (job, type index, GPU ids, start, end, restart s, work s)
+        self._segments = Segments()
         self.view.progress = read_only(self.fraction)
         self.view.attained = read_only(self.attained)
         self._round_armed = False
@@ -150,7 +191,7 @@ class PreemptiveSimulation(Simulation):
             raise PolicyError(f"policy {self.policy.name!r} preempted job {job}, which is not running")
         _, k = running.pop(job)
         self._close_segment(job, k, now, max(0.0, now - self.work_start[job]))
-        self.done[job] = self.fraction[job] = self._fraction_done(np.array([job]), now)[0]
+        self.done[job] = self.fraction[job]  # current: refreshed at this call's start (_schedule)
         self.state.release(k, self.gpus_of[job])
         self.epoch[job] += 1  # its queued completion is stale now
         self.preemptions[job] += 1
@@ -158,8 +199,8 @@ class PreemptiveSimulation(Simulation):
 
     def _close_segment(self, job: int, k: int, now: float, worked: float) -> None:
         held = now - self.segment_start[job]
-        self._segments.append((job, k, self.gpus_of[job], float(self.segment_start[job]), now,
-                               float(self.work_start[job] - self.segment_start[job]), worked))
+        self._segments.add(job, k, self.gpus_of[job], float(self.segment_start[job]), now,
+                           float(self.work_start[job] - self.segment_start[job]), worked)
         self.worked[job] += worked
         self.attained[job] = self._attained_before[job] = self._attained_before[job] + held * self._num[job]
         self.held_by_type[k] += held * self._num[job]
@@ -202,17 +243,7 @@ class PreemptiveSimulation(Simulation):
         return dict(zip(self.cluster.gpu_types, self.held_by_type.tolist()))
 
     def _segments_frame(self) -> pd.DataFrame:
-        rows, types = self._segments, self.cluster.gpu_types
-        return pd.DataFrame({
-            "job": np.array([r[0] for r in rows], dtype=np.int64),
-            "job_id": self.trace.jobs["job_id"].iloc[[r[0] for r in rows]].to_numpy(),
-            "gpu_type": [types[r[1]] for r in rows],
-            "gpu_ids": [",".join(map(str, r[2])) for r in rows],
-            "start": np.array([r[3] for r in rows], dtype="float64"),
-            "end": np.array([r[4] for r in rows], dtype="float64"),
-            "restart_s": np.array([r[5] for r in rows], dtype="float64"),
-            "work_s": np.array([r[6] for r in rows], dtype="float64"),
-        })
+        return self._segments.frame(self.trace.jobs["job_id"].to_numpy(), self.cluster.gpu_types)
 
     def _records(self) -> pd.DataFrame:
         records = super()._records()

@@ -1,4 +1,5 @@
-"""One simulation run from its description to files on disk: jobs.parquet, summary.json, manifest.json.
+"""One simulation run from its description to files on disk: jobs.parquet, summary.json, manifest.json
+(and a preemptive run's segments.parquet).
 
 Why: ``simrun``, sweeps and the paper reproduction all run the same thing; a frozen
 :class:`RunConfig` is the unit they pass around, cache by, and record in the manifest.
@@ -324,16 +325,24 @@ class RunOutput:
     records: pd.DataFrame
     summary: dict
     manifest: dict
+    segments: pd.DataFrame | None = None  # a preemptive run's stretches on GPUs (one per job otherwise)
 
     FILES = ("jobs.parquet", "summary.json", "manifest.json")
+    SEGMENTS = "segments.parquet"  # written by a preemptive run only
     TRUTH = "truth"  # the folder of the --compare-truth run
 
+    def files(self) -> tuple[str, ...]:
+        """The files this run writes."""
+        return self.FILES + ((self.SEGMENTS,) if self.segments is not None else ())
+
     def _writers(self, prefix: str = "") -> list[tuple[str, Callable[[Path], None]]]:
-        """(relative path, writer of that file's content to a given path), in :data:`FILES` order."""
-        writers = (lambda p: self.records.to_parquet(p, index=False),
+        """(relative path, writer of that file's content to a given path), in :meth:`files` order."""
+        writers = [lambda p: self.records.to_parquet(p, index=False),
                    lambda p: p.write_text(json.dumps(self.summary, indent=2) + "\n"),
-                   lambda p: p.write_text(json.dumps(self.manifest, indent=2, default=str) + "\n"))
-        return [(prefix + name, write) for name, write in zip(self.FILES, writers)]
+                   lambda p: p.write_text(json.dumps(self.manifest, indent=2, default=str) + "\n")]
+        if self.segments is not None:
+            writers.append(lambda p: self.segments.to_parquet(p, index=False))
+        return [(prefix + name, write) for name, write in zip(self.files(), writers)]
 
     def write(self, out_dir: str | Path, *, truth: RunOutput | None = None) -> Path:
         """Write the run's files into ``out_dir`` (created if needed), with ``truth`` (the
@@ -414,4 +423,4 @@ def execute(config: RunConfig, *, trace: JobTrace | None = None, cluster: Cluste
         "versions": versions(),
         "argv": sys.argv,
     }
-    return RunOutput(result.records, summary, manifest)
+    return RunOutput(result.records, summary, manifest, result.segments)

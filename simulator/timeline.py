@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -55,7 +56,20 @@ def _gpu_ids(text) -> list[int]:
         raise TimelineInputError(f"field 'gpu_ids': {short(text)} is not a comma list of GPU ids") from None
 
 
-def chrome_trace(jobs: pd.DataFrame, cluster: Cluster | None = None, *, queue_counter: bool = True) -> dict:
+def _bars(placed: pd.DataFrame, segments: pd.DataFrame | None) -> pd.DataFrame:
+    """What is drawn: each job from start to end on its GPUs, or with ``segments`` (a preemptive
+    run) each stretch it held GPUs; ``job_start``/``job_end`` keep the job's own."""
+    jobs = placed.assign(job_start=placed["start"], job_end=placed["end"])
+    if segments is None:
+        return jobs
+    stretches = segments[["job", "gpu_type", "gpu_ids", "start", "end", "restart_s", "work_s"]]
+    info = jobs.drop(columns=["gpu_type", "gpu_ids", "start", "end"]).reset_index(drop=False)
+    # a segment's job is its row in the records (both in the trace's order)
+    return stretches.merge(info, left_on="job", right_on="index", how="inner")
+
+
+def chrome_trace(jobs: pd.DataFrame, cluster: Cluster | None = None, *, queue_counter: bool = True,
+                 segments: pd.DataFrame | None = None) -> dict:
     """The Chrome-trace document of a per-job records table (simulator output).
 
     With ``cluster`` (GPU ids are global, contiguous per node in node order) a process is a node;
@@ -68,6 +82,7 @@ def chrome_trace(jobs: pd.DataFrame, cluster: Cluster | None = None, *, queue_co
     if "status" in placed:
         placed = placed[placed["status"] == "completed"]
 
+    bars = _bars(placed, segments)
     # GPU id -> (pid, process name)
     owner: dict[int, tuple[int, str]] = {}
     processes: dict[int, str] = {}
@@ -78,14 +93,14 @@ def chrome_trace(jobs: pd.DataFrame, cluster: Cluster | None = None, *, queue_co
             for _ in range(node.num_gpus):
                 owner[gid] = (pid, processes[pid])
                 gid += 1
-    used = sorted({g for ids in placed["gpu_ids"] for g in _gpu_ids(ids)})
+    used = sorted({g for ids in bars["gpu_ids"] for g in _gpu_ids(ids)})
     if cluster is None or any(g not in owner for g in used):
         owner, processes = {}, {}
-        types = sorted({str(t) for t in placed["gpu_type"]})
+        types = sorted({str(t) for t in bars["gpu_type"]})
         pid_of = {t: i for i, t in enumerate(types, start=1)}
         for t in types:
             processes[pid_of[t]] = t
-        for _, row in placed.iterrows():
+        for _, row in bars.iterrows():
             for g in _gpu_ids(row["gpu_ids"]):
                 owner.setdefault(g, (pid_of[str(row["gpu_type"])], str(row["gpu_type"])))
     tracks = sorted(owner)
@@ -97,19 +112,21 @@ def chrome_trace(jobs: pd.DataFrame, cluster: Cluster | None = None, *, queue_co
     for g in tracks:
         events.append({"name": "thread_name", "ph": "M", "pid": owner[g][0], "tid": g, "args": {"name": f"GPU {g}"}})
 
-    for row in placed.sort_values(["start", "end"], kind="stable").itertuples(index=False):
+    for row in bars.sort_values(["start", "end"], kind="stable").itertuples(index=False):
         deadline = _num(getattr(row, "deadline", None))
         args = {
             "job_id": str(row.job_id),
             "num_gpus": int(row.num_gpus),
             "gpu_type": str(row.gpu_type),
             "submit_s": _num(row.submit),
-            "queueing_delay_s": _num(row.start - row.submit),
-            "runtime_s": _num(row.end - row.start),
+            "queueing_delay_s": _num(row.job_start - row.submit),
+            "runtime_s": _num(row.job_end - row.job_start),
             "deadline_s": deadline,
             "tardiness_s": _num(getattr(row, "tardiness", None)) if deadline is not None else None,
             "predicted_runtime_s": _num(getattr(row, "predicted_runtime", None)),
         }
+        if segments is not None:  # one of the job's stretches on GPUs
+            args.update(stretch_restart_s=_num(row.restart_s), stretch_work_s=_num(row.work_s))
         ts, dur = _us(row.start), _us(row.end) - _us(row.start)
         for g in _gpu_ids(row.gpu_ids):
             events.append({"name": f"job {row.job_id}", "cat": "job", "ph": "X", "ts": ts, "dur": dur,
@@ -119,9 +136,11 @@ def chrome_trace(jobs: pd.DataFrame, cluster: Cluster | None = None, *, queue_co
         qpid = max(processes, default=0) + 1
         events.append({"name": "process_name", "ph": "M", "pid": qpid, "tid": 0, "args": {"name": "queue"}})
         events.append({"name": "process_sort_index", "ph": "M", "pid": qpid, "tid": 0, "args": {"sort_index": -1}})
+        resumed = bars.loc[bars["end"] < bars["job_end"], "end"]  # a suspension: the job waits again
         changes = pd.concat([
             pd.DataFrame({"t": placed["submit"].to_numpy(float), "d": 1}),
-            pd.DataFrame({"t": placed["start"].to_numpy(float), "d": -1}),
+            pd.DataFrame({"t": bars["start"].to_numpy(float), "d": -1}),
+            pd.DataFrame({"t": resumed.to_numpy(float), "d": 1}),
         ]).groupby("t", sort=True)["d"].sum()
         waiting = changes.cumsum()
         for t, n in waiting.items():
@@ -169,12 +188,17 @@ def checked_records(jobs: pd.DataFrame, source: str | Path) -> pd.DataFrame:
             raise TimelineInputError(f"{source}: row {i + 1} (job {short(jobs['job_id'].iloc[i])}) field {col!r}: "
                                      f"{shown} is not a finite number of at most {MAX_TIME_S:g}")
         jobs[col] = values
-    for i, ids in enumerate(jobs["gpu_ids"]):
+    _check_gpu_ids(jobs, source, lambda i: f"row {i + 1} (job {short(jobs['job_id'].iloc[i])})")
+    return jobs
+
+
+def _check_gpu_ids(table: pd.DataFrame, source: str | Path, row: Callable[[int], str]) -> None:
+    """Every ``gpu_ids`` of ``table`` a comma list of ids; else an error naming ``row(i)``."""
+    for i, ids in enumerate(table["gpu_ids"]):
         try:
             _gpu_ids(ids)
         except TimelineInputError as exc:
-            raise TimelineInputError(f"{source}: row {i + 1} (job {short(jobs['job_id'].iloc[i])}) {exc}") from None
-    return jobs
+            raise TimelineInputError(f"{source}: {row(i)} {exc}") from None
 
 
 def _jobs_file(run: Path) -> Path:
@@ -185,11 +209,44 @@ def _jobs_file(run: Path) -> Path:
     return path
 
 
+SEGMENT_COLUMNS = ("job", "gpu_type", "gpu_ids", "start", "end", "restart_s", "work_s")
+
+
+def checked_segments(segments: pd.DataFrame, jobs: int, source: str | Path) -> pd.DataFrame:
+    """A preemptive run's segments.parquet with its columns present, each ``job`` a row of the
+    run's records (``jobs`` rows), and its times finite; TimelineInputError naming file, row, field."""
+    missing = [c for c in SEGMENT_COLUMNS if c not in segments]
+    if missing:
+        raise TimelineInputError(f"{source}: segments table lacks column(s) {missing}")
+    segments = segments.copy()
+    for col, low, high in (("job", 0, jobs - 1), ("start", -MAX_TIME_S, MAX_TIME_S), ("end", -MAX_TIME_S, MAX_TIME_S),
+                           ("restart_s", 0, MAX_TIME_S), ("work_s", 0, MAX_TIME_S)):
+        values = pd.to_numeric(segments[col], errors="coerce").astype(float)
+        bad = ~((values >= low) & (values <= high))
+        if col == "job":
+            bad |= values != values.round()
+        if bad.any():
+            i = int(np.argmax(bad.to_numpy()))
+            what = "a row of the run's jobs.parquet" if col == "job" else "a number of seconds"
+            shown = f"{values.iloc[i]:g}" if pd.notna(values.iloc[i]) else short(segments[col].iloc[i])
+            raise TimelineInputError(f"{source}: row {i + 1} field {col!r}: {shown} is not "
+                                     f"{what} in [{low:g}, {high:g}]")
+        segments[col] = values.astype("int64") if col == "job" else values
+    _check_gpu_ids(segments, source, lambda i: f"row {i + 1}")
+    return segments
+
+
 def run_timeline(run_dir: str | Path) -> dict:
-    """The Chrome trace of a run directory (``simrun --out`` or a sweep's runs/<key>)."""
+    """The Chrome trace of a run directory (``simrun --out`` or a sweep's runs/<key>); a
+    preemptive run's (with segments.parquet) draws each stretch a job held GPUs."""
     run = Path(run_dir)
     path = _jobs_file(run)
-    return chrome_trace(checked_records(read_table(path, TimelineInputError), path), _cluster_of(run))
+    jobs = checked_records(read_table(path, TimelineInputError), path)
+    segments_path = run / "segments.parquet"
+    segments = None
+    if segments_path.exists() or segments_path.is_symlink():
+        segments = checked_segments(read_table(segments_path, TimelineInputError), len(jobs), segments_path)
+    return chrome_trace(jobs, _cluster_of(run), segments=segments)
 
 
 def write_timeline(run_dir: str | Path, out: str | Path | None = None, overwrite: bool = False) -> Path:

@@ -96,7 +96,7 @@ def run_point(config: RunConfig) -> dict:
     row.update({f"utilization_{t}": u for t, u in by_type.items()})
     row.update(status="ok", error=None, point_seconds=time.perf_counter() - t0)
     return {"row": row, "records": output.records, "summary": output.summary,
-            "manifest": output.manifest, "traceback": None}
+            "manifest": output.manifest, "segments": output.segments, "traceback": None}
 
 
 def crashed_point(config: RunConfig, exc: BaseException) -> dict:
@@ -131,7 +131,7 @@ def write_point(out: Path, result: dict) -> None:
     with atomic_dir(final) as tmp:
         if result["records"] is not None:
             try:
-                RunOutput(result["records"], result["summary"], result["manifest"]).write(tmp)
+                RunOutput(result["records"], result["summary"], result["manifest"], result.get("segments")).write(tmp)
             except OutputError as exc:  # name the file the user will look for, not its temporary twin
                 raise OutputError(str(exc).replace(str(tmp), str(final))) from None
         else:

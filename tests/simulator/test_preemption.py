@@ -169,3 +169,44 @@ def test_a_resume_reads_the_jobs_checkpoint_at_the_storage_bandwidth():
     r = by_job(res)
     assert r.loc["A", "restart_overhead_s"] == 52.0 and r.loc["A", "end"] == 1252.0
     assert r.loc["B", "restart_overhead_s"] == 0.0  # never resumed: its size costs nothing
+
+
+def test_a_preemptive_run_writes_its_segments_and_the_timeline_draws_each(tmp_path):
+    # The SRTF hand case, through simrun's files: segments.parquet holds A's two stretches and B's,
+    # and the timeline draws those three bars (not A as one bar over B's), the queue rising
+    # again when A is suspended.
+    from simulator.run import RunConfig, RunOutput, execute
+    from simulator.timeline import run_timeline
+
+    trace = from_records([job("A", 1000.0), job("B", 200.0, submit=100.0)])
+    config = RunConfig(policy="srtf:lease=300,restart=50", predictor="truth")
+    out = execute(config, trace=trace, cluster=homogeneous_groups([("V100", 1, 1)], "t"))
+    assert out.files() == (*RunOutput.FILES, RunOutput.SEGMENTS)
+    folder = out.write(tmp_path / "run")
+    saved = pd.read_parquet(folder / "segments.parquet").sort_values("start")
+    assert saved[["job_id", "start", "end", "restart_s", "work_s"]].values.tolist() == [
+        ["A", 0.0, 300.0, 0.0, 300.0], ["B", 300.0, 500.0, 0.0, 200.0], ["A", 500.0, 1250.0, 50.0, 700.0]]
+    doc = run_timeline(folder)
+    bars = sorted((e["args"]["job_id"], e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6)
+                  for e in doc["traceEvents"] if e["ph"] == "X")
+    assert bars == [("A", 0.0, 300.0), ("A", 500.0, 1250.0), ("B", 300.0, 500.0)]
+    waiting = [(e["ts"] / 1e6, e["args"]["waiting"]) for e in doc["traceEvents"] if e["ph"] == "C"]
+    assert waiting == [(0.0, 0), (100.0, 1), (300.0, 1), (500.0, 0)]  # at 300 B starts, A waits
+    # a non-preemptive run writes none
+    fifo = execute(RunConfig(policy="fifo", predictor="truth"), trace=trace,
+                   cluster=homogeneous_groups([("V100", 1, 1)], "t"))
+    assert fifo.files() == RunOutput.FILES and fifo.segments is None
+
+
+def test_a_bad_segments_file_is_named_by_row_and_field(tmp_path):
+    from simulator.run import RunConfig, execute
+    from simulator.timeline import TimelineInputError, run_timeline
+
+    trace = from_records([job("A", 1000.0), job("B", 200.0, submit=100.0)])
+    folder = execute(RunConfig(policy="srtf:lease=300", predictor="truth"), trace=trace,
+                     cluster=homogeneous_groups([("V100", 1, 1)], "t")).write(tmp_path / "run")
+    segments = pd.read_parquet(folder / "segments.parquet")
+    segments.loc[1, "job"] = 7  # the run has 2 jobs
+    segments.to_parquet(folder / "segments.parquet")
+    with pytest.raises(TimelineInputError, match=r"segments.parquet: row 2 field 'job': 7 is not a row"):
+        run_timeline(folder)
