@@ -220,9 +220,9 @@ class GavelPolicy(PreemptivePolicy):
         """Max-min fairness over the jobs' classes: jobs alike in GPUs and in relative speed on
         each type (predicted run times proportional, to 9 digits) have the same normalised
         throughputs, so one of the LP's optima gives them equal allocations; it is found with one
-        row per class (the backlog of an overloaded cluster is thousands of jobs of a few hundred
-        kinds). The allocation depends on the classes present and their counts alone: it is reused
-        while they stay."""
+        row per class (the backlog of an overloaded cluster is thousands of jobs of far fewer
+        kinds; with per-job noise in the predictions every job is its own class). The allocation
+        depends on the classes present and their counts alone: it is reused while they stay."""
         if self._class_of is None:
             seconds = np.maximum(view.predicted, 1e-6)
             with np.errstate(invalid="ignore"):
