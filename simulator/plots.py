@@ -341,7 +341,8 @@ def cdf_figure(results: pd.DataFrame, sweep: Path, log: Log | None = None) -> Fi
 def utilisation_figure(results: pd.DataFrame, sweep: Path, log: Log | None = None) -> Figure | None:
     """Busy GPUs / total over time of every run of the sweep (see :func:`run_panels`)."""
     def draw(ax: Axes, run: Path, label: str, style: dict) -> Line2D:
-        t, u = utilisation_series(run_records(run / "jobs.parquet", ("start", "end", "num_gpus")), _total_gpus(run))
+        jobs = run_records(run / "jobs.parquet", ("start", "end", "num_gpus"))
+        t, u = utilisation_series(held_gpus(run, jobs), _total_gpus(run))
         ax.set_ylim(0, 1.05)
         (line,) = ax.step(t / 3600, u, where="post", label=label, **style)
         return line
@@ -375,6 +376,22 @@ def run_records(path: Path, numeric: tuple[str, ...]) -> pd.DataFrame:
             raise PlotInputError(f"{path}: row {i + 1} field {col!r}: {shown} is not a finite number")
         jobs[col] = values.astype(float)
     return jobs
+
+
+def held_gpus(run: Path, jobs: pd.DataFrame) -> pd.DataFrame:
+    """``start``, ``end``, ``num_gpus`` of every stretch GPUs were held: a preemptive run's
+    segments.parquet (a suspended job holds none until it resumes), else the run's ``jobs``."""
+    path = run / "segments.parquet"
+    if not path.exists() and not path.is_symlink():
+        return jobs
+    segments = run_records(path, ("job", "start", "end"))
+    job = segments["job"].to_numpy()
+    bad = (job < 0) | (job >= len(jobs)) | (job != np.round(job))
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise PlotInputError(f"{path}: row {i + 1} field 'job': {job[i]:g} is not a row of the run's jobs.parquet")
+    return pd.DataFrame({"start": segments["start"], "end": segments["end"],
+                         "num_gpus": jobs["num_gpus"].to_numpy()[job.astype(np.int64)]})
 
 
 def _manifest(run: Path) -> dict | None:
@@ -429,7 +446,7 @@ def plot_run(run: Path, out: Path) -> list[Path]:
     ax.set_title(f"JCT CDF: {label}", fontsize=9)
     paths = _save(fig, out, "jct_cdf")
     fig, ax = plt.subplots(figsize=(7, 3.4))
-    t, u = utilisation_series(jobs, _total_gpus(run))
+    t, u = utilisation_series(held_gpus(run, jobs), _total_gpus(run))
     ax.step(t / 3600, u, where="post", lw=0.9)
     ax.set_xlabel("time (h)")
     ax.set_ylabel("busy GPUs / total")

@@ -210,3 +210,19 @@ def test_a_bad_segments_file_is_named_by_row_and_field(tmp_path):
     segments.to_parquet(folder / "segments.parquet")
     with pytest.raises(TimelineInputError, match=r"segments.parquet: row 2 field 'job': 7 is not a row"):
         run_timeline(folder)
+
+
+def test_a_preemptive_runs_utilisation_counts_gpus_only_while_held(tmp_path):
+    # The SRTF hand case: its one GPU is busy from 0 to 1250 s without a gap (A, then B, then A);
+    # the records alone would count it twice while B holds it (A from 0 to 1250 s, B 300–500 s).
+    from simulator.plots import held_gpus, utilisation_series
+    from simulator.run import RunConfig, execute
+
+    trace = from_records([job("A", 1000.0), job("B", 200.0, submit=100.0)])
+    folder = execute(RunConfig(policy="srtf:lease=300,restart=50", predictor="truth"), trace=trace,
+                     cluster=homogeneous_groups([("V100", 1, 1)], "t")).write(tmp_path / "run")
+    jobs = pd.read_parquet(folder / "jobs.parquet")
+    t, u = utilisation_series(held_gpus(folder, jobs), 1)
+    assert t.tolist() == [0.0, 300.0, 500.0, 1250.0] and u.tolist() == [1.0, 1.0, 1.0, 0.0]
+    t, u = utilisation_series(jobs, 1)  # the records alone: 2 GPUs busy on a 1-GPU cluster
+    assert u.max() == 2.0
