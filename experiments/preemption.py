@@ -28,6 +28,8 @@ import click
 import numpy as np
 import pandas as pd
 
+from experiments.sweeps import sweep_options
+
 POLICIES = ("sjf", "srtf", "hydra", "gavel", "tiresias")
 PREEMPTIVE = ("srtf", "gavel", "tiresias")
 MODELS = ("ets", "habitat", "dnnperf")
@@ -93,12 +95,7 @@ def run(out: Path, jobs: int, seeds: int, workers: int, quick: bool = False) -> 
 
 
 @click.command()
-@click.option("--quick", is_flag=True, help="One 120-job Philly-like workload, one seed (the test suite's mode).")
-@click.option("--jobs", type=click.IntRange(10), default=JOBS, show_default=True, help="Jobs per workload.")
-@click.option("--seeds", type=click.IntRange(1), default=3, show_default=True)
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("reports/preemption"),
-              show_default=True)
-@click.option("--workers", type=click.IntRange(1), default=2, show_default=True)
+@sweep_options(JOBS, "reports/preemption", "One 120-job Philly-like workload, one seed (the test suite's mode).")
 def main(quick: bool, jobs: int, seeds: int, out: Path, workers: int) -> None:
     """What a predictor's error costs preemptive and non-preemptive schedulers."""
     from predictor.evaluate import markdown

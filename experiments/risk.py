@@ -28,6 +28,8 @@ import click
 import numpy as np
 import pandas as pd
 
+from experiments.sweeps import sweep_options
+
 POLICIES = ("hydra", "edf")
 QUANTILES = (0.5, 0.8, 0.9, 0.95)
 PREDICTORS = ("ets", "habitat", "dnnperf", "noisy:0.1", "noisy:0.2")
@@ -137,12 +139,7 @@ def run(out: Path, jobs: int, seeds: int, workers: int, quick: bool = False) -> 
 
 
 @click.command()
-@click.option("--quick", is_flag=True, help="120-job workloads, one seed, ETS and noisy:0.2, Q = 0.9 only.")
-@click.option("--jobs", type=click.IntRange(10), default=JOBS, show_default=True, help="Jobs per workload.")
-@click.option("--seeds", type=click.IntRange(1), default=3, show_default=True)
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("reports/risk"),
-              show_default=True)
-@click.option("--workers", type=click.IntRange(1), default=2, show_default=True)
+@sweep_options(JOBS, "reports/risk", "120-job workloads, one seed, ETS and noisy:0.2, Q = 0.9 only.")
 def main(quick: bool, jobs: int, seeds: int, out: Path, workers: int) -> None:
     from predictor.evaluate import markdown
 

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
-STATE_COPIES = {"sgd": 3, "adam": 4}  # weights + gradients + momentum | + Adam's two moments
+OPTIMIZER_STATES = {"sgd": 1, "adam": 2, "adamw": 2}  # tensors kept per parameter (SGD: its momentum)
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class MemoryEstimate:
         return (self.activation_bytes + self.state_bytes) / 1e9
 
 
-def _first_input_elements(shapes: str) -> int:
+def first_input_elements(shapes: str) -> int:
     """Elements of an op's first input tensor (0 when the capture recorded none)."""
     try:
         parsed = json.loads(shapes)
@@ -51,7 +51,7 @@ def _first_input_elements(shapes: str) -> int:
 def activation_bytes(trace: pd.DataFrame) -> float:
     """Bytes of the tensors the forward pass of one iteration keeps for backward (see module)."""
     forward = trace[(trace["phase"] == "forward") & ~trace["op"].str.endswith("_")]
-    elements = np.array([_first_input_elements(s) for s in forward["input_shapes"]], dtype=np.float64)
+    elements = np.array([first_input_elements(s) for s in forward["input_shapes"]], dtype=np.float64)
     sizes = forward["dtype"].map(ELEMENT_BYTES).fillna(4).to_numpy(np.float64)
     return float((elements * sizes).sum())
 
@@ -62,7 +62,8 @@ def estimate(config, trace: pd.DataFrame) -> MemoryEstimate:
     from predictor.zoo.registry import build
 
     parameters = sum(p.numel() for p in build(config, "meta").model.parameters())
-    state = parameters * ELEMENT_BYTES.get(config.dtype, 4) * STATE_COPIES.get(config.optimizer, 4)
+    copies = 2 + OPTIMIZER_STATES.get(config.optimizer, 2)  # weights, gradients, the optimizer's states
+    state = parameters * ELEMENT_BYTES.get(config.dtype, 4) * copies
     return MemoryEstimate(config.config_id, activation_bytes(trace), float(state))
 
 

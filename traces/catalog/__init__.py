@@ -9,13 +9,12 @@ package ships sequences, not timings.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pandas as pd
 
 from predictor.families import job_class
-from predictor.inputs import load_json
+from predictor.memory import ELEMENT_BYTES, OPTIMIZER_STATES, first_input_elements
 from predictor.trace_table import TraceFormatError, validate
 
 CATALOG_FILE = Path(__file__).with_name("sequences.parquet")
@@ -56,10 +55,6 @@ def catalog_configs(sequences: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
-OPTIMIZER_STATES = {"sgd": 1, "adam": 2, "adamw": 2}  # tensors kept per parameter (SGD: its momentum)
-
-
 def checkpoint_bytes(sequences: pd.DataFrame) -> pd.Series:
     """Per config: what a training checkpoint holds — every parameter (autograd accumulates one
     gradient per parameter: the ``AccumulateGrad`` ops' shapes) at its element size, times one
@@ -68,12 +63,9 @@ def checkpoint_bytes(sequences: pd.DataFrame) -> pd.Series:
     grads = sequences[sequences["op"] == "AccumulateGrad"]
     sizes = {}
     for config_id, rows in grads.groupby("config_id", sort=True):
-        total = 0.0
-        for text, dtype in zip(rows["input_shapes"], rows["dtype"].astype(str)):
-            shapes = load_json(str(text), "input_shapes") if text else []
-            if shapes and isinstance(shapes[0], list):
-                total += math.prod(int(d) for d in shapes[0]) * ELEMENT_BYTES.get(dtype, 4)
+        total = sum(first_input_elements(str(text)) * ELEMENT_BYTES.get(dtype, 4)
+                    for text, dtype in zip(rows["input_shapes"], rows["dtype"].astype(str)))
         parts = str(config_id).split(":")
         states = OPTIMIZER_STATES.get(parts[4], 0) if len(parts) > 4 else 0
-        sizes[config_id] = total * (1 + states)
+        sizes[config_id] = float(total) * (1 + states)
     return pd.Series(sizes, dtype="float64")
