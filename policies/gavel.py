@@ -19,9 +19,9 @@ under Gavel's constraints — X >= 0, Σ_k X[j, k] <= 1 per job, Σ_j s_j X[j, k
   the simplex would pick a vertex — solved with one row per kind of job (see ``_max_min``);
 * ``ftf`` (finish-time fairness, Themis as Gavel writes it): minimise max_j ρ_j, ρ_j = (t_j +
   R_j / thr_j(X)) / (t_j + R_j / iso_j), t_j the time since the job arrived, R_j the fraction of
-  it left; ρ_j <= ρ is linear in X for a fixed ρ (thr_j(X) >= R_j / (ρ c_j - t_j)), so the least
-  feasible ρ is found by bisection on feasibility LPs (``FTF_STEPS`` steps; ρ = 1, the equal
-  share, is always feasible), and of the allocations meeting it the one of most total throughput;
+  it left; each ρ_j is a ratio of two functions linear in X, so the least worst ρ is found by a
+  Dinkelbach-type sequence of LPs from the equal share (ρ = 1), each fairer than the one before
+  (see ``Allocation.ftf``), and of the allocations meeting it the one of most total throughput;
 * ``makespan`` (Gavel's minimal total duration): minimise max_j R_j / thr_j(X), i.e. maximise z
   with thr_j(X) >= R_j z.
 
@@ -45,7 +45,8 @@ from policies.options import choice
 from policies.preemptive import PreemptivePolicy
 
 OBJECTIVES = ("max_min", "ftf", "makespan")
-FTF_STEPS = 16  # bisection steps on ρ: ρ within (1 - lower bound) / 2**16 of the least feasible
+FTF_STEPS = 16  # at most this many LPs improving finish-time fairness (see Allocation.ftf)
+FTF_TOLERANCE = 1e-6  # ... and none once one improves the worst ρ by less than this, relatively
 
 
 def isolated_share(num_gpus: np.ndarray, gpus_by_type: np.ndarray, jobs: int | None = None) -> np.ndarray:
@@ -125,31 +126,54 @@ class Allocation:
         return self._max_scaled_min(weights / largest if largest > 0 else weights)
 
     def ftf(self, remaining: np.ndarray, elapsed: np.ndarray) -> np.ndarray:
-        able = self.fits.any(axis=1) & (self.iso > 0)
+        """X minimising max_j ρ_j(X), ρ_j = (t_j + R_j / thr_j(X)) / c_j, c_j = t_j + R_j / iso_j.
+
+        ρ_j is a ratio of two functions linear in X, N_j = t_j thr_j(X) + R_j over D_j = c_j
+        thr_j(X): a generalised linear-fractional program, solved by Crouzeix, Ferland and
+        Schaible's Dinkelbach-type method (J. Optim. Theory Appl. 47, 1985). From an allocation
+        X_k of worst ratio θ_k (X_0 the equal share, θ_0 = 1), the LP min_X max_j (N_j(X) - θ_k
+        D_j(X)) / D_j(X_k) gives X_{k+1}, every iterate feasible and fairer than the one before,
+        until one improves θ by less than ``FTF_TOLERANCE`` (a few LPs; a bisection on ρ took 16
+        feasibility LPs for less precision). Then, of the allocations meeting the final θ, the one of
+        most total throughput (the fairness LP's own optimum may leave GPUs idle)."""
+        n, m = self.n, self.m
+        # a job with nothing left (done at this very round) needs nothing; its ρ would be 1 whatever X
+        able = self.fits.any(axis=1) & (self.iso > 0) & (remaining > 0)
+        remaining = np.where(able, remaining, 0.0)
+        elapsed = np.where(able, elapsed, 0.0)
         iso = np.where(able, self.iso, 1.0)
-        c_iso = elapsed + remaining / iso
-        low = float(np.max(np.where(able, elapsed / c_iso, 0.0), initial=0.0))
-        high = 1.0  # the equal share meets ρ = 1 by construction
-        zero = np.zeros(self.n * self.m)
-        # each job's row in units of its equal-share throughput (thr_j / iso_j >= need_j / iso_j):
-        # coefficients near 1, where raw throughputs (1e-5 per second) sit inside HiGHS's absolute tolerances
-        relative = -self.T / iso[:, None]
+        c = np.where(able, elapsed + remaining / iso, 1.0)
 
-        def need(rho: float) -> np.ndarray:  # each job's least throughput for ρ_j <= rho, over iso_j
-            return np.where(able, remaining / np.maximum(rho * c_iso - elapsed, 1e-12) / iso, 0.0)
+        def worst(x: np.ndarray) -> tuple[float, np.ndarray]:  # θ(x) and each row's thr(x)
+            thr = (self.T * x).sum(axis=1)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                left = np.where(remaining > 0, remaining / thr, 0.0)  # a row given nothing: inf
+            return float(np.max(np.where(able, (elapsed + left) / c, 0.0), initial=0.0)), thr
 
-        for _ in range(FTF_STEPS):
-            rho = (low + high) / 2
-            if self._solve(zero, relative, None, -need(rho)) is None:
-                low = rho
-            else:
-                high = rho
-        # of the allocations meeting the least feasible ρ, the one of most total throughput (a
-        # feasibility LP would return an arbitrary one, GPUs left idle included)
-        best = self._solve(-(self.T / self.T.max(initial=1e-300)).ravel(), relative, None, -need(high))
-        if best is None:  # ρ = 1 never bettered and its LP on the solver's tolerance, or not solved
-            return self._equal_share()
-        return best.reshape(self.n, self.m)
+        best, (theta, thr) = self.share, worst(self.share)
+        cost = np.zeros(n * m + 1)
+        cost[-1] = 1.0  # min t, t >= (N_j(X) - θ D_j(X)) / D_j(X_k) for every able row
+        for step in range(FTF_STEPS):
+            d = np.where(able, c * thr, 1.0)
+            coef = -(np.where(able, theta * c - elapsed, 0.0) / d)[:, None] * self.T
+            x = self._solve(cost, coef, -able.astype("float64"), -remaining / d)
+            if x is None:
+                if step == 0:  # not one LP solved: the equal share, as the solver could not better it
+                    return self._equal_share()
+                break
+            x = x[:-1].reshape(n, m)
+            improved, thr_new = worst(x)
+            if not improved < theta:
+                break
+            gain, best, theta, thr = theta - improved, x, improved, thr_new
+            if gain <= FTF_TOLERANCE * theta:
+                break
+        # each row in units of its equal-share throughput: coefficients near 1, where raw
+        # throughputs (1e-5 per second) sit inside HiGHS's absolute tolerances
+        with np.errstate(divide="ignore"):
+            need = np.where(able, remaining / np.maximum(theta * c - elapsed, 1e-300) / iso, 0.0)
+        most = self._solve(-(self.T / self.T.max(initial=1e-300)).ravel(), -self.T / iso[:, None], None, -need)
+        return best if most is None else most.reshape(n, m)
 
 
 def take_by_priority(priority: np.ndarray, need: np.ndarray, room: list[int], chunk: int = 64) -> dict[int, int]:

@@ -61,6 +61,70 @@ def test_finish_time_fairness_is_never_worse_than_the_equal_share():
     assert worst_rho(x) <= worst_rho(share) + 1e-6
 
 
+def _feasible(throughput, s, g, need) -> bool:
+    """Is there an X (Gavel's constraints) with thr_j(X) >= need_j for every j? Dense LP, rows
+    divided by need_j (near 1): written here apart from Allocation."""
+    from scipy.optimize import linprog
+
+    n, m = throughput.shape
+    rows = [np.kron(np.eye(n)[j], -throughput[j] / need[j]) for j in range(n)]  # -thr_j / need_j <= -1
+    rows += [np.kron(np.eye(n)[j], np.ones(m)) for j in range(n)]  # Σ_k X[j, k] <= 1
+    rows += [np.kron(s.astype(float), np.eye(m)[k]) for k in range(m)]  # Σ_j s_j X[j, k] <= G_k
+    b = np.concatenate([-np.ones(n), np.ones(n), g.astype(float)])
+    bounds = [(0, 1 if s[j] <= g[k] else 0) for j in range(n) for k in range(m)]
+    return linprog(np.zeros(n * m), A_ub=np.array(rows), b_ub=b, bounds=bounds, method="highs").status == 0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_finish_time_fairness_reaches_the_least_feasible_rho(seed):
+    # The fairest ρ is certified from both sides: the allocation returned achieves it, and no
+    # allocation achieves 0.1 % better (a feasibility LP per job's least throughput says so).
+    rng = np.random.default_rng(seed)
+    n = 8
+    throughput = 1.0 / rng.uniform(50, 500, (n, 3))
+    s, g = rng.choice([1, 1, 2, 4], n), np.array([4, 2, 4])
+    remaining, elapsed = rng.uniform(0.1, 1.0, n), rng.uniform(0, 2000, n)
+    lp = Allocation(throughput, s, g)
+    x = lp.ftf(remaining, elapsed)
+    c = elapsed + remaining / lp.iso
+    rho = np.max((elapsed + remaining / (throughput * x).sum(axis=1)) / c)
+    assert rho < 1.0 and lp.fallbacks == 0  # heterogeneity: fairer than the equal share
+    assert _feasible(throughput, s, g, remaining / (rho * (1 + 1e-6) * c - elapsed))
+    below = rho * (1 - 1e-3) * c - elapsed
+    assert (below > 0).all() and not _feasible(throughput, s, g, remaining / below)
+
+
+def test_a_job_with_nothing_left_does_not_pin_finish_time_fairness_to_the_equal_share():
+    # A job whose work ends at the round itself has ρ = 1 under any allocation; counted, ρ = 1
+    # would be the best worst ρ and the others merely get the most throughput meeting it. It needs
+    # nothing and is left out: the others' worst ρ is the least feasible (certified as above).
+    rng = np.random.default_rng(4)  # a case where counting it leaves the others at ρ = 1
+    throughput = 1.0 / rng.uniform(50, 500, (6, 3))
+    s, g = np.array([1, 1, 2, 1, 1, 1]), np.array([4, 2, 4])
+    remaining, elapsed = np.append(rng.uniform(0.1, 1.0, 5), 0.0), rng.uniform(0, 2000, 6)
+    lp = Allocation(throughput, s, g)
+    x = lp.ftf(remaining, elapsed)
+    c = elapsed + remaining / lp.iso
+    rho = np.max(((elapsed + remaining / (throughput * x).sum(axis=1)) / c)[:5])
+    below = rho * (1 - 1e-3) * c - elapsed
+    need = np.append(remaining[:5] / below[:5], 1e-12)  # the finished job: next to nothing
+    assert rho < 1 and lp.fallbacks == 0 and not _feasible(throughput, s, g, need)
+
+
+def test_finish_time_fairness_takes_a_few_lps(monkeypatch):
+    # Dinkelbach-type steps converge in a handful of LPs, each a fairer allocation (a bisection
+    # on ρ took 17); counted, not timed.
+    import policies.gavel as gavel
+
+    calls = []
+    real = gavel.linprog
+    monkeypatch.setattr(gavel, "linprog", lambda *a, **k: calls.append(1) or real(*a, **k))
+    rng = np.random.default_rng(11)
+    lp = Allocation(1.0 / rng.uniform(50, 500, (40, 4)), rng.choice([1, 2, 4], 40), np.array([8, 8, 4, 16]))
+    lp.ftf(rng.uniform(0.1, 1.0, 40), rng.uniform(0, 5000, 40))
+    assert 2 <= len(calls) <= 8
+
+
 def test_the_rounds_realise_the_allocation():
     # The two jobs above, long enough for 40 rounds of 100 s each without restart cost: each job
     # should spend half its time on each type (x = 1/2 everywhere), alternating every round.
