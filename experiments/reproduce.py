@@ -15,6 +15,8 @@ computed from what ships with the package — the pretrained checkpoints, the wo
 6. the error sweep: the same ratios with truth × injected error of MRE 0–30 %;
 7. risk-aware deadline planning (:mod:`experiments.risk`, 400-job workloads): Hydra and EDF
    with ``deadline_quantile``;
+8. what a prediction's error costs preemptive and non-preemptive schedulers
+   (:mod:`experiments.preemption`);
 and the reliability diagram of every checkpoint's prediction intervals (with section 1).
 
     python -m experiments.reproduce [--quick] [--out reports/reproduce] [--workers 2]
