@@ -139,6 +139,8 @@ class Allocation:
         n, m = self.n, self.m
         # a job with nothing left (done at this very round) needs nothing; its ρ would be 1 whatever X
         able = self.fits.any(axis=1) & (self.iso > 0) & (remaining > 0)
+        if not able.any():
+            return self.share  # no job needs anything: no ρ to better
         remaining = np.where(able, remaining, 0.0)
         elapsed = np.where(able, elapsed, 0.0)
         iso = np.where(able, self.iso, 1.0)

@@ -109,6 +109,9 @@ def test_a_job_with_nothing_left_does_not_pin_finish_time_fairness_to_the_equal_
     below = rho * (1 - 1e-3) * c - elapsed
     need = np.append(remaining[:5] / below[:5], 1e-12)  # the finished job: next to nothing
     assert rho < 1 and lp.fallbacks == 0 and not _feasible(throughput, s, g, need)
+    every_job_done = Allocation(throughput, s, g)  # nothing to solve: not counted as a solver failure
+    assert np.array_equal(every_job_done.ftf(np.zeros(6), elapsed), every_job_done.share)
+    assert every_job_done.fallbacks == 0
 
 
 def test_finish_time_fairness_takes_a_few_lps(monkeypatch):
