@@ -78,7 +78,7 @@ class Allocation:
         """min cost·(X, t) s.t. Σ_k coef[j, k] X[j, k] + t_coef[j] t <= upper[j] per row j, and
         Gavel's constraints; ``t`` (free) only if ``t_coef`` is given. None if infeasible, or if
         HiGHS cannot tell (numerical trouble: its status "unknown"); the callers then keep to what
-        is certified — a larger ρ, or the equal share, which is always feasible.
+        is certified — the fairest allocation found so far, or the equal share, always feasible.
 
         The matrix is assembled column by column (CSC) from arrays: each X[j, k] is in three rows
         (row j's own, Σ_k X[j, k] <= 1, the type's capacity); rebuilding it with scipy.sparse's

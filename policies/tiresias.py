@@ -39,6 +39,13 @@ def thresholds_option(value: str | tuple[float, ...]) -> tuple[float, ...]:
     return parts
 
 
+def most_room(room: list[int], n: int) -> int | None:
+    """The type with the most free GPUs (the first such), if ``n`` fit there: Tiresias ignores
+    heterogeneity."""
+    most = max(room)
+    return room.index(most) if most >= n else None
+
+
 class TiresiasPolicy(PreemptivePolicy):
     name = "tiresias"
 
@@ -78,9 +85,8 @@ class TiresiasPolicy(PreemptivePolicy):
         if not view.waiting:  # every running job has room where it runs: nothing would change
             return []
 
-        def choose(job: int, room: list[int]) -> int | None:  # the most room: Tiresias ignores heterogeneity
-            most = max(room)
-            return room.index(most) if most >= view.num_gpus[job] else None
+        def choose(job: int, room: list[int]) -> int | None:
+            return most_room(room, int(view.num_gpus[job]))
 
         if self.starve > 0:  # every job ranked afresh
             out, suspended = reallocate(view, self._ranked(view, [*view.running, *view.waiting]), None, choose)
@@ -116,10 +122,9 @@ class TiresiasPolicy(PreemptivePolicy):
     def _place(view, job: int, free: list[int], out: list[Placement]) -> None:
         """``job`` on the type with the most free GPUs, if it fits there (``free`` is updated)."""
         n = int(view.num_gpus[job])
-        most = max(free)
-        if most >= n:
-            k = free.index(most)
-            free[k] = most - n
+        k = most_room(free, n)
+        if k is not None:
+            free[k] -= n
             out.append(Placement(job, view.gpu_types[k]))
 
     def describe(self) -> dict:

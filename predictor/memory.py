@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from predictor.inputs import load_json
+
 ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
 OPTIMIZER_STATES = {"sgd": 1, "adam": 2, "adamw": 2}  # tensors kept per parameter (SGD: its momentum)
 
@@ -37,10 +39,13 @@ class MemoryEstimate:
 
 
 def first_input_elements(shapes: str) -> int:
-    """Elements of an op's first input tensor (0 when the capture recorded none)."""
+    """Elements of an op's first input tensor (0 when the capture recorded none or no JSON list);
+    InputError for a field nested past the JSON limits (Python's parser would recurse and crash)."""
+    if not isinstance(shapes, str):
+        return 0
     try:
-        parsed = json.loads(shapes)
-    except (TypeError, ValueError):
+        parsed = load_json(shapes, "input_shapes")
+    except json.JSONDecodeError:
         return 0
     first = parsed[0] if isinstance(parsed, list) and parsed else None
     if not isinstance(first, list) or not all(isinstance(d, int) for d in first):

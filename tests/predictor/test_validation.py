@@ -284,6 +284,16 @@ def test_activation_bytes_count_forward_inputs_not_in_place_ones():
     assert activation_bytes(t.assign(phase="backward")) == 0
 
 
+def test_a_shapes_field_nested_past_the_json_limit_is_a_clear_error_not_a_recursion_crash():
+    from predictor.inputs import InputError
+
+    t = trace(n=6)
+    t.loc[0, "input_shapes"] = "[" * 200_000  # json.loads alone raises RecursionError on this
+    with pytest.raises(InputError, match="input_shapes: JSON nested 200,000 levels deep"):
+        activation_bytes(t)
+    assert activation_bytes(t.assign(input_shapes="not json")) == 0  # unreadable: no input recorded
+
+
 def test_too_big_warning_only_beyond_the_largest_gpu():
     assert too_big_warning(MemoryEstimate("small", 70e9, 9e9)) is None
     warning = too_big_warning(MemoryEstimate("huge", 2_000e9, 1e9))
