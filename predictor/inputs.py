@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import reprlib
 import stat
 import zlib
@@ -68,6 +69,10 @@ LIMITS: dict[str, Limit] = {limit.name: limit for limit in (
     Limit("columns", 10_000, "columns", "fields in a CSV header or line"),
     Limit("jobs", 10_000_000, "jobs", "jobs in one simulated workload (the full Philly trace: 111,549)"),
     Limit("grid_points", 100_000, "points", "points of one sweep grid"),
+    Limit("decoded_bytes", 2**30, "bytes",
+          "bytes a Parquet input may decode to, counted from its metadata and dictionaries before its values "
+          "are expanded"),
+    Limit("row_groups", 1_000, "row groups", "row groups of one Parquet input (our writers: one per million rows)"),
 )}
 
 
@@ -106,6 +111,29 @@ def short(value: object, width: int = 80) -> str:
     stops at a few items per level), so a gigabyte-sized value quotes in microseconds."""
     text = _REPR.repr(value)
     return text if len(text) <= width else text[:width - 1] + "…"
+
+
+# C0 and C1 control characters, DEL, and the Unicode format characters that reorder or hide text
+# on a terminal (bidi embeddings, overrides and isolates; zero-width marks; the BOM)
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
+
+
+def printable(text: object) -> str:
+    """``str(text)`` safe for a terminal: every control character shown escaped (``\\x1b``,
+    ``\\n``, ``\\u202e``), never sent raw. A job id, a file name or a checkpoint's metadata comes
+    from a stranger: raw, ``ESC[2J`` clears the screen and a newline forges a line of our own
+    output. The one escaping function for every value we echo; a text without such characters is
+    returned as it is."""
+    text = text if isinstance(text, str) else str(text)
+    if _CONTROL.search(text) is None:
+        return text
+    return _CONTROL.sub(_escape, text)
+
+
+def _escape(match: re.Match) -> str:
+    char = match.group()
+    named = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(char)
+    return named or (f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
 
 
 def names(items: list | tuple, shown: int = 5) -> str:
@@ -249,3 +277,95 @@ def check_width(count: int, source: str | Path) -> None:
     """Refuse a header or line of more than the column limit before its names are listed."""
     if count > limit("columns"):
         raise over_limit("columns", f"{source}: {count:,} fields in one line", count)
+
+
+# -- Parquet ----------------------------------------------------------------------------------------
+
+# Bytes one decoded value takes in Arrow at least, by Parquet physical type; a text value its
+# length and an 8-byte offset.
+_VALUE_BYTES = {"BOOLEAN": 1, "INT32": 4, "INT64": 8, "INT96": 12, "FLOAT": 4, "DOUBLE": 8}
+_OFFSET = 8
+
+
+def read_parquet_arrow(path: str | Path, what: str = "Parquet file", columns: list[str] | None = None,
+                       **options):
+    """A Parquet file as an Arrow table, its decoded size bounded *before* any value is expanded.
+
+    Why: a Parquet file's size says nothing of what it decodes to — run-length-encoded lists,
+    dictionary pages of one long string referenced by every row, or thousands of row groups turn
+    kilobytes into gigabytes. So, from the footer alone: the row groups are counted, every page's
+    decompressed size summed (a compression bomb), and every column chunk's values times their
+    width (long lists); text columns are then read as dictionaries (the distinct values once, an
+    index per row) and their decoded length summed exactly from the dictionary before a string is
+    materialised. Past :data:`LIMITS` ``decoded_bytes`` or ``row_groups``: one-line InputError.
+    ``options`` go to ``pyarrow.parquet.ParquetFile`` (e.g. ``page_checksum_verification``).
+    FileNotFoundError, and pyarrow's errors for a file that is not Parquet, are left to the caller."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    path = regular_file(path, what)
+    with pq.ParquetFile(path, **options) as parquet:
+        meta = parquet.metadata
+        if meta.num_row_groups > limit("row_groups"):
+            raise over_limit("row_groups", str(path), meta.num_row_groups)
+        schema = parquet.schema_arrow
+        wanted = set(schema.names if columns is None else columns)
+        text = [name for name, kind in zip(schema.names, schema.types) if name in wanted and _is_text(kind)]
+        estimate = _decoded_estimate(meta, wanted, set(text))
+        cap = limit("decoded_bytes")
+        if estimate > cap:
+            raise over_limit("decoded_bytes", f"{path}: decodes to at least {estimate:,.0f} bytes", estimate)
+    with pq.ParquetFile(path, read_dictionary=text, **options) as parquet:
+        table = parquet.read(columns=columns)
+    for name in text:
+        column = table.column(name)
+        decoded = sum(pc.sum(pc.take(pc.binary_length(chunk.dictionary), chunk.indices)).as_py() or 0
+                      for chunk in column.chunks)
+        estimate += decoded + _OFFSET * len(column)
+        if estimate > cap:
+            raise over_limit("decoded_bytes", f"{path}: column {short(name)} decodes to {decoded:,} bytes of text",
+                             estimate)
+        kind = schema.field(name).type
+        if not pa.types.is_dictionary(kind):  # text as it was written, now that its size is known
+            table = table.set_column(table.schema.get_field_index(name), schema.field(name), column.cast(kind))
+    return table
+
+
+def read_parquet(path: str | Path, what: str = "Parquet file", columns: list[str] | None = None,
+                 **options):
+    """A Parquet file as a pandas DataFrame through :func:`read_parquet_arrow` (bounded)."""
+    return read_parquet_arrow(path, what, columns, **options).to_pandas()
+
+
+def _is_text(kind) -> bool:
+    import pyarrow as pa
+
+    value = kind.value_type if pa.types.is_dictionary(kind) else kind
+    return any(test(value) for test in (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary,
+                                        pa.types.is_large_binary))
+
+
+def _decoded_estimate(meta, wanted: set[str], text: set[str]) -> float:
+    """Bytes the wanted columns decode to at least, from the footer alone. A text column's pages
+    decompressed (its dictionary, and an index per row: what reading it as a dictionary holds;
+    its values are counted from the dictionary once read); any other column's values at their
+    width, or its pages decompressed where that is more. A text leaf of a nested column (not
+    read as a dictionary) counts its pages' size for each value, which bounds it from above."""
+    total = 0.0
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        for c in range(group.num_columns):
+            chunk = group.column(c)
+            top = chunk.path_in_schema.split(".")[0]
+            if top not in wanted:
+                continue
+            pages = chunk.total_uncompressed_size
+            if top in text:
+                total += pages
+                continue
+            width = _VALUE_BYTES.get(chunk.physical_type)
+            if width is None:  # BYTE_ARRAY inside a nested column, FIXED_LEN_BYTE_ARRAY
+                width = _OFFSET + (pages if chunk.has_dictionary_page else 0)
+            total += max(pages, chunk.num_values * width)
+    return total

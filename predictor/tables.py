@@ -8,16 +8,24 @@ is what its pretrained checkpoint predicts for the same op sequence — ETS, the
 and DNNPerf-style from the sequence alone, Habitat-style from the trace measured on its source
 device (the checkpoint names it). Tables are cached as Parquet under ``$ETS_SIM_CACHE`` (default
 ``~/.cache/ets-sim/tables``), keyed by the method, the checkpoint files' hashes, the configs, the
-devices and the emulator parameters, so a change of any of them recomputes. Each cache file
-carries the SHA-256 of its content, written with it: a table edited, truncated or written by an
-older version is rebuilt with a warning, never used (a cache shared between users is a file from
-a stranger).
+devices and the emulator parameters, so a change of any of them recomputes.
+
+A cache shared between users is a file from a stranger, and a content hash proves nothing to it
+(whoever edits a table recomputes it). So each cache table carries an HMAC-SHA256 of its content
+and its cache key under the cache's own secret (``tables/.key``: 32 random bytes, created with
+the cache, mode 0600, refused unless it is a private regular file of this user): a table edited,
+forged, truncated, moved to another key or written by an older version is rebuilt with a
+warning, never used. A table saved outside the cache (:meth:`IterationTimeTable.save`) carries
+the plain content hash, which catches corruption, not forgery.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
+import secrets
+import stat
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -26,7 +34,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from predictor.inputs import InputError, read_bytes, regular_file, short
+from predictor.inputs import InputError, printable, read_bytes, read_parquet_arrow, short
 from predictor.methods import METHODS, info
 
 
@@ -89,6 +97,7 @@ class IterationTimeTable:
 # -- table files: content-hashed Parquet ------------------------------------------------------------
 
 HASH_KEY = b"ets_sim.content_sha256"  # Parquet key-value metadata: the SHA-256 of content_hash's text
+MAC_KEY = b"ets_sim.hmac_sha256"  # a cache table's HMAC of (its cache key, its content hash) under the cache's secret
 NO_HASH = "no content hash recorded (written by an older version, or by hand)"
 
 
@@ -104,27 +113,37 @@ def content_hash(table: pd.DataFrame) -> str:
     return h.hexdigest()
 
 
-def write_table(table: pd.DataFrame, path: str | Path) -> None:
-    """``table``'s three columns as Parquet, its :func:`content_hash` in the file's metadata."""
+def table_mac(secret: bytes, name: str, digest: str) -> str:
+    """HMAC-SHA256 (hex) of a cache table's key ``name`` and its :func:`content_hash` ``digest``
+    under the cache's ``secret``: the name is signed too, so a valid table copied under another
+    key (other configs, other GPUs) fails."""
+    return hmac.new(secret, f"{name}\n{digest}".encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
+
+
+def write_table(table: pd.DataFrame, path: str | Path, *, signed: tuple[bytes, str] | None = None) -> None:
+    """``table``'s three columns as Parquet, its :func:`content_hash` in the file's metadata, and
+    with ``signed`` = (the cache's secret, the table's cache key) its :func:`table_mac`."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     frame = table[list(IterationTimeTable.COLUMNS)].reset_index(drop=True)
     arrow = pa.Table.from_pandas(frame, preserve_index=False)
-    arrow = arrow.replace_schema_metadata({**(arrow.schema.metadata or {}), HASH_KEY: content_hash(frame).encode()})
-    pq.write_table(arrow, path)
+    digest = content_hash(frame)
+    metadata = {**(arrow.schema.metadata or {}), HASH_KEY: digest.encode()}
+    if signed is not None:
+        metadata[MAC_KEY] = table_mac(*signed, digest).encode()
+    pq.write_table(arrow.replace_schema_metadata(metadata), path)
 
 
-def read_table(path: str | Path) -> tuple[pd.DataFrame | None, str | None]:
-    """(the table, None) when ``path`` holds a table whose content matches its recorded hash;
-    else (the table or None, what is wrong: no hash (:data:`NO_HASH`), a different hash, a
-    truncated or unreadable file). Only FileNotFoundError escapes."""
+def read_table(path: str | Path, *, signed: tuple[bytes, str] | None = None) -> tuple[pd.DataFrame | None, str | None]:
+    """(the table, None) when ``path`` holds a table whose content matches its recorded hash and,
+    with ``signed`` = (the cache's secret, the table's cache key), its HMAC; else (the table or
+    None, what is wrong: no hash (:data:`NO_HASH`), a different hash or HMAC, a truncated or
+    unreadable file). Only FileNotFoundError escapes."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     try:
-        regular_file(path, "iteration-time table")
-        arrow = pq.read_table(path)
+        arrow = read_parquet_arrow(path, "iteration-time table")
         frame = arrow.to_pandas()
     except FileNotFoundError:
         raise
@@ -148,6 +167,13 @@ def read_table(path: str | Path) -> tuple[pd.DataFrame | None, str | None]:
         shown = (f"{text[:12]}…" if len(text) == 64 and all(c in "0123456789abcdef" for c in text)
                  else "a malformed hash")
         return None, f"content hash {actual[:12]}… differs from the recorded {shown}"
+    if signed is not None:
+        mac = (arrow.schema.metadata or {}).get(MAC_KEY)
+        if mac is None:
+            return None, "no HMAC recorded (written by an older version, or not by this cache)"
+        if not hmac.compare_digest(mac, table_mac(*signed, actual).encode()):
+            return None, ("its HMAC does not match this cache's key (edited with its hash recomputed, written "
+                          "under another cache key, or copied from another cache)")
     return frame, None
 
 
@@ -156,7 +182,81 @@ class TableError(ValueError):
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("ETS_SIM_CACHE", Path.home() / ".cache" / "ets-sim")) / "tables"
+    """Where cache tables live: ``$ETS_SIM_CACHE/tables`` (default ``~/.cache/ets-sim/tables``).
+    TableError for a variable set to nothing (it would put the cache in ``./tables``)."""
+    root = os.environ.get("ETS_SIM_CACHE")
+    if root is None:
+        return Path.home() / ".cache" / "ets-sim" / "tables"
+    if not root.strip():
+        raise TableError("ETS_SIM_CACHE is set but empty: name a folder for the table cache, or unset it "
+                         "for ~/.cache/ets-sim")
+    return Path(root) / "tables"
+
+
+KEY_FILE = ".key"  # the cache's secret, beside its tables
+KEY_BYTES = 32
+
+
+def open_cache() -> tuple[Path, bytes]:
+    """The cache folder, proved a writable directory, and its secret (created with the cache):
+    checked before any table is built, so an unusable cache fails in one line at the start, not
+    after minutes of work. TableError naming the folder or key file and what to do."""
+    from predictor.outputs import OutputError, check_writable
+
+    folder = cache_dir()
+    if folder.is_symlink():  # a link planted in a shared cache would send our writes elsewhere
+        raise TableError(f"table cache {printable(folder)} is a symbolic link; remove it (a new cache is made) "
+                         "or set ETS_SIM_CACHE to the folder it names")
+    try:
+        check_writable(folder)
+    except OutputError as exc:
+        raise TableError(f"table cache (ETS_SIM_CACHE): {exc}; set ETS_SIM_CACHE to a writable folder") from None
+    return folder, _cache_secret(folder / KEY_FILE)
+
+
+def _cache_secret(path: Path) -> bytes:
+    """The cache's secret at ``path``: read if there, else created atomically (written in full
+    under a private temporary name, then hard-linked into place, so a concurrent run reads a
+    whole key or makes its own and loses the race cleanly). Only a private regular file of this
+    user is a secret: a link, another user's file, or one that others may read is refused."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        fd = None
+    except OSError as exc:  # ELOOP: a symbolic link
+        raise TableError(f"table cache key {printable(path)}: cannot be opened as a private file "
+                         f"({exc.strerror}); remove it: a new key is made and every table rebuilt") from None
+    if fd is None:
+        import tempfile
+
+        made, tmp = tempfile.mkstemp(dir=path.parent, prefix=".key-")  # mode 0600
+        try:
+            os.write(made, secrets.token_bytes(KEY_BYTES))
+            os.fsync(made)
+            os.close(made)
+            try:
+                os.link(tmp, path)
+            except FileExistsError:  # another run made it first: use theirs
+                pass
+        finally:
+            os.unlink(tmp)
+        return _cache_secret(path)
+    try:
+        info = os.fstat(fd)
+        problem = ("not a regular file" if not stat.S_ISREG(info.st_mode)
+                   else f"owned by user {info.st_uid}, not by you" if info.st_uid != os.geteuid()
+                   else f"readable or writable by others (mode {stat.S_IMODE(info.st_mode):o})"
+                   if info.st_mode & 0o077 else None)
+        secret = os.read(fd, KEY_BYTES + 1) if problem is None else b""
+    finally:
+        os.close(fd)
+    if problem is None and len(secret) != KEY_BYTES:
+        problem = f"{len(secret)} bytes, not {KEY_BYTES}"
+    if problem is not None:
+        raise TableError(f"table cache key {printable(path)} is {problem}: tables in this cache cannot be "
+                         "authenticated; remove the key (a new one is made and every table rebuilt) or set "
+                         "ETS_SIM_CACHE to a private folder")
+    return secret
 
 
 def _digest(*parts: object) -> str:
@@ -197,20 +297,24 @@ def _cached(key: str, build, source: str, warn: Callable[[str], None] | None = N
     written with it; else (no hash, another hash, a truncated or unreadable file, a table that
     fails its checks) ``warn`` gets one line and the table is rebuilt and rewritten. ``warn``
     defaults to a ``warning:`` line on stderr; the table's ``warnings`` keep the line too."""
-    path = cache_dir() / f"{key}.parquet"
+    from predictor.outputs import OutputError, atomic_file
+
+    folder, secret = open_cache()
+    path = folder / f"{key}.parquet"
     problem = None
-    if path.exists():
-        frame, problem = read_table(path)
+    if path.exists() or path.is_symlink():
+        frame, problem = read_table(path, signed=(secret, key))
         if problem is None:
             try:
                 return IterationTimeTable(frame, f"{source} (cache {path})")
-            except ValueError as exc:  # hashed, yet not a valid table: written by a broken version
+            except ValueError as exc:  # signed, yet not a valid table: written by a broken version
                 problem = short(str(exc), 200)
     table = build()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    write_table(table, tmp)
-    os.replace(tmp, path)
+    try:
+        with atomic_file(path) as tmp:  # the rename replaces a planted link; never writes through it
+            write_table(table, tmp, signed=(secret, key))
+    except OutputError as exc:
+        raise TableError(f"table cache: {exc}") from None
     result = IterationTimeTable(table, source)
     if problem is not None:
         line = f"cache table {path} does not match its hash: rebuilt ({problem})"

@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from predictor.inputs import InputError, LocatedError, regular_file, short
+from predictor.inputs import InputError, LocatedError, read_parquet, regular_file, short
 from predictor.outputs import atomic_file
 
 # The one list of each (features one-hot encode in this order, so it is part of every checkpoint).
@@ -261,7 +261,8 @@ def read_trace_file(path: str | Path) -> pd.DataFrame:
             pass  # named by pyarrow's error below, as before
     try:  # pages written with a CRC (write_traces) are verified; older files have none to check
         _check_schema(path, pq.read_schema(path))
-        df = pd.read_parquet(path, page_checksum_verification=True)
+        with refusing(path):  # its decoded size bounded before it is expanded
+            df = read_parquet(path, "dataset file", page_checksum_verification=True)
     except (pa.ArrowException, OSError, ValueError) as exc:
         if isinstance(exc, TraceFormatError):
             raise

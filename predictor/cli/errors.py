@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import click
 
-from predictor.inputs import InputError
+from predictor.inputs import InputError, printable
 
 MAX_MESSAGE = 1000  # characters of one error line
 
 
 def one_line(message: str, width: int = MAX_MESSAGE) -> str:
-    """``message`` on one line (line breaks become " | ") and at most ``width`` characters."""
+    """``message`` on one line (line breaks become " | "), every other control character escaped
+    (:func:`predictor.inputs.printable`: a value from a hostile file never reaches the terminal
+    raw) and at most ``width`` characters."""
     text = " | ".join(part for part in message.splitlines() if part.strip()) if "\n" in message else message
+    text = printable(text)
     if len(text) <= width:
         return text
     tail = f"… ({len(text) - width:,}+ more characters)"

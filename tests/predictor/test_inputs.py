@@ -116,3 +116,86 @@ def test_json_depth_of_a_large_real_sized_document_matches_the_parser():
     rng = random.Random(0)
     doc = json.dumps([{"name": f"op{rng.random()}", "args": {"dims": [[1, 2], [3]]}} for _ in range(200_000)])
     assert json_depth(doc) == 5 and load_json(doc, "big.json") == json.loads(doc)  # [ { { [ [
+
+
+# -- control characters (issue 50) ----------------------------------------------------------------
+
+def test_printable_escapes_every_control_character_and_leaves_text_alone():
+    from predictor.inputs import printable
+
+    assert printable("résumé 東京 ok") == "résumé 東京 ok"
+    assert printable("a\x1b[2Jb") == "a\\x1b[2Jb"
+    assert printable("job\nresults in /etc") == "job\\nresults in /etc"
+    assert printable("\r\t\x00\x7f\x9b\u202eevil\u200b\ufeff") == "\\r\\t\\x00\\x7f\\x9b\\u202eevil\\u200b\\ufeff"
+    assert printable(3) == "3"
+    for code in range(0x20):  # no C0 character survives
+        assert not any(ord(c) < 0x20 for c in printable(f"x{chr(code)}y"))
+
+
+def test_a_cli_error_line_never_carries_a_raw_control_character():
+    from predictor.cli.errors import one_line
+
+    line = one_line("bad job id 'a\x1b[2J'\nresults in /tmp/x\u202e")
+    assert line == "bad job id 'a\\x1b[2J' | results in /tmp/x\\u202e"
+
+
+# -- Parquet: decoded size bounded before values are expanded (issue 50) -------------------------
+
+def _write(path: Path, table, **options) -> Path:
+    import pyarrow.parquet as pq
+
+    pq.write_table(table, path, compression="zstd", **options)
+    return path
+
+
+@pytest.mark.parametrize("schema_stored", [True, False])
+def test_a_parquet_dictionary_of_one_long_string_is_refused_from_its_dictionary(tmp_path, monkeypatch,
+                                                                                  schema_stored):
+    """One 10 KB string referenced by 20,000 rows: a few hundred bytes on disk, 200 MB decoded.
+    Without the arrow schema stored, pyarrow would decode it into a plain string column."""
+    import numpy as np
+    import pyarrow as pa
+
+    from predictor.inputs import read_parquet
+
+    monkeypatch.setenv("ETS_SIM_MAX_DECODED_BYTES", str(10**7))
+    column = pa.DictionaryArray.from_arrays(pa.array(np.zeros(20_000, dtype="int32")), pa.array(["x" * 10_000]))
+    path = _write(tmp_path / "d.parquet", pa.table({"config_id": column}), store_schema=schema_stored)
+    assert path.stat().st_size < 2_000
+    with pytest.raises(InputError, match=f"^{path}: column 'config_id' decodes to 200,000,000 bytes of text: .* "
+                                         "exceeds the limit of 10,000,000 .*ETS_SIM_MAX_DECODED_BYTES=N"):
+        read_parquet(path)
+
+
+def test_parquet_run_length_lists_and_row_groups_are_refused_from_the_footer(tmp_path, monkeypatch):
+    import numpy as np
+    import pyarrow as pa
+
+    from predictor.inputs import read_parquet
+
+    monkeypatch.setenv("ETS_SIM_MAX_DECODED_BYTES", str(10**7))
+    zeros = pa.array(np.zeros(3_000_000, dtype="int64"))
+    lists = pa.ListArray.from_arrays(pa.array([0, 1_000_000, 2_000_000, 3_000_000], type=pa.int32()), zeros)
+    path = _write(tmp_path / "l.parquet", pa.table({"params": lists}))
+    assert path.stat().st_size < 20_000  # 24 MB of values
+    with pytest.raises(InputError, match=f"^{path}: decodes to at least 24,000,000 bytes: .*DECODED_BYTES"):
+        read_parquet(path)
+    monkeypatch.setenv("ETS_SIM_MAX_ROW_GROUPS", "10")
+    many = _write(tmp_path / "g.parquet", pa.table({"a": np.arange(11)}), row_group_size=1)
+    with pytest.raises(InputError, match=f"^{many}: 11 row groups exceeds the limit of 10 .*ETS_SIM_MAX_ROW_GROUPS"):
+        read_parquet(many)
+
+
+def test_the_bounded_parquet_reader_gives_what_pandas_gives(tmp_path):
+    import pandas as pd
+
+    from predictor.inputs import read_parquet
+
+    frame = pd.DataFrame({"config_id": ["a", "bb", None, "a"], "n": [1, 2, 3, 4], "x": [0.5, None, 1.5, 2.0],
+                          "params": [[1, 2], [], None, [3]], "flag": [True, False, True, True],
+                          "kind": pd.Categorical(["u", "v", "u", "u"]), "raw": [b"\x00", b"", b"z", b"zz"]})
+    path = tmp_path / "f.parquet"
+    frame.to_parquet(path, index=False)
+    pd.testing.assert_frame_equal(read_parquet(path), pd.read_parquet(path))
+    pd.testing.assert_frame_equal(read_parquet(path, columns=["n", "config_id"]),
+                                  pd.read_parquet(path, columns=["n", "config_id"]))
