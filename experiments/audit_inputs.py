@@ -1,4 +1,4 @@
-"""The hostile-input audit of issue 31, rerunnable: every case a command line as a new user would
+"""The hostile-input audits of issues 31 and 50, rerunnable: every case a command line as a new user would
 type it, on a file a stranger could hand them, each in its own process.
 
 Why a script beside the tests: the tests guard each finding in seconds; this runs the whole
@@ -22,6 +22,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -39,6 +40,8 @@ from experiments.shared_data import shared_dir
 REPO = Path(__file__).resolve().parents[1]
 SHARED = shared_dir()
 MAX_RSS_MB, MAX_SECONDS, MAX_LINE = 1024, 30.0, 1000
+# What no output may carry raw: control characters but the line ends and tab (a progress bar's \r too)
+RAW_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 # Each case runs in a child that reports its own peak RSS (and its children's) when it exits; a
 # 6 GB address-space cap keeps a regression from taking the machine down (torch maps ~3 GB). The
 # peak is the kernel's VmHWM of the child's own image: getrusage's ru_maxrss would also count the
@@ -68,7 +71,7 @@ class Case:
     """One hostile input: the command (``{d}``: the case's folder, ``{c}``: the shared fixtures),
     what must happen (``refused`` | ``done`` | ``warned``) and a text the output must hold."""
 
-    finding: int
+    finding: int | str  # round 1: 1-9; round 2 (issue 50): "2.<class>"
     name: str
     command: list[str]
     expect: str
@@ -220,9 +223,68 @@ def times_ten(table: Path) -> None:
                    table)
 
 
+def forged(change: Callable[[pd.DataFrame], pd.DataFrame]) -> Callable[[Path], None]:
+    """A cache table edited as a forger would: new content, its content hash recomputed (the
+    forger has no cache key, so no valid HMAC)."""
+    def edit(table: Path) -> None:
+        from predictor.tables import write_table
+
+        write_table(change(pd.read_parquet(table)), table)
+    return edit
+
+
 def truncate(table: Path) -> None:
     data = table.read_bytes()
     table.write_bytes(data[:len(data) // 2])
+
+
+def dictionary_dataset(d: Path, c: Path) -> None:
+    """The fixture dataset grown to 40,000 rows whose config id is one 100 KB string, stored as a
+    Parquet dictionary without the Arrow schema: ~1 MB on disk, 4 GB once decoded."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (d / "data").mkdir()
+    frame = pd.read_parquet(next((c / "data").glob("*.parquet")))
+    frame = frame.iloc[[i % len(frame) for i in range(40_000)]].reset_index(drop=True)
+    arrow = pa.Table.from_pandas(frame, preserve_index=False)
+    one = pa.DictionaryArray.from_arrays(pa.array([0] * len(frame), pa.int32()), pa.array(["x" * 100_000]))
+    arrow = arrow.set_column(arrow.schema.get_field_index("config_id"), "config_id", one)
+    pq.write_table(arrow, d / "data" / "emulated_T4.parquet", compression="zstd", store_schema=False)
+
+
+def run_with_jobs(make: Callable[[], object], **options) -> Callable[[Path, Path], None]:
+    """The fixture run with its jobs.parquet replaced by ``make()``'s table (a stranger's run folder)."""
+    def setup(d: Path, c: Path) -> None:
+        import pyarrow.parquet as pq
+
+        shutil.copytree(c / "run", d / "run")
+        pq.write_table(make(), d / "run" / "jobs.parquet", compression="zstd", **options)
+    return setup
+
+
+def long_lists():
+    """A 300,000,000-value list column: 1.4 KB of run-length encoding, 2.4 GB decoded."""
+    import numpy as np
+    import pyarrow as pa
+
+    offsets = pa.array(np.arange(0, 300_000_001, 30_000_000, dtype="int32"))
+    return pa.table({"job_id": [str(i) for i in range(10)],
+                     "x": pa.ListArray.from_arrays(offsets, pa.array(np.zeros(300_000_000, dtype="int8")))})
+
+
+def many_row_groups():
+    import numpy as np
+    import pyarrow as pa
+
+    return pa.table({"job_id": [str(i) for i in range(20_000)], "submit": np.zeros(20_000)})
+
+
+def escaping_philly(d: Path, _c: Path) -> None:
+    """A Philly trace whose job ids carry a screen clear and a forged output line."""
+    (d / "esc.csv").write_text("#job id,arrival time (sec),topology,shape,size,duration (sec)\n"
+                               "a\x1b[2Jb,0.0,CLOS,1,1,100.0\n"
+                               '"c\nresults in /etc/passwd",10.0,CLOS,1,1,100.0\n')
 
 
 def long_run(d: Path, _c: Path) -> subprocess.Popen:
@@ -360,6 +422,35 @@ CASES: list[Case] = [
                                                     "--minutes", "0.05"], "done", "fine-tuned"),
     # 8. the same result on any machine (the test suite checks it under a slowed clock)
     Case(8, "Hydra offline, heavy 400, defaults", HYDRA_HEAVY, "done", check=tardiness(4150), needs_shared=True),
+    # -- round 2 (issue 50) --
+    # 2. a cache table cannot be forged
+    Case("2.2", "the cached truth x10, its hash recomputed", ["simrun", "--policy", "fifo", "--predictor", "truth",
+                                                            "--bind", "--workload", "pai-like:20", "--out", "{d}/out"],
+         "warned", "HMAC", setup=with_cache(forged(lambda t: t.assign(seconds=t["seconds"] * 10))),
+         env={"ETS_SIM_CACHE": "{d}/cache"}, costs_a_clean_run=True, check=same_records_as_first),
+    Case("2.2", "the cached truth permuted, its hash recomputed", ["simrun", "--policy", "fifo", "--predictor", "truth",
+                                                                 "--bind", "--workload", "pai-like:20", "--out",
+                                                                 "{d}/out"],
+         "warned", "HMAC", setup=with_cache(forged(lambda t: t.assign(seconds=t["seconds"].to_numpy()[::-1]))),
+         env={"ETS_SIM_CACHE": "{d}/cache"}, costs_a_clean_run=True, check=same_records_as_first),
+    # 5. Parquet decoded size bounded before decoding
+    Case("2.5", "a dataset of one 100 KB string x 40,000 (dictionary)", ["ets", "dataset", "info", "{d}/data"],
+         "refused", "decodes to", setup=dictionary_dataset),
+    Case("2.5", "timeline of a jobs.parquet of 300M-value lists", ["simrun", "timeline", "{d}/run"], "refused",
+         "decodes to", setup=run_with_jobs(long_lists)),
+    Case("2.5", "plot of a jobs.parquet of 20,000 row groups", ["simrun", "plot", "{d}/run"], "refused",
+         "row groups", setup=run_with_jobs(many_row_groups, row_group_size=1)),
+    # 8. no raw control character reaches the terminal
+    Case("2.8", "a Philly trace with ESC and newlines in job ids", ["simrun", "--policy", "fifo", "--predictor", "truth",
+                                                                  "--trace", "philly:{d}/esc.csv", "--out", "{d}/o"],
+         "refused", "job", setup=escaping_philly),
+    # 11. an unusable cache fails before the work
+    Case("2.11", "ETS_SIM_CACHE is a file", ["simrun", "--policy", "fifo", "--predictor", "truth", "--bind", "--workload",
+                                         "pai-like:20", "--out", "{d}/out"], "refused", "ETS_SIM_CACHE",
+         setup=write("cache", "a file"), env={"ETS_SIM_CACHE": "{d}/cache"}),
+    Case("2.11", "ETS_SIM_CACHE is empty", ["simrun", "--policy", "fifo", "--predictor", "truth", "--bind", "--workload",
+                                        "pai-like:20", "--out", "{d}/out"], "refused", "ETS_SIM_CACHE is set but empty",
+         env={"ETS_SIM_CACHE": ""}),
     # 9. one run per output folder
     Case(9, "a second run into a folder in use", ["simrun", "--policy", "fifo", "--predictor", "truth", "--workload",
                                                   "pai-like:20", "--out", "{d}/out", "--overwrite"], "refused",
@@ -423,6 +514,9 @@ def run_case(case: Case, d: Path, c: Path) -> dict:
         problems.append("traceback")
     if case.needle and case.needle not in (errors[0] if case.expect == "refused" and errors else out):
         problems.append(f"output lacks {case.needle!r}")
+    raw = sorted({f"{ord(ch):#04x}" for ch in out if RAW_CONTROL.match(ch)})
+    if raw:
+        problems.append(f"raw control character(s) {', '.join(raw)} in the output")
     if any(len(line) > MAX_LINE for line in out.splitlines()):
         problems.append(f"a line of {max(len(line) for line in out.splitlines()):,} characters")
     if marker.exists():

@@ -11,8 +11,10 @@ It sits in the lowest layer (``predictor``) so that every package may use it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,55 +26,127 @@ class OutputError(Exception):
     """An output location that cannot be written (the message names it and says why)."""
 
 
-def _temporary_name(path: Path) -> Path:
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
-
-
 def _reason(exc: OSError) -> str:
     return exc.strerror or type(exc).__name__
 
 
+def _umask() -> int:
+    """This process's umask, read without setting it (``os.umask`` sets it for every thread a
+    moment); 0o022 where /proc does not say."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
+
+
+def _open_mode(fd: int, mode: int) -> None:
+    """Give the temporary file or folder open on ``fd`` the mode a plain create would (mkstemp
+    and mkdtemp make them private), by its descriptor: a path could be swapped meanwhile."""
+    os.fchmod(fd, mode & ~_umask())
+
+
+def _temporary_file(path: Path) -> Path:
+    """A new empty file beside ``path`` under an unpredictable name, created exclusively
+    (``O_EXCL``: a planted file or symbolic link of that name is never opened, another name is
+    drawn). The ``.NAME.tmp-`` prefix marks an interrupted write's leftover for the cleaners."""
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.tmp-")
+    try:
+        _open_mode(fd, 0o666)
+    finally:
+        os.close(fd)
+    return Path(name)
+
+
+def _temporary_dir(path: Path, kind: str = "tmp") -> Path:
+    """A new empty folder beside ``path`` under an unpredictable name (``mkdtemp``: never an
+    existing entry)."""
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.{kind}-"))
+    fd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        _open_mode(fd, 0o777)
+    finally:
+        os.close(fd)
+    return tmp
+
+
 @contextlib.contextmanager
 def atomic_file(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; on success rename it onto ``path``, on any error
-    delete it (the old ``path``, if any, stays as it was) and raise :class:`OutputError` for
-    OS errors."""
+    """Yield a new temporary file beside ``path`` (:func:`_temporary_file`); on success rename it
+    onto ``path``, on any error delete it (the old ``path``, if any, stays as it was) and raise
+    :class:`OutputError` for OS errors. A ``path`` that is a symbolic link is replaced by the
+    rename, never written through."""
     path = Path(path)
-    tmp = _temporary_name(path)
+    tmp: Path | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _temporary_file(path)
         yield tmp
         os.replace(tmp, path)
     except OSError as exc:
         raise OutputError(f"cannot write {path}: {_reason(exc)}") from None
     finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
 
 
 @contextlib.contextmanager
 def atomic_dir(path: str | Path) -> Iterator[Path]:
-    """Yield an empty temporary folder beside ``path``; on success it replaces ``path`` (an old
-    folder of that name is removed only after the new one is complete)."""
+    """Yield an empty temporary folder beside ``path`` (:func:`_temporary_dir`); on success it
+    replaces ``path`` (an old folder of that name is moved aside and removed only after the new
+    one is in place; a symbolic link of that name is replaced, its target left alone)."""
     path = Path(path)
-    tmp = _temporary_name(path)
+    tmp = aside = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir()
+        tmp = _temporary_dir(path)
         yield tmp
-        if path.exists():
-            old = path.with_name(f".{path.name}.old-{os.getpid()}")
-            os.replace(path, old)
-            os.replace(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
+        if os.path.lexists(path):
+            aside = _temporary_dir(path, "old")
+            os.replace(path, aside / path.name)
+            try:
+                os.replace(tmp, path)
+            except OSError:
+                os.replace(aside / path.name, path)  # the old folder back in place
+                raise
         else:
             os.replace(tmp, path)
     except OSError as exc:
         raise OutputError(f"cannot write {path}: {_reason(exc)}") from None
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    finally:  # rmtree never follows a link; the old folder goes only once it is not the one copy
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if aside is not None and (os.path.lexists(path) or not os.path.lexists(aside / path.name)):
+            shutil.rmtree(aside, ignore_errors=True)
+
+
+def inside(root: str | Path, *parts: str) -> Path:
+    """The path of entry ``parts`` under the output folder ``root``, refused (one-line
+    :class:`OutputError` naming it) when an existing component below ``root`` is a symbolic link.
+
+    Why: a run, sweep or figures folder may be shared, or handed over; a link planted in it
+    (``truth/``, ``runs/``, ``plots/``, a file) would send our writes, and our removals of an
+    earlier run's files, into the folder it names. ``root`` itself is taken as the user gave it
+    (it may be a link). Every file and folder written or replaced below an output root is named
+    through here."""
+    path = Path(root)
+    for part in Path(*parts).parts if parts else ():
+        if part in ("", ".", "..") or os.sep in part:
+            raise ValueError(f"not an entry name: {part!r}")
+        path = path / part
+        try:
+            is_link = stat.S_ISLNK(os.lstat(path).st_mode)
+        except FileNotFoundError:
+            break  # nothing below a missing entry exists yet
+        except OSError as exc:
+            raise OutputError(f"cannot write {path}: {_reason(exc)}") from None
+        if is_link:
+            raise OutputError(f"{path} is a symbolic link; refusing to write through it (it may have been "
+                              f"planted to redirect our files): remove it, or choose another folder")
+    return Path(root).joinpath(*parts)
 
 
 def write_text(path: str | Path, text: str) -> Path:
@@ -154,8 +228,12 @@ def locked_folder(folder: str | Path, option: str = "--out") -> Iterator[Path]:
     for _ in range(10):  # retried only if the file is replaced between open and flock
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+            # O_NOFOLLOW: a link planted as .lock must not have its target truncated to our PID
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise OutputError(f"{option} {folder}: its lock file {lock} is a symbolic link; refusing to "
+                                  "write through it: remove it, or choose another folder") from None
             raise OutputError(f"cannot write to {folder}: {_reason(exc)}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -165,7 +243,7 @@ def locked_folder(folder: str | Path, option: str = "--out") -> Iterator[Path]:
             raise OutputError(f"{option} {folder} is in use by another run (PID {holder}); wait for it to "
                               "end, or choose another folder") from None
         try:
-            same = os.fstat(fd).st_ino == os.stat(lock).st_ino
+            same = os.fstat(fd).st_ino == os.lstat(lock).st_ino
         except FileNotFoundError:
             same = False
         if same:

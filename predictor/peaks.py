@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import platform
 import time
 from dataclasses import asdict, dataclass
@@ -38,6 +37,7 @@ import pandas as pd
 from predictor.capture.costs import GEMM_CLASSES, kernel_free, op_class
 from predictor.gpus import UnknownGpuTypeError, entry
 from predictor.inputs import InputError, load_json, read_bytes, short
+from predictor.outputs import write_text
 
 PEAKS_FILE = "peaks.json"
 RECORD_COMMAND = "ets dataset peaks DATASET_DIR"
@@ -146,11 +146,7 @@ def record(directory: str | Path, peaks: Peaks) -> Path:
     path = Path(directory) / PEAKS_FILE
     table = _read(path) if path.exists() else {}
     table[peaks.device] = peaks.to_json()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{PEAKS_FILE}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, path)
-    return path
+    return write_text(path, json.dumps(table, indent=1, sort_keys=True) + "\n")  # never through a planted link
 
 
 def _read(path: Path) -> dict:

@@ -41,7 +41,8 @@ from simulator.run import DEFAULT_CLUSTER, DEFAULT_WORKLOAD
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Sweep directory; rerunning with the same one skips finished points and retries failed ones.")
 @click.option("--workers", type=click.IntRange(1), metavar="N",
-              help="Local worker processes [default: min(2, CPUs)]; 1 runs the points in this process.")
+              help="Local worker processes [default: min(2, CPUs)], at most one per CPU core this process may "
+                   "use (a larger N is capped there, with a warning); 1 runs the points in this process.")
 @click.option("--ray", "ray_address", metavar="auto|ADDRESS|local",
               help="Run one Ray task per point: ray.init(address=...) ('local' starts a local Ray).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
@@ -50,7 +51,8 @@ def sweep_cmd(policies, predictors, errors, workloads, traces, seeds, load_scale
     """Run a grid of simulations: policies x predictors (+ noisy:X) x workloads/traces x seeds x loads.
 
     Each point is cached as OUT/points/<key>.parquet (config, summary metrics, status) and
-    OUT/runs/<key>/ (jobs.parquet, summary.json, manifest.json) as soon as it finishes; a failing
+    OUT/runs/<key>/ (jobs.parquet, summary.json, manifest.json) as soon as it finishes (a rerun skips
+    finished points, and redoes, with a warning, one whose point file does not match its run folder); a failing
     point, or one whose files cannot be written (e.g. a full disk), is recorded (status error,
     OUT/runs/<key>/error.txt) and the others go on; an OUT that cannot be written at all stops the
     sweep with one line (checked before the first point). At the end
@@ -127,11 +129,11 @@ def plot_cmd(path, out, overwrite) -> None:
     (pooled, with each seed); JCT CDFs and utilisation over time of every run (a panel per policy,
     workload and load; a line per predictor and seed).
     """
-    from predictor.outputs import OutputError
+    from predictor.outputs import OutputError, inside
     from simulator.plots import PlotInputError, plot
 
-    try:
-        check_figures_folder(out or path / "plots", overwrite)
+    try:  # PATH/plots is ours to create: a link planted there is refused; an --out given is taken as is
+        check_figures_folder(out or inside(path, "plots"), overwrite)
         files = plot(path, out, log=lambda m: click.echo(m, err=True))
     except (PlotInputError, OutputError) as exc:
         raise click.ClickException(str(exc)) from None
@@ -174,7 +176,7 @@ def timeline_cmd(run_dir, out, overwrite) -> None:
     from simulator.timeline import TimelineInputError, write_timeline
 
     try:
-        path = write_timeline(run_dir, out, overwrite)
+        path = write_timeline(run_dir, out, overwrite, warn=lambda m: click.echo(f"warning: {m}", err=True))
     except (TimelineInputError, OutputError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(path)

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from predictor.inputs import short
-from predictor.outputs import atomic_file, check_writable
+from predictor.outputs import atomic_file, check_writable, inside
 from simulator.sweep.points import load_results, read_json, read_table
 from simulator.sweep.tables import normalise_to_truth, pooled_ratio, source_label
 
@@ -59,7 +59,7 @@ def _save(fig, out: Path, name: str) -> list[Path]:
     paths = []
     try:
         for ext in ("png", "pdf"):
-            path = out / f"{name}.{ext}"
+            path = inside(out, f"{name}.{ext}")
             with atomic_file(path) as tmp:
                 fig.savefig(tmp, format=ext, dpi=120 if ext == "png" else None, bbox_inches="tight")
             paths.append(path)
@@ -460,11 +460,12 @@ def plot(path: str | Path, out: str | Path | None = None, *,
     """All figures of a sweep directory (or a single run directory); returns the written files.
 
     Raises :class:`~predictor.outputs.OutputError` (one line) before drawing when ``out`` cannot
-    be written. Panels whose inputs are missing (e.g. no truth point, no noisy:X point) are skipped with a
-    message through ``log``.
+    be written or, by default PATH/plots, is a symbolic link (a figure is never written through a
+    link below ``out`` either). Panels whose inputs are missing (e.g. no truth point, no noisy:X
+    point) are skipped with a message through ``log``.
     """
     path = Path(path)
-    out = Path(out) if out is not None else path / "plots"
+    out = Path(out) if out is not None else inside(path, "plots")  # a planted plots/ link is refused
     if (path / "points").is_dir():
         results = load_results(path, warn=log)
         if not (results["status"] == "ok").any():

@@ -23,7 +23,7 @@ import pandas as pd
 from policies.registry import make_policy
 from predictor.gpus import canonical_gpu_type, speed
 from predictor.inputs import InputError, short
-from predictor.outputs import atomic_file
+from predictor.outputs import atomic_file, inside
 from predictor.tables import stderr_warning
 from simulator.cluster import Cluster, resolve
 from simulator.metrics import summarize
@@ -351,13 +351,16 @@ class RunOutput:
         All or nothing: every file goes to a temporary name first, and only when all are
         written are they renamed into place. So a full disk or a read-only folder leaves no
         truncated file and no mix of new and old files; it raises a one-line
-        :class:`~predictor.outputs.OutputError` naming the file.
+        :class:`~predictor.outputs.OutputError` naming the file. A symbolic link below ``out_dir``
+        on the way to a file (e.g. a planted ``truth/``) is refused before anything is written
+        (:func:`~predictor.outputs.inside`).
         """
         out = Path(out_dir)
         writers = self._writers() + (truth._writers(f"{self.TRUTH}/") if truth is not None else [])
+        targets = [(inside(out, *rel.split("/")), write) for rel, write in writers]
         with contextlib.ExitStack() as stack:  # on exit, the renames run (last file first)
-            for rel, write in writers:
-                write(stack.enter_context(atomic_file(out / rel)))
+            for path, write in targets:
+                write(stack.enter_context(atomic_file(path)))
         return out
 
 

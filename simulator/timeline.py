@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from predictor.inputs import short
-from predictor.outputs import claim_file, write_text
+from predictor.inputs import printable, short
+from predictor.outputs import claim_file, inside, write_text
 from simulator.cluster import Cluster
 from simulator.sweep.points import read_json, read_table
 
@@ -149,21 +149,32 @@ def chrome_trace(jobs: pd.DataFrame, cluster: Cluster | None = None, *, queue_co
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
-def _cluster_of(run: Path) -> Cluster | None:
-    """The run's cluster from its manifest (None without one: a process per GPU type then)."""
+def _cluster_of(run: Path, warn: Callable[[str], None] | None = None) -> Cluster | None:
+    """The run's cluster from its manifest (read within the limits of a run's JSON, its cluster
+    built by :func:`simulator.cluster.resolve`, which bounds it), or None: a process per GPU type
+    then. A manifest that names no cluster, or one that cannot be built now (a file that moved,
+    or past a limit), falls back with a line through ``warn``; an unreadable manifest is refused."""
     manifest = run / "manifest.json"
     if not manifest.exists() and not manifest.is_symlink():
         return None
-    config = read_json(manifest, TimelineInputError).get("config", {})
+    config = read_json(manifest, TimelineInputError).get("config")
     spec = config.get("cluster") if isinstance(config, dict) else None
-    if not spec or not isinstance(spec, str):
+    if not isinstance(spec, str) or not spec:
+        _say(warn, f"{manifest}: field 'config.cluster': {short(spec)} is not a cluster; one process per GPU type")
         return None
     from simulator.cluster import resolve
 
     try:
         return resolve(spec)
-    except Exception:  # a cluster file that moved: fall back to one process per GPU type
+    except (ValueError, OSError) as exc:  # ClusterError and InputError included
+        _say(warn, f"{manifest}: its cluster {short(spec)} cannot be built ({printable(exc)}); one process "
+                   "per GPU type")
         return None
+
+
+def _say(warn: Callable[[str], None] | None, line: str) -> None:
+    if warn is not None:
+        warn(line)
 
 
 # Largest |time| in seconds a timeline can show: its events are in µs, and JSON has no infinity.
@@ -236,9 +247,10 @@ def checked_segments(segments: pd.DataFrame, jobs: int, source: str | Path) -> p
     return segments
 
 
-def run_timeline(run_dir: str | Path) -> dict:
+def run_timeline(run_dir: str | Path, warn: Callable[[str], None] | None = None) -> dict:
     """The Chrome trace of a run directory (``simrun --out`` or a sweep's runs/<key>); a
-    preemptive run's (with segments.parquet) draws each stretch a job held GPUs."""
+    preemptive run's (with segments.parquet) draws each stretch a job held GPUs. ``warn`` gets a
+    line when the manifest's cluster cannot be used."""
     run = Path(run_dir)
     path = _jobs_file(run)
     jobs = checked_records(read_table(path, TimelineInputError), path)
@@ -246,19 +258,20 @@ def run_timeline(run_dir: str | Path) -> dict:
     segments = None
     if segments_path.exists() or segments_path.is_symlink():
         segments = checked_segments(read_table(segments_path, TimelineInputError), len(jobs), segments_path)
-    return chrome_trace(jobs, _cluster_of(run), segments=segments)
+    return chrome_trace(jobs, _cluster_of(run, warn), segments=segments)
 
 
-def write_timeline(run_dir: str | Path, out: str | Path | None = None, overwrite: bool = False) -> Path:
+def write_timeline(run_dir: str | Path, out: str | Path | None = None, overwrite: bool = False,
+                   warn: Callable[[str], None] | None = None) -> Path:
     """Write the trace (default RUN_DIR/timeline.json) and return its path.
 
     ``out`` is checked before the trace is built (an existing file is replaced only with
     ``overwrite``), and the file is written atomically: an
     unwritable place or a full disk raises a one-line :class:`~predictor.outputs.OutputError`
     and leaves no empty or truncated file (an old one stays)."""
-    out = Path(out) if out is not None else Path(run_dir) / "timeline.json"
     _jobs_file(Path(run_dir))  # a wrong RUN_DIR is reported first, and creates nothing
+    out = Path(out) if out is not None else inside(Path(run_dir), "timeline.json")  # not a planted link
     claim_file(out, overwrite)
-    doc = run_timeline(run_dir)
+    doc = run_timeline(run_dir, warn)
     return write_text(out, json.dumps(doc, separators=(",", ":")))
 

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from predictor.outputs import write_parquet
+from predictor.outputs import inside, write_parquet
 from simulator.run import RunConfig
-from simulator.sweep.executors import default_workers, run_points
+from simulator.sweep.executors import run_points, worker_count
 from simulator.sweep.points import config_key, done_keys, load_results, prepare_out, save_point
 
 
@@ -29,27 +29,32 @@ def run_sweep(configs: Sequence[RunConfig], out: str | Path, *, workers: int | N
               log: Callable[[str], None] | None = None) -> pd.DataFrame:
     """Run every config not already done in OUT; write each point as it finishes; return all rows.
 
-    ``ray_address``: None -> local pool of ``workers`` processes (1 -> in this process);
+    ``ray_address``: None -> local pool of ``workers`` processes (1 -> in this process; capped at
+    the usable cores and the points to run, with a warning line through ``log`` past the cores);
     ``"auto"`` or an address -> ``ray.init(address=...)`` (an already initialised Ray is used as is);
     ``"local"`` -> start a local Ray. ``log`` (a print-like callable) gets one line of counts.
     One sweep at a time per OUT (leftover temp files of a killed sweep are removed at the start).
     Raises :class:`~predictor.outputs.OutputError` (one line) when OUT cannot be written, before
     any point runs, or when it breaks during the sweep (a point that merely fails to write is
-    recorded as failed). The local pool spawns its workers, which die with this process (even by
-    SIGKILL); a script calling this with workers > 1 needs the usual ``if __name__ == "__main__":``
-    guard.
+    recorded as failed); its local workers are then ended and reaped before it returns. A finished
+    point is skipped only when it matches its run folder (:func:`~simulator.sweep.points.check_point`).
+    The local pool spawns its workers, which die with this process (even by SIGKILL); a script
+    calling this with workers > 1 needs the usual ``if __name__ == "__main__":`` guard.
     """
     from tqdm import tqdm
 
     out = prepare_out(Path(out))
     configs = list(dict.fromkeys(configs))
-    done = done_keys(out, warn=log)
+    done = done_keys(out, warn=log, configs=configs)
     todo = [c for c in configs if config_key(c) not in done]
     skipped = len(configs) - len(todo)
+    count, capped = worker_count(workers, len(todo))
     if log is not None:
+        if capped and not ray_address:
+            log(capped)
         log(f"{len(configs)} points: {skipped} already done (skipped), {len(todo)} to run"
-            + (f" on Ray ({ray_address})" if ray_address else f" with {workers or default_workers()} worker(s)"))
-    results = run_points(todo, workers=workers, ray_address=ray_address)
+            + (f" on Ray ({ray_address})" if ray_address else f" with {count} worker(s)"))
+    results = run_points(todo, workers=count, ray_address=ray_address)
     failed = 0
     try:
         with tqdm(total=len(todo), desc="sweep", unit="pt", file=sys.stderr, disable=not progress) as bar:
@@ -61,5 +66,5 @@ def run_sweep(configs: Sequence[RunConfig], out: str | Path, *, workers: int | N
     finally:  # stop the workers now, not when the generator is garbage-collected
         results.close()
     table = load_results(out, warn=log)
-    write_parquet(out / "results.parquet", table)
+    write_parquet(inside(out, "results.parquet"), table)
     return table

@@ -29,15 +29,44 @@ _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 Results = Generator[dict, None, None]
 
 
+# How long a stopped sweep waits for a terminated worker to exit before killing it.
+STOP_SECONDS = 10.0
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity: a container's or ``taskset``'s
+    share, not the machine's count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity on this platform
+        return max(1, os.cpu_count() or 1)
+
+
 def default_workers() -> int:
-    return max(1, min(2, os.cpu_count() or 1))
+    return min(2, usable_cores())
+
+
+def worker_count(requested: int | None, points: int) -> tuple[int, str | None]:
+    """The local workers to start for ``points`` points, and a warning line when fewer than
+    ``requested``: at most one per usable core (:func:`usable_cores`), and never more than points.
+
+    Why a cap and not a refusal: a point is one CPU-bound process, so workers past the cores
+    only share them, run no sooner, and each costs its own memory (~1 GB with a model
+    predictor); the results never depend on the count, so capping loses nothing and needs no flag."""
+    wanted = requested or default_workers()
+    cores = usable_cores()
+    workers = max(1, min(wanted, cores, points))
+    if wanted <= cores:
+        return workers, None
+    return workers, (f"warning: --workers {wanted}: this process may use {cores} CPU core(s), so {min(wanted, cores)} "
+                     "worker(s) run (more would only share the cores and multiply memory)")
 
 
 def run_points(todo: list[RunConfig], *, workers: int | None = None, ray_address: str | None = None) -> Results:
     """The results of ``todo`` as they finish: on Ray when ``ray_address`` is given, else on a
     local pool of ``workers`` processes (default :func:`default_workers`; 1 -> in this process).
     Close the generator to stop the points still running."""
-    return _iter_ray(todo, ray_address) if ray_address else _iter_local(todo, workers or default_workers())
+    return _iter_ray(todo, ray_address) if ray_address else _iter_local(todo, worker_count(workers, len(todo))[0])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -89,11 +118,33 @@ def _die_with_parent(parent_pid: int) -> None:
 
 
 def _terminate_workers(pool: ProcessPoolExecutor) -> None:
-    """Stop the pool's workers now (an interrupted or stopped sweep must not wait for the points
-    in flight, whose results would be dropped anyway)."""
-    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+    """Stop the pool's workers now and wait until they are gone (an interrupted or stopped sweep
+    must not wait for the points in flight, whose results would be dropped anyway; and it must
+    not return, or exit, with workers still running: each holds ~1 GB and the pool's semaphores).
+    A worker that outlives SIGTERM by :data:`STOP_SECONDS` is killed."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    for proc in procs:
         with contextlib.suppress(Exception):
             proc.terminate()
+    deadline = time.monotonic() + STOP_SECONDS
+    for proc in procs:
+        with contextlib.suppress(Exception):
+            proc.join(max(0.0, deadline - time.monotonic()))
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+
+
+def _stop_pool(pool: ProcessPoolExecutor, finished: bool) -> None:
+    """Shut the pool down: after all its points, as usual; before (an error, Ctrl-C, a stopped
+    sweep), its workers terminated and joined first, the queued points dropped, and its manager
+    thread waited for, so that no process or thread of the pool outlives the sweep."""
+    if not finished:  # before shutdown: a worker must not exit cleanly with a point half done
+        _terminate_workers(pool)
+    manager = getattr(pool, "_executor_manager_thread", None)
+    pool.shutdown(wait=False, cancel_futures=True)
+    if not finished and manager is not None:  # it sees the dead workers and releases the queues
+        manager.join(STOP_SECONDS)
 
 
 def _iter_local(todo: list[RunConfig], workers: int) -> Results:
@@ -121,9 +172,7 @@ def _iter_local(todo: list[RunConfig], workers: int) -> Results:
             yield result
         finished = True
     finally:  # on Ctrl-C, a stopped sweep or an error in the driver: drop the queued points, do not wait
-        if not finished:  # before shutdown: a worker must not exit cleanly with a point half done
-            _terminate_workers(pool)
-        pool.shutdown(wait=False, cancel_futures=True)
+        _stop_pool(pool, finished)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,7 +12,9 @@ Layout of a sweep directory OUT::
                                failed point error.txt with the traceback
     OUT/results.parquet        all point rows, sorted by key (rewritten at the end of each sweep)
 
-Every file and run folder is written atomically (:mod:`predictor.outputs`). A point whose output
+Every file and run folder is written atomically (:mod:`predictor.outputs`), never through a symbolic
+link below OUT (:func:`predictor.outputs.inside`). A finished point counts (on resume, in the
+results and figures) only when its row matches its run folder (:func:`check_point`). A point whose output
 cannot be written (full disk, an I/O error) is recorded as failed like a point that raised; only
 when even that record cannot be written (OUT itself is broken) does :func:`save_point` raise
 :class:`OutputError`.
@@ -30,7 +32,7 @@ import json
 import shutil
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
@@ -38,8 +40,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from predictor.inputs import InputError, load_json, names, regular_file, short
-from predictor.outputs import OutputError, atomic_dir, check_writable, write_parquet
+from predictor.inputs import InputError, load_json, names, read_parquet, regular_file, short
+from predictor.outputs import OutputError, atomic_dir, check_writable, inside, write_parquet
 from simulator.run import RunConfig, RunOutput, execute
 from simulator.timing import MODEL_PREDICTORS
 
@@ -127,7 +129,8 @@ def write_point(out: Path, result: dict) -> None:
 
     Raises :class:`OutputError` when the files cannot be written."""
     key = result["row"]["key"]
-    final = out / "runs" / key
+    final = inside(out, "runs", key)
+    point = inside(out, "points", f"{key}.parquet")
     with atomic_dir(final) as tmp:
         if result["records"] is not None:
             try:
@@ -137,7 +140,7 @@ def write_point(out: Path, result: dict) -> None:
         else:
             (tmp / "config.json").write_text(json.dumps({k: result["row"][k] for k in CONFIG_FIELDS}, indent=2) + "\n")
             (tmp / "error.txt").write_text(result["traceback"] or result["row"].get("error") or "")
-    write_parquet(out / "points" / f"{key}.parquet", _point_frame(result["row"]))
+    write_parquet(point, _point_frame(result["row"]))
 
 
 def _unwritten(result: dict, exc: BaseException) -> dict:
@@ -171,9 +174,12 @@ def save_point(out: Path, result: dict) -> dict:
 
 
 def prepare_out(out: Path) -> Path:
-    """Check that OUT, OUT/points and OUT/runs can be written (one-line :class:`OutputError`
-    before any work), and remove the temporary files and folders a killed sweep left."""
-    for folder in (out, out / "points", out / "runs"):
+    """Check that OUT, OUT/points and OUT/runs can be written and that no entry below OUT on the
+    way to our files (points/, runs/, results.parquet) is a symbolic link: one-line
+    :class:`OutputError` before any work. Then remove the temporary files and folders a killed
+    sweep left."""
+    inside(out, "results.parquet")  # a link planted below OUT is refused before any point runs
+    for folder in (out, inside(out, "points"), inside(out, "runs")):
         check_writable(folder)
     stale = [p for sub in ("points", "runs") for pattern in (".*.tmp-*", ".*.old-*") for p in (out / sub).glob(pattern)]
     try:
@@ -197,10 +203,10 @@ def _reason(exc: BaseException) -> str:
 
 def read_table(path: Path, error: type[Exception] = ValueError, columns: list[str] | None = None) -> pd.DataFrame:
     """A Parquet table written by a run or a sweep, or ``error`` naming the file: not a regular file
-    (a FIFO, a device), over the size limit, truncated, not Parquet, or missing ``columns``."""
+    (a FIFO, a device), over the size limit or decoding past it (:func:`predictor.inputs.read_parquet`),
+    truncated, not Parquet, or missing ``columns``."""
     try:
-        regular_file(path, "Parquet table")
-        return pd.read_parquet(path, columns=columns)
+        return read_parquet(path, "Parquet table", columns=columns)
     except InputError as exc:
         raise error(str(exc)) from None
     except Exception as exc:  # pyarrow's ArrowInvalid, OSError, a missing column: all mean "not ours"
@@ -212,10 +218,11 @@ def read_json(path: Path, error: type[Exception] = ValueError) -> dict:
     """A run's JSON object (manifest.json, summary.json), or ``error`` naming the file: not a
     regular file, larger than :data:`MAX_RUN_JSON_BYTES`, nested too deep, truncated, or not an object."""
     try:
-        if regular_file(path, "JSON file").stat().st_size > MAX_RUN_JSON_BYTES:
-            raise error(f"{path}: {path.stat().st_size:,} bytes, larger than any simrun JSON file "
-                        f"({MAX_RUN_JSON_BYTES:,} bytes at most)")
-        doc = load_json(path.read_bytes(), path)
+        with regular_file(path, "JSON file").open("rb") as handle:  # not a FIFO or a device: checked first
+            data = handle.read(MAX_RUN_JSON_BYTES + 1)  # bounded even if the file grows meanwhile
+        if len(data) > MAX_RUN_JSON_BYTES:
+            raise error(f"{path}: more than {MAX_RUN_JSON_BYTES:,} bytes, larger than any simrun JSON file")
+        doc = load_json(data, path)
     except InputError as exc:
         raise error(str(exc)) from None
     except (OSError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
@@ -243,6 +250,47 @@ def read_point(path: Path) -> pd.DataFrame:
     return row
 
 
+# Columns of a point row that are neither config nor a summary metric of its run folder.
+POINT_OWN = ("key", "status", "error", "point_seconds")
+
+
+def _same(a: object, b: object) -> bool:
+    """Two stored values equal, a missing one (None, NaN, NA) equal only to another missing one."""
+    missing_a, missing_b = a is None or a is pd.NA or a != a, b is None or b is pd.NA or b != b
+    return missing_a == missing_b and (missing_a or a == b)
+
+
+def check_point(out: Path, path: Path, row: pd.DataFrame, expected: RunConfig | None = None) -> None:
+    """A finished point's row matches its run folder: its config is the one in
+    OUT/runs/<key>/manifest.json (and ``expected``, the grid's config of that key, when given), and
+    its metrics are exactly those of OUT/runs/<key>/summary.json, no more, no less. ValueError
+    naming the first difference otherwise.
+
+    Why: the point row is what the sweep table, results.parquet and the figures are computed from;
+    an edited or copied-in row must not pass for a result (a stranger may hand over a sweep
+    folder, and resuming trusts its finished points). A failed point holds no numbers: not checked."""
+    if row["status"].iloc[0] != "ok":
+        return
+    values = row.iloc[0].to_dict()
+    run = out / "runs" / path.stem
+    try:
+        config = config_of(values)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: its config fields are not a run's config ({_reason(exc)})") from None
+    if expected is not None and config != expected:
+        raise ValueError(f"{path}: its config is not the one of its key {short(path.stem)}")
+    recorded = read_json(run / "manifest.json").get("config")
+    if json.loads(json.dumps(asdict(config), default=str)) != recorded:
+        raise ValueError(f"{path}: its config differs from the one in {run / 'manifest.json'}")
+    summary = dict(read_json(run / "summary.json"))
+    by_type = summary.pop("utilization_by_type", None) or {}
+    summary.update({f"utilization_{t}": u for t, u in (by_type.items() if isinstance(by_type, dict) else ())})
+    for name in sorted(set(values) - set(CONFIG_FIELDS) - set(POINT_OWN) | set(summary)):
+        if name not in summary or name not in values or not _same(values[name], summary[name]):
+            raise ValueError(f"{path}: field {short(name)}: {short(values.get(name))} differs from "
+                             f"{short(summary.get(name))} in {run / 'summary.json'}")
+
+
 def _point_files(out: Path) -> list[Path]:
     return sorted(p for p in (Path(out) / "points").glob("*.parquet") if not p.name.startswith("."))
 
@@ -253,32 +301,60 @@ def _warn_unreadable(bad: list[str], what: str, warn: Callable[[str], None] | No
         warn(f"warning: {len(bad):,} point file(s) unreadable or not sweep points, {what}; e.g. {bad[0]}")
 
 
-def done_keys(out: Path, warn: Callable[[str], None] | None = None) -> set[str]:
-    """Keys of the points already finished successfully in OUT. A truncated or foreign point file
-    is a point to run again (one warning line through ``warn`` for all of them)."""
-    done, bad = set(), []
+def _warn_mismatched(bad: list[str], what: str, warn: Callable[[str], None] | None) -> None:
+    """One warning line for all the finished points that do not match their run folders."""
+    if bad and warn is not None:
+        warn(f"warning: {len(bad):,} point file(s) do not match their run folder (edited, or copied in), "
+             f"{what}; e.g. {bad[0]}")
+
+
+def done_keys(out: Path, warn: Callable[[str], None] | None = None,
+              configs: Iterable[RunConfig] | None = None) -> set[str]:
+    """Keys of the points already finished successfully in OUT (of ``configs`` only, when given:
+    each point then checked to hold its config). A truncated or foreign point file, or one that
+    does not match its run folder (:func:`check_point`), is a point to run again (one warning line
+    through ``warn`` per kind)."""
+    wanted = None if configs is None else {config_key(c): c for c in configs}
+    done, bad, mismatched = set(), [], []
     for path in _point_files(out):
+        if wanted is not None and path.stem not in wanted:
+            continue
         try:
             row = read_point(path)
         except ValueError as exc:
             bad.append(str(exc))
             continue
+        try:
+            check_point(out, path, row, None if wanted is None else wanted[path.stem])
+        except ValueError as exc:
+            mismatched.append(str(exc))
+            continue
         if row["status"].iloc[0] == "ok":
             done.add(path.stem)
     _warn_unreadable(bad, "so their points run again", warn)
+    _warn_mismatched(mismatched, "so their points run again", warn)
     return done
 
 
 def load_results(out: str | Path, warn: Callable[[str], None] | None = None) -> pd.DataFrame:
     """All point rows in OUT/points (finished or failed), sorted by key. Unreadable or foreign
-    point files are left out, with one warning line through ``warn``."""
-    frames, bad = [], []
+    point files, and finished points that do not match their run folders (:func:`check_point`),
+    are left out, with one warning line per kind through ``warn``."""
+    frames, bad, mismatched = [], [], []
     for path in _point_files(Path(out)):
         try:
-            frames.append(read_point(path).dropna(axis=1, how="all"))
+            row = read_point(path)
         except ValueError as exc:
             bad.append(str(exc))
+            continue
+        try:
+            check_point(Path(out), path, row)
+        except ValueError as exc:
+            mismatched.append(str(exc))
+            continue
+        frames.append(row.dropna(axis=1, how="all"))
     _warn_unreadable(bad, "left out (rerun the sweep to redo a point of its grid)", warn)
+    _warn_mismatched(mismatched, "left out (rerun the sweep to redo a point of its grid)", warn)
     if not frames:
         return pd.DataFrame(columns=CONFIG_FIELDS + ["key", "status", "error"])
     table = pd.concat(frames, ignore_index=True, sort=False)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import errno
+import os
+from pathlib import Path
+
 import pytest
 
 from predictor.outputs import OutputError, atomic_dir, atomic_file, check_writable, claim_folder, write_text
@@ -46,3 +50,21 @@ def test_a_folder_of_another_run_is_refused_and_a_file_is_no_folder(tmp_path):
         claim_folder(tmp_path / "new" / "jobs.parquet")
     with pytest.raises(OutputError, match="cannot write to"):
         check_writable(tmp_path / "new" / "jobs.parquet" / "below")
+
+
+def test_a_folder_whose_final_rename_fails_keeps_the_old_one_in_place(tmp_path, monkeypatch):
+    with atomic_dir(tmp_path / "run") as tmp:
+        (tmp / "old.txt").write_text("1")
+    real = os.replace
+
+    def install_fails(src, dst):
+        if Path(dst) == tmp_path / "run" and ".tmp-" in Path(src).name:
+            raise OSError(errno.EIO, "Input/output error")
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "replace", install_fails)
+    with pytest.raises(OutputError, match=r"cannot write .*run: Input/output error"):
+        with atomic_dir(tmp_path / "run") as tmp:
+            (tmp / "new.txt").write_text("2")
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]  # no hidden leftover either
+    assert [p.name for p in (tmp_path / "run").iterdir()] == ["old.txt"]
