@@ -7,6 +7,7 @@ with these parsers so a bad value fails with one clear message.
 from __future__ import annotations
 
 from policies.base import PolicySpecError
+from predictor.inputs import short
 
 
 def count_or_all(name: str, value: int | str | None) -> int | None:
@@ -23,16 +24,19 @@ def count_or_all(name: str, value: int | str | None) -> int | None:
 
 
 def number(name: str, value: float | str, low: float, high: float, *, low_open: bool = False,
-           high_open: bool = False) -> float:
+           high_open: bool = False, unit: str = "") -> float:
+    """A number in the range from ``low`` to ``high`` (each end closed unless ``*_open``); a value
+    outside it (NaN included) is refused naming the option, the range and its ``unit``."""
     try:
         x = float(value)
     except (TypeError, ValueError):
-        raise PolicySpecError(f"option {name}={value!r}: expected a number") from None
+        raise PolicySpecError(f"option {name}={short(value)}: expected a number") from None
     above = low < x if low_open else low <= x
     below = x < high if high_open else x <= high
     if not (above and below):
         opening, closing = "(" if low_open else "[", ")" if high_open else "]"
-        raise PolicySpecError(f"option {name}={value!r}: must lie in {opening}{low:g}, {high:g}{closing}")
+        raise PolicySpecError(f"option {name}={short(value)}: must lie in {opening}{low:g}, {high:g}{closing}"
+                              + (f" {unit}" if unit else ""))
     return x
 
 

@@ -19,8 +19,9 @@ from policies.sjf import SjfPolicy
 from policies.srtf import SrtfPolicy
 from policies.tiresias import TiresiasPolicy
 
-PREEMPTION_OPTIONS = ("lease=360 (seconds between rounds; inf: never preempt), restart=10 (seconds to resume, "
-                      "plus checkpoint_bytes / storage_gbps where the trace has them), storage_gbps=2")
+PREEMPTION_OPTIONS = ("lease=360 (seconds between rounds, >= 1; inf: never preempt), restart=10 (seconds to "
+                      "resume, <= 86400, plus checkpoint_bytes / storage_gbps where the trace has them), "
+                      "storage_gbps=2 (>= 0.001)")
 
 # name -> (factory taking the parsed options, one-line help)
 POLICIES: dict[str, tuple[Callable[..., Policy], str]] = {

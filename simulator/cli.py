@@ -18,8 +18,17 @@ from policies.base import PolicySpecError
 from policies.registry import policy_help
 from predictor.cli.errors import UserErrorGroup
 from predictor.gpus import UnknownGpuTypeError, names_help
-from predictor.outputs import LOCK_NAME, OutputError, check_writable, claim_folder, locked_folder, remove_if_empty
-from predictor.tables import TableError
+from predictor.inputs import printable
+from predictor.outputs import (
+    LOCK_NAME,
+    OutputError,
+    check_writable,
+    claim_folder,
+    inside,
+    locked_folder,
+    remove_if_empty,
+)
+from predictor.tables import TableError, open_cache
 from simulator.cluster import PRESETS, ClusterError
 from simulator.run import DEFAULT_CLUSTER, DEFAULT_WORKLOAD, RunConfig, RunOutput, WorkloadSpecError, execute, readable
 from simulator.timing import PREDICTOR_HELP, PredictorSpecError
@@ -115,12 +124,14 @@ def check_out(out: Path, overwrite: bool) -> None:
         return
     refuse_foreign(out)
     check_writable(out)
+    for name in RUN_ENTRIES:  # a link planted among the earlier run's entries is refused before the work
+        inside(out, name)
 
 
 def simulate(config: RunConfig, compare_truth: bool, *, progress: bool) -> tuple[RunOutput, RunOutput | None]:
     """The run and, with --compare-truth, the same workload (bound the same way) planned with the
     true run times. Sanity warnings go to stderr as soon as the input is read, before the long steps."""
-    output = execute(config, progress=progress, warn=lambda m: click.echo(f"warning: {m}", err=True))
+    output = execute(config, progress=progress, warn=lambda m: click.echo(f"warning: {printable(m)}", err=True))
     truth = None
     if compare_truth:
         truth = execute(replace(config, predictor="truth", bind=config.bound, observe_after=None), progress=progress)
@@ -226,6 +237,8 @@ def main(ctx: click.Context, policy, predictor, trace, workload, limit, cluster,
             with locked_folder(out_dir):  # a second run into --out is refused at once
                 if out is not None:
                     check_out(out, overwrite)
+                if config.bound:  # an unusable table cache fails here, not after the catalog and binding
+                    open_cache()
                 output, truth = simulate(config, compare_truth, progress=not quiet)
                 write_results(out_dir, output, truth, explicit=out is not None, overwrite=overwrite)
         except BaseException:
@@ -235,18 +248,27 @@ def main(ctx: click.Context, policy, predictor, trace, workload, limit, cluster,
     except USER_ERRORS as exc:
         raise click.ClickException(str(exc)) from None
     if quiet:
-        click.echo(out_dir)
+        click.echo(printable(out_dir))
         return
+    echo_run(output, truth, policy, predictor, out_dir)
+
+
+def echo_run(output: RunOutput, truth: RunOutput | None, policy: str, predictor: str, out_dir: Path) -> None:
+    """The run's header, summary and "results in" line. Every value from the user or a file
+    (options, trace and cluster names, job ids, paths) is escaped (:func:`printable`): a job id
+    holding a newline forged a "results in" line of its own."""
     m = output.manifest
-    click.echo(f"policy {policy} | predictor {predictor} | trace {m['trace']['source']} "
-               f"({m['trace']['jobs']:,} jobs) | cluster {m['cluster']['name']} ({m['cluster']['gpus']} GPUs)")
+    click.echo(f"policy {printable(policy)} | predictor {printable(predictor)} | trace "
+               f"{printable(m['trace']['source'])} ({m['trace']['jobs']:,} jobs) | cluster "
+               f"{printable(m['cluster']['name'])} ({m['cluster']['gpus']} GPUs)")
     click.echo(format_summary(output.summary))
     if output.summary["rejected"]:
         first = m["rejected_jobs"][0]
-        click.echo(f"  rejected e.g. job {first['job_id']} (line {first['line']}): {first['reason']}")
+        click.echo(f"  rejected e.g. job {printable(first['job_id'])} (line {first['line']}): "
+                   f"{printable(first['reason'])}")
     if truth is not None:
         click.echo(format_ratios(output.summary, truth.summary))
-    click.echo(f"results in {out_dir}/")
+    click.echo(f"results in {printable(out_dir)}/")
 
 
 def format_ratios(run: dict, truth: dict) -> str:

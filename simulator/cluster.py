@@ -27,13 +27,38 @@ class ClusterError(ValueError):
 # 1,000,000 one-GPU nodes take about 0.7 GB and 12 s before the first job; 10,000,000 took 7 GB
 # and minutes (the largest real inventory here, PAI's, has 6,742 GPUs).
 MAX_GPUS = 1_000_000
+# Nodes, and the characters of a node's or cluster's name. Why: the engine keeps a few objects per
+# node, and each node its own name, so a 2 KB file (a 2,000-character name, count: 1000000) built
+# 2.6 GB of nodes. At these bounds a cluster costs at most ~200 MB before the first job (1,000,000
+# GPUs on 100,000 nodes named with 100 characters); the largest real inventory, PAI's, has 1,814
+# nodes named with 20-odd characters.
+MAX_NODES = 100_000
+MAX_NAME = 100
+# GPUs on one node. Why: the allocator keeps a heap per GPU type and free count up to the largest
+# node, so one 1,000,000-GPU "node" beside 50 types made 50 million lists (3.6 GB) and walked a
+# million empty heaps per allocation. Real nodes hold 8 or 16 GPUs; an NVL72 rack, 72.
+MAX_NODE_GPUS = 1_024
 
 
-def check_size(total: int, where: str) -> None:
-    """Refuse a cluster of more than :data:`MAX_GPUS` GPUs."""
+def check_size(total: int, where: str, nodes: int = 0) -> None:
+    """Refuse a cluster of more than :data:`MAX_GPUS` GPUs or :data:`MAX_NODES` nodes (checked
+    from the counts, before a node is built)."""
     if total > MAX_GPUS:
         raise ClusterError(f"{where}: {total:,} GPUs; at most {MAX_GPUS:,} are supported "
                            "(the simulator keeps state per GPU)")
+    if nodes > MAX_NODES:
+        raise ClusterError(f"{where}: {nodes:,} nodes; at most {MAX_NODES:,} are supported "
+                           "(the simulator keeps state per node)")
+
+
+def check_name(name: str, where: str) -> str:
+    """``name`` if it has at most :data:`MAX_NAME` characters, all printable (it is echoed to the
+    terminal and kept once per node), else ClusterError naming ``where``."""
+    if len(name) > MAX_NAME:
+        raise ClusterError(f"{where}: {len(name):,} characters, at most {MAX_NAME} ({short(name)})")
+    if not name.isprintable():
+        raise ClusterError(f"{where}: holds a control or format character: {short(name)}")
+    return name
 
 
 @dataclass(frozen=True)
@@ -53,6 +78,10 @@ class Cluster:
     def __post_init__(self) -> None:
         if not self.nodes:
             raise ClusterError(f"cluster {short(self.name)} has no GPU nodes")
+        largest = max(self.nodes, key=lambda node: node.num_gpus)
+        if largest.num_gpus > MAX_NODE_GPUS:
+            raise ClusterError(f"cluster {short(self.name)}: node {short(largest.name)} has {largest.num_gpus:,} GPUs; "
+                               f"at most {MAX_NODE_GPUS:,} per node are supported (split it into nodes)")
 
     @property
     def gpu_types(self) -> list[str]:
@@ -124,15 +153,18 @@ def scaled(groups: list[tuple[str, int, int]], factor: float) -> list[tuple[str,
     if not math.isfinite(factor) or factor > MAX_GPUS:
         raise ClusterError(f"cluster scale {factor:g} is too large (at most {MAX_GPUS:,} GPUs are supported)")
     out = [(t, per, max(1, math.floor(count * factor + 0.5))) for t, per, count in groups]
-    check_size(sum(per * count for _, per, count in out), f"cluster scaled {factor:g}x")
+    check_size(sum(per * count for _, per, count in out), f"cluster scaled {factor:g}x",
+               sum(count for _, _, count in out))
     return out
 
 
 def from_table(rows, name: str) -> Cluster:
     """Build a cluster from a node table (columns node, gpu_type, num_gpus), e.g. a machine list;
     its size is checked before a node is built."""
-    check_size(sum(int(n) for n in rows["num_gpus"]), f"machine list {short(name)}")
-    nodes = tuple(Node(str(r.node), canonical_gpu_type(r.gpu_type), int(r.num_gpus))
+    where = f"machine list {short(name)}"
+    check_size(sum(int(n) for n in rows["num_gpus"]), where, sum(int(n) > 0 for n in rows["num_gpus"]))
+    nodes = tuple(Node(check_name(str(r.node), f"{where}: node name"), canonical_gpu_type(r.gpu_type),
+                       int(r.num_gpus))
                   for r in rows.itertuples(index=False) if int(r.num_gpus) > 0)
     return Cluster(name, nodes)
 
@@ -252,12 +284,13 @@ def _node_entry(entry: object, i: int, path: Path) -> tuple[str, int, int, str]:
         gpu_type = canonical_gpu_type(_scalar_text(entry["gpu_type"], where, "gpu_type"))
     except UnknownGpuTypeError as exc:
         raise ClusterError(f"{where}: field 'gpu_type': {exc}") from None
-    for key, default in (("num_gpus", None), ("count", 1)):
+    for key, default, most in (("num_gpus", None, MAX_NODE_GPUS), ("count", 1, MAX_NODES)):
         value = entry.get(key, default)
-        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_GPUS:
-            raise ClusterError(f"{where}: field {key!r} must be an integer >= 1 and <= {MAX_GPUS:,}, "
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= most:
+            raise ClusterError(f"{where}: field {key!r} must be an integer >= 1 and <= {most:,}, "
                                f"got {short(value)}")
     base = _scalar_text(entry.get("name", f"{gpu_type.lower()}-{i}"), where, "name")
+    check_name(base, f"{where}: field 'name'")
     return gpu_type, entry["num_gpus"], entry.get("count", 1), base
 
 
@@ -279,15 +312,18 @@ def load_file(path: str | Path) -> Cluster:
     doc = _read_document(path)
     if not isinstance(doc, dict) or not isinstance(doc.get("nodes"), list):
         raise ClusterError(f"{path}: expected a mapping with a 'nodes' list")
-    nodes: list[Node] = []
-    gpus = 0
+    entries = []
+    gpus = count_nodes = 0
     for i, entry in enumerate(doc["nodes"], start=1):
-        gpu_type, per_node, count, base = _node_entry(entry, i, path)
-        gpus += per_node * count
-        check_size(gpus, f"{path}: nodes[{i}]")  # before the nodes are built one by one
-        for k in range(count):
-            nodes.append(Node(f"{base}-{k}" if count > 1 else base, gpu_type, per_node))
-    name = _scalar_text(doc.get("name", path.stem), str(path), "name")
+        entries.append(_node_entry(entry, i, path))
+        gpus += entries[-1][1] * entries[-1][2]
+        count_nodes += entries[-1][2]
+        check_size(gpus, f"{path}: nodes[{i}]", count_nodes)  # from the counts, before any node is built
+    name = path.stem  # the file's own name, kept once: not bounded (the CLI escapes what it echoes)
+    if "name" in doc:
+        name = check_name(_scalar_text(doc["name"], str(path), "name"), f"{path}: field 'name'")
+    nodes = [Node(f"{base}-{k}" if count > 1 else base, gpu_type, per_node)
+             for gpu_type, per_node, count, base in entries for k in range(count)]
     return Cluster(name, tuple(nodes))
 
 

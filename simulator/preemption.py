@@ -22,6 +22,13 @@ placement, and changes only what preemption changes:
   (:func:`traces.catalog.checkpoint_bytes`), a trace's from that optional column) before any work
   is done; charged once per resume.
 
+* **An end.** A run takes at most the ``rounds`` limit of :data:`predictor.inputs.LIMITS`
+  (``ETS_SIM_MAX_ROUNDS``): one that certainly needs more (its
+  jobs run, at the least, longer than that many leases) is refused before it starts, naming
+  ``lease`` and the least lease that fits; one that passes the count anyway (restarts longer than
+  a lease, a policy that keeps moving jobs) stops with the same kind of message. With the option
+  ranges of :mod:`policies.preemptive` every round falls strictly later than the one before.
+
 Records: ``start`` is the first start, ``gpu_type`` the type the job finished on,
 ``true_runtime`` the seconds it trained on GPUs (all segments), ``predicted_runtime`` the initial
 prediction on its final type; plus ``preemptions`` and ``restart_overhead_s`` per job.
@@ -37,8 +44,26 @@ import simpy
 
 from policies.base import Placement, Policy, PolicyError, PolicySpecError, Preemption, read_only
 from policies.preemptive import PreemptivePolicy
+from predictor.inputs import LIMITS, limit
 from simulator.engine import Simulation
 from traces.schema import CHECKPOINT_BYTES
+
+# The most rounds one run may take: predictor.inputs.LIMITS "rounds" (ETS_SIM_MAX_ROUNDS), read once
+# per run. Why a count: rounds come every lease while any job waits or runs, so their number is the
+# run's span over the lease, whatever the jobs do; an SRTF round costs ~70 us, so a million take
+# about a minute (a Gavel round, an LP: more).
+
+
+class RoundLimitError(PolicySpecError):
+    """A preemptive run that needs (or took) more rounds than the ``rounds`` limit: its lease is
+    too short for its trace. A :class:`PolicySpecError`, so that the command line prints it as
+    one line naming the option."""
+
+
+def _round_up(x: float) -> float:
+    """``x`` rounded up to 3 significant digits (a bound quoted in a message must hold)."""
+    exponent = 10.0 ** (np.floor(np.log10(x)) - 2) if x > 0 else 1.0
+    return float(np.ceil(x / exponent) * exponent)
 
 
 def make_simulation(trace, cluster, policy: Policy, predictor, **options) -> Simulation:
@@ -119,6 +144,27 @@ class PreemptiveSimulation(Simulation):
         self.view.progress = read_only(self.fraction)
         self.view.attained = read_only(self.attained)
         self._round_armed = False
+        self._rounds = 0
+        self._max_rounds = int(limit("rounds"))
+        self._check_rounds()
+
+    def _check_rounds(self) -> None:
+        """Refuse, before the run, a lease that certainly needs more rounds than the ``rounds``
+        limit: rounds fall every lease from the first arrival until the last job ends, which is no
+        sooner than any job's submit time plus its least true run time on a type that holds it."""
+        admitted = np.flatnonzero(~self.rejected)
+        if not np.isfinite(self.lease) or not len(admitted):
+            return
+        fits = self._num_array[admitted, None] <= self.state.total_by_type[None, :]
+        least = np.where(fits, self.truth[admitted], np.inf).min(axis=1)
+        submit = self.view.submit[admitted]
+        span = float((submit + least).max() - submit.min())
+        if span / self.lease > self._max_rounds:
+            raise RoundLimitError(
+                f"option lease={self.lease:g} s: this trace's jobs run for at least {span:.4g} s, "
+                f"{span / self.lease:.3g} rounds; a run takes at most {self._max_rounds:,} rounds "
+                f"(for this trace use lease >= {_round_up(span / self._max_rounds):.3g}, or raise the limit "
+                f"with {LIMITS['rounds'].variable}=N)")
 
     # -- rounds --------------------------------------------------------------------------------
     def _arm_round(self) -> None:
@@ -130,10 +176,21 @@ class PreemptiveSimulation(Simulation):
             return
         rounds = np.floor((now - self._first) / self.lease) + 1
         self._round_armed = True
-        self._env.timeout(self._first + rounds * self.lease - now).callbacks.append(self._round)
+        # never negative, should rounding put the grid point a hair before now (a round at the same
+        # instant is counted like any other: the run still ends, at the rounds limit)
+        delay = max(0.0, float(self._first + rounds * self.lease - now))
+        self._env.timeout(delay).callbacks.append(self._round)
 
     def _round(self, _ev) -> None:
         self._round_armed = False
+        self._rounds += 1
+        if self._rounds > self._max_rounds:
+            view = self.view
+            raise RoundLimitError(
+                f"option lease={self.lease:g} s: policy {self.policy.name!r} passed {self._max_rounds:,} rounds at "
+                f"simulated time {self._env.now:.4g} s with {len(view.waiting) + len(view.running):,} job(s) "
+                "unfinished (restarts longer than the lease keep a run from ending); a run takes at most "
+                f"{self._max_rounds:,} rounds: raise the lease, or the limit with {LIMITS['rounds'].variable}=N")
         self.view.at_round = True
         self.events += 1
         self._pending = True

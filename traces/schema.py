@@ -21,6 +21,14 @@ line           int      1-based line (or record number for JSON) in the source f
 
 Optional ``runtime_s:<GPU>`` float columns hold measured per-type run times (Hydra cases); when
 present they are the ground truth for that type.
+
+Bounds (a file from a stranger must not make a run's numbers silently wrong or its memory grow):
+times and durations lie in [0, :data:`TIME_LIMIT_S`] (a job submitted at 1e300 "finished" with a
+JCT of 0: 1e300 + 100 is 1e300 in floating point); ``checkpoint_bytes`` at most
+:data:`MAX_CHECKPOINT_BYTES`; ``job_id``, ``user`` and ``workload`` at most :data:`MAX_TEXT`
+characters, and a job id printable (no control or format characters: it is echoed to terminals
+and a newline in it forged a line of ``simrun``'s output). Each is refused naming file, line and
+field.
 """
 
 from __future__ import annotations
@@ -49,6 +57,20 @@ JOB_COLUMNS: dict[str, str] = {
 }
 RUNTIME_PREFIX = "runtime_s:"
 CHECKPOINT_BYTES = "checkpoint_bytes"  # optional: what resuming the job reads back (preemptive policies)
+
+# The latest submit time or deadline, and the longest duration, a trace may hold (about 31,700
+# years; the same horizon as simulator.run.HORIZON_S, the furthest --load-scale may stretch a
+# trace). Why: the clock is float64 seconds, whose steps are 2^-12 s below 2^41 s (2.2e12), so a
+# submit time plus a run time stays exact to the millisecond; at 1e300, adding 100 s changed nothing.
+TIME_LIMIT_S = 1e12
+# The largest checkpoint a job may read back on a resume (1 PB: a trillion-parameter model with
+# Adam's states is ~16 TB); at the slowest storage a preemptive policy takes (1 MB/s) it costs
+# 1e9 s, which keeps a run's clock finite and exact.
+MAX_CHECKPOINT_BYTES = 1e15
+# The longest job id, user or workload tag (real ones: ~40 characters); a 10 MB id would be
+# copied into every record, plot and message.
+MAX_TEXT = 200
+_TIME = "times are float seconds, exact to the millisecond up to 1e12 s, about 31,700 years"
 
 
 class TraceError(LocatedError):
@@ -93,8 +115,10 @@ def require_columns(df: pd.DataFrame, needed: list[str], path: str | Path) -> No
 
 
 def numeric(values: pd.Series, path: str | Path, lines: pd.Series | np.ndarray, name: str,
-            *, allow_nan: bool = False, allow_inf: bool = False, min_value: float | None = None) -> np.ndarray:
-    """Parse a column as float; the first bad row raises TraceError naming its line and field."""
+            *, allow_nan: bool = False, allow_inf: bool = False, min_value: float | None = None,
+            max_value: float | None = None, why: str = "") -> np.ndarray:
+    """Parse a column as float; the first bad row raises TraceError naming its line and field.
+    ``max_value`` bounds the finite values (``why``: the reason, quoted in the message)."""
     raw = values
     parsed = pd.to_numeric(raw, errors="coerce").to_numpy(dtype="float64")
     lines = np.asarray(lines)
@@ -119,7 +143,34 @@ def numeric(values: pd.Series, path: str | Path, lines: pd.Series | np.ndarray, 
             i = int(np.argmax(bad))
             raise TraceError(path, f"value {parsed[i]:g} is below the minimum {min_value:g}",
                              line=int(lines[i]), field=name)
+    if max_value is not None:
+        bad = np.isfinite(parsed) & (parsed > max_value)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise TraceError(path, f"value {parsed[i]:g} is above the maximum {max_value:g}"
+                             + (f" ({why})" if why else ""), line=int(lines[i]), field=name)
     return parsed
+
+
+def text_fields(values: pd.Series, path: str | Path, lines: np.ndarray, name: str, *, printable: bool) -> pd.Series:
+    """``values`` as strings of at most :data:`MAX_TEXT` characters, and with ``printable`` free of
+    control and format characters (``str.isprintable``); the first bad row raises TraceError
+    naming its line and field, the value quoted cut short and escaped."""
+    text = values.fillna("").astype(str)
+    long = (text.str.len() > MAX_TEXT).to_numpy()
+    if long.any():
+        i = int(np.argmax(long))
+        raise TraceError(path, f"{len(text.iloc[i]):,} characters, at most {MAX_TEXT} ({short(text.iloc[i])})",
+                         line=int(lines[i]), field=name)
+    if printable:
+        odd = np.flatnonzero(text.str.contains("[^ -~]", regex=True).to_numpy(dtype=bool))  # not printable ASCII
+        bad = np.zeros(len(text), dtype=bool)
+        bad[odd] = ~text.iloc[odd].map(str.isprintable).to_numpy(dtype=bool)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise TraceError(path, f"holds a control or format character: {short(text.iloc[i])}",
+                             line=int(lines[i]), field=name)
+    return text
 
 
 INT64_LIMIT = 2.0 ** 63  # the first float that no longer fits an int64 (it would wrap to a negative)
@@ -168,9 +219,11 @@ def finalize(df: pd.DataFrame, path: str | Path, kind: str, excluded: dict[str, 
         raise TraceError(path, "the trace holds no jobs")
     df = df.copy()
     lines = df["line"].to_numpy()
-    df["submit_s"] = numeric(df["submit_s"], path, lines, "submit_s", min_value=0.0)
-    df["duration_s"] = numeric(df["duration_s"], path, lines, "duration_s", min_value=0.0)
-    df["deadline_s"] = numeric(df["deadline_s"], path, lines, "deadline_s", allow_nan=True, allow_inf=True)
+    clock = dict(min_value=0.0, max_value=TIME_LIMIT_S, why=_TIME)
+    df["submit_s"] = numeric(df["submit_s"], path, lines, "submit_s", **clock)
+    df["duration_s"] = numeric(df["duration_s"], path, lines, "duration_s", **clock)
+    df["deadline_s"] = numeric(df["deadline_s"], path, lines, "deadline_s", allow_nan=True, allow_inf=True,
+                               max_value=TIME_LIMIT_S, why=_TIME)
     df.loc[np.isinf(df["deadline_s"].to_numpy()), "deadline_s"] = np.nan
     early = df["deadline_s"].to_numpy() < df["submit_s"].to_numpy()
     if early.any():
@@ -178,9 +231,12 @@ def finalize(df: pd.DataFrame, path: str | Path, kind: str, excluded: dict[str, 
         raise TraceError(path, "deadline lies before the submit time", line=int(lines[i]), field="deadline_s")
     df["num_gpus"] = gpu_counts(numeric(df["num_gpus"], path, lines, "num_gpus"), path, lines, "num_gpus")
     df["gpu_type"] = canonical_types(df["gpu_type"], path, lines, "gpu_type")
-    for col in [c for c in df.columns if c.startswith(RUNTIME_PREFIX) or c == CHECKPOINT_BYTES]:
-        df[col] = numeric(df[col], path, lines, col, min_value=0.0)
-    df["job_id"] = df["job_id"].astype(str)
+    for col in [c for c in df.columns if c.startswith(RUNTIME_PREFIX)]:
+        df[col] = numeric(df[col], path, lines, col, **clock)
+    if CHECKPOINT_BYTES in df.columns:
+        df[CHECKPOINT_BYTES] = numeric(df[CHECKPOINT_BYTES], path, lines, CHECKPOINT_BYTES, min_value=0.0,
+                                       max_value=MAX_CHECKPOINT_BYTES, why="1 PB")
+    df["job_id"] = text_fields(df["job_id"].astype(str), path, lines, "job_id", printable=True)
     dup = df["job_id"].duplicated()
     if dup.any():
         i = int(np.argmax(dup.to_numpy()))
@@ -188,7 +244,7 @@ def finalize(df: pd.DataFrame, path: str | Path, kind: str, excluded: dict[str, 
         raise TraceError(path, f"duplicate job id {short(df['job_id'].iloc[i])} (first seen on line {first})",
                          line=int(lines[i]), field="job_id")
     for col in ("user", "workload"):
-        df[col] = df[col].fillna("").astype(str)
+        df[col] = text_fields(df[col], path, lines, col, printable=False)
     extra = [c for c in df.columns if c.startswith(RUNTIME_PREFIX) or c == CHECKPOINT_BYTES]
     df = df[list(JOB_COLUMNS) + extra].astype({k: v for k, v in JOB_COLUMNS.items()})
     df = df.sort_values(["submit_s", "line"], kind="stable").reset_index(drop=True)

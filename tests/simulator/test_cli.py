@@ -118,3 +118,20 @@ def test_help_documents_every_option():
                  "--out", "philly-json", "pai-sample", "itp", "hydra", "noisy:<MRE>", "hydra-light",
                  "summary.json"):
         assert word in result.output, word
+
+
+def test_values_echoed_to_the_terminal_are_escaped(tmp_path):
+    # a newline in the output folder forged a second "results in" line, an ESC in a cluster file's
+    # name reached the terminal raw (issue 50); both now print escaped, each on its own line
+    cluster = tmp_path / "c\x1b[2J.yaml"
+    cluster.write_text("nodes:\n  - {gpu_type: V100, num_gpus: 8}\n")
+    out = tmp_path / "o\nresults in elsewhere"
+    result = invoke("--policy", "fifo", "--predictor", "truth", "--workload", "pai-like:10", "--cluster",
+                    str(cluster), "--reference-gpu", "V100", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.output and "| cluster c\\x1b[2J (8 GPUs)" in result.output
+    results = [line for line in result.output.splitlines() if line.startswith("results in")]
+    assert results == [f"results in {tmp_path}/o\\nresults in elsewhere/"]
+    quiet = invoke("--policy", "fifo", "--predictor", "truth", "--workload", "pai-like:10", "--out",
+                   str(tmp_path / "q\x1b]0;x\x07"), "--quiet")
+    assert quiet.output == f"{tmp_path}/q\\x1b]0;x\\x07\n"

@@ -83,3 +83,45 @@ def test_presets_equal_the_real_inventories(shared_dir):
         assert counts.to_dict() == expected
         assert resolve(f"{'pai-spec' if kind == 'pai' else 'philly-machines'}:{path}").total_gpus == \
             resolve(preset).total_gpus
+
+
+# -- sizes that multiply (issue 50): names bounded, nodes counted before any is built ----------
+
+def test_a_long_node_name_times_a_million_is_refused_before_a_node_is_built(tmp_path):
+    # the audit's 2 KB file: 1,000,000 nodes each named with 2,000 characters took 2.6 GB
+    path = tmp_path / "c.yaml"
+    path.write_text("nodes:\n  - {gpu_type: V100, num_gpus: 1, count: 1000000, name: " + "n" * 2000 + "}\n")
+    with pytest.raises(ClusterError, match=r"nodes\[1\]: field 'count' must be an integer >= 1 and <= 100,000"):
+        resolve(str(path))
+    path.write_text("nodes:\n  - {gpu_type: V100, num_gpus: 1, count: 1000, name: " + "n" * 2000 + "}\n")
+    with pytest.raises(ClusterError, match=r"nodes\[1\]: field 'name': 2,000 characters, at most 100 \('nnn"):
+        resolve(str(path))
+    path.write_text("nodes:\n  - {gpu_type: V100, num_gpus: 1, count: 100001}\n")
+    with pytest.raises(ClusterError, match=r"nodes\[1\]: field 'count' must be an integer >= 1 and <= 100,000"):
+        resolve(str(path))
+    path.write_text("nodes:\n" + "  - {gpu_type: V100, num_gpus: 1, count: 60000}\n" * 2)
+    with pytest.raises(ClusterError, match=r"nodes\[2\]: 120,000 nodes; at most 100,000 are supported"):
+        resolve(str(path))
+    path.write_text("name: " + "c" * 101 + "\nnodes:\n  - {gpu_type: V100, num_gpus: 1}\n")
+    with pytest.raises(ClusterError, match="field 'name': 101 characters, at most 100"):
+        resolve(str(path))
+
+
+def test_a_name_with_a_control_character_is_refused(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"name": "ok", "nodes": [{"gpu_type": "V100", "num_gpus": 1, "name": "a\nb"}]}))
+    with pytest.raises(ClusterError, match=r"nodes\[1\]: field 'name': holds a control or format character: 'a\\nb'"):
+        resolve(str(path))
+
+
+def test_a_node_of_more_gpus_than_any_real_one_is_refused(tmp_path):
+    # one 1,000,000-GPU node beside 50 one-GPU types made the allocator keep 50 million lists (3.6 GB)
+    from simulator.cluster import Cluster, Node
+
+    path = tmp_path / "c.yaml"
+    path.write_text("nodes:\n  - {gpu_type: V100, num_gpus: 1025}\n")
+    with pytest.raises(ClusterError, match=r"nodes\[1\]: field 'num_gpus' must be an integer >= 1 and <= 1,024"):
+        resolve(str(path))
+    with pytest.raises(ClusterError, match="node 'big' has 1,000,000 GPUs; at most 1,024 per node"):
+        Cluster("c", (Node("a", "T4", 8), Node("big", "V100", 1_000_000)))
+    assert Cluster("c", (Node("nvl72", "A100", 72),)).total_gpus == 72

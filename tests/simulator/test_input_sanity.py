@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from simulator.cli import main
 from simulator.cluster import ClusterError, resolve
 from simulator.run import RunConfig, execute, load_workload, readable, sanity_warnings
+from tests.cli_checks import one_line_error
 from traces.registry import load_trace
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
@@ -82,15 +83,25 @@ def test_the_issues_case_philly_on_the_default_cluster_warns(shared_dir):
 
 
 def test_absurd_durations_warn_and_print_sanely(tmp_path):
+    # up to the clock's exact range (1e12 s) a duration runs, with a warning past a year
     out = tmp_path / "o"
     result = simrun("--policy", "fifo", "--predictor", "truth", "--trace",
-                    itp(tmp_path, [("a", 0, "1e300", 1), ("b", 5, "1e15", 1), ("c", 7, 10, 2)]), "--out", str(out))
+                    itp(tmp_path, [("a", 0, "1e12", 1), ("b", 5, "1e11", 1), ("c", 7, 10, 2)]), "--out", str(out))
     assert result.exit_code == 0, result.output
-    assert warnings_of(result) == ["warning: 2 job(s) run longer than a year (longest: job a, line 2, 3.169e+292 "
+    assert warnings_of(result) == ["warning: 2 job(s) run longer than a year (longest: job a, line 2, 31,688 "
                                    "years): check the trace's durations (their unit, or corrupt rows)"]
-    assert max(len(line) for line in result.stdout.splitlines()[1:-1]) < 80  # the summary: no 300-digit JCT
-    assert "JCT mean                3.333e+299 s  (9.259e+295 h)" in result.stdout
-    assert "makespan                1.000e+300 s" in result.stdout
+    assert max(len(line) for line in result.stdout.splitlines()[1:-1]) < 100  # the summary: no 300-digit JCT
+    # exact: (1e12 + 1e11 + 10) / 3
+    assert "JCT mean                366,666,666,670.0 s  (101,851,851.85 h)" in result.stdout
+    assert "makespan                1.000e+12 s" in result.stdout
+
+
+def test_a_duration_past_the_exact_clock_is_refused_naming_row_and_field(tmp_path):
+    # 1e300 s used to run: 1e300 + 5 == 1e300, so the summary's numbers meant nothing (issue 50)
+    result = simrun("--policy", "fifo", "--predictor", "truth", "--trace",
+                    itp(tmp_path, [("a", 0, "1e300", 1), ("c", 7, 10, 2)]), "--out", str(tmp_path / "o"))
+    one_line_error(result, "itp.csv:2: field 'duration_s': value 1e+300 is above the maximum 1e+12")
+    assert not (tmp_path / "o").exists()
 
 
 def test_readable_numbers():

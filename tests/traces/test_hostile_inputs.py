@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import threading
 import time
@@ -19,6 +20,7 @@ import pytest
 from simulator.run import RunConfig, load_workload
 from traces import synthetic as syn
 from traces.registry import load_trace
+from traces.schema import TraceError
 
 ITP_HEADER = "job_id,submission_time,duration,num_gpu\n"
 TRACE_KINDS = ("philly", "philly-json", "pai-sample", "itp", "hydra")
@@ -223,3 +225,73 @@ def test_a_workload_over_the_job_limit_is_refused_before_it_is_drawn():
         "--workload 'pai-like:100000000000': synthetic workload: 100,000,000,000 jobs exceeds the limit of "
         "10,000,000 (jobs in one simulated workload (the full Philly trace: 111,549); raise it with "
         "ETS_SIM_MAX_JOBS=N); or keep the first K jobs with --limit K")
+
+
+# -- values that multiply, reach a terminal, or lose their meaning (issue 50) ------------------
+
+def itp_trace(tmp_path: Path, *rows: str) -> str:
+    path = tmp_path / "itp.csv"
+    path.write_text(ITP_HEADER + "".join(row + "\n" for row in rows))
+    return f"itp:{path}"
+
+
+def philly_json(tmp_path: Path, job_id: str) -> str:
+    """A philly-json trace of one job with ``job_id`` (JSON escapes let it hold any character)."""
+    path = tmp_path / "philly.json"
+    attempt = {"start_time": "2017-10-03 10:00:00", "end_time": "2017-10-03 10:01:40", "detail": []}
+    path.write_text(json.dumps([{"id": job_id, "num_gpus": 1, "submitted_time": "2017-10-03 10:00:00",
+                                 "attempts": [attempt]}]))
+    return f"philly-json:{path}"
+
+
+@pytest.mark.parametrize("row,field,value", [
+    ("a,1e300,100,1", "submit_s", "1e+300"),  # 1e300 + 100 == 1e300: the job "finished" with a JCT of 0
+    ("a,0,1e13,1", "duration_s", "1e+13"),
+    ("a,1000000000001,100,1", "submit_s", "1e+12"),
+])
+def test_times_past_the_exact_clock_are_refused_naming_row_and_field(tmp_path, row, field, value):
+    spec = itp_trace(tmp_path, row, "b,0,100,1")
+    assert refusal(spec).endswith(f"itp.csv:2: field '{field}': value {value} is above the maximum 1e+12 (times are "
+                                  "float seconds, exact to the millisecond up to 1e12 s, about 31,700 years)")
+
+
+def test_the_largest_time_is_accepted_and_stays_exact(tmp_path):
+    jobs = load_trace(itp_trace(tmp_path, "a,1e12,100,1", "b,0,1e12,1")).jobs.set_index("job_id")
+    assert jobs.loc["a", "submit_s"] + jobs.loc["a", "duration_s"] == 1_000_000_000_100.0
+    assert jobs.loc["b", "duration_s"] == 1e12
+
+
+@pytest.mark.parametrize("column,value,message", [
+    ("deadline_s", 1e300, "value 1e+300 is above the maximum 1e+12"),
+    ("runtime_s:V100", 2e12, "value 2e+12 is above the maximum 1e+12"),
+    ("checkpoint_bytes", 1e300, "value 1e+300 is above the maximum 1e+15 (1 PB)"),
+])
+def test_other_times_and_checkpoint_sizes_are_bounded(column, value, message):
+    from tests.records import from_records
+
+    with pytest.raises(TraceError) as info:
+        from_records([{"job_id": "a", "submit_s": 0.0, "num_gpus": 1, "duration_s": 10.0, column: value}])
+    assert str(info.value) == f"<table>:1: field '{column}': {message}" + (
+        "" if column == "checkpoint_bytes" else " (times are float seconds, exact to the millisecond up to 1e12 s, "
+                                                "about 31,700 years)")
+
+
+@pytest.mark.parametrize("job_id,shown", [
+    ("x\nresults in /etc/", r"'x\nresults in /etc/'"),  # forged a line of simrun's output
+    ("x\x1b[2Jy", r"'x\x1b[2Jy'"),  # cleared the screen
+    ("ab\u202ecd", r"'ab\u202ecd'"),  # reversed what followed
+])
+def test_a_job_id_with_a_control_character_is_refused(tmp_path, job_id, shown):
+    assert refusal(philly_json(tmp_path, job_id)).endswith(
+        f"philly.json:1: field 'job_id': holds a control or format character: {shown}")
+
+
+def test_long_ids_users_and_workloads_are_refused(tmp_path):
+    assert refusal(itp_trace(tmp_path, "A" * 201 + ",0,10,1")).endswith(
+        f"itp.csv:2: field 'job_id': 201 characters, at most 200 ('{'A' * 27}...{'A' * 28}')")
+    load_trace(itp_trace(tmp_path, "A" * 200 + ",0,10,1", "é,0,10,1"))  # 200 characters, and not ASCII, are fine
+    from tests.records import from_records
+
+    for field in ("user", "workload"):
+        with pytest.raises(TraceError, match=f"<table>:1: field '{field}': 1,000,000 characters, at most 200"):
+            from_records([{"job_id": "a", "submit_s": 0.0, "num_gpus": 1, "duration_s": 1.0, field: "u" * 10**6}])
