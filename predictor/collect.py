@@ -151,13 +151,14 @@ def collect_model_files(paths: list[str], device: str, out: str | Path, *, infer
     """Capture each model file (:mod:`predictor.capture.model_file`; runs the file's code) not yet
     in ``out`` — by its config id, ``file:<stem>...``, known before the file is run — on the meta
     device, timed on ``device`` when it is ``emulated:<GPU>``, into the same dataset as the zoo's.
-    One process, in order. A file that fails goes to ``failures.jsonl`` (with ``model_file``)
-    and its one-line message to ``report`` (e.g. stderr); the others go on. Two files of one
+    One child process for all the files, in order, each within the model-file time and memory
+    limits (:mod:`predictor.capture.model_process`). A file that fails goes to ``failures.jsonl``
+    (with ``model_file``) and its one-line message to ``report`` (e.g. stderr); the others go on. Two files of one
     config id (the same stem in two folders, or twice on the command line) are captured once;
     the second is a failure naming the first. Returns counts (requested, skipped, captured,
     failed)."""
-    from predictor.capture.model_file import ModelFileError, capture_model_file, config_id_of
-    from predictor.capture.quiet import quiet_profiler
+    from predictor.capture.model_file import ModelFileError, config_id_of
+    from predictor.capture.model_process import capture_files
     from predictor.devices.kernels import KernelModelError
 
     if not (device == "meta" or device.startswith("emulated:")):
@@ -176,20 +177,25 @@ def collect_model_files(paths: list[str], device: str, out: str | Path, *, infer
         if report is not None:
             report(line)
 
+    todo: dict[str, str] = {}  # path -> config id, in order
+    for path in paths:
+        config_id = config_id_of(path, inference=inference, dtype=dtype)
+        if config_id in seen:
+            fail(path, config_id, f"{path}: has the config id {config_id} of {seen[config_id]}, captured "
+                                  "already (rename one of them)")
+            continue
+        seen[config_id] = path
+        if config_id in done_ids:
+            counts["skipped"] += 1
+            continue
+        todo[path] = config_id
     try:
-        for path in paths:
-            config_id = config_id_of(path, inference=inference, dtype=dtype)
-            if config_id in seen:
-                fail(path, config_id, f"{path}: has the config id {config_id} of {seen[config_id]}, captured "
-                                      "already (rename one of them)")
-                continue
-            seen[config_id] = path
-            if config_id in done_ids:
-                counts["skipped"] += 1
+        for path, table in capture_files(list(todo), inference=inference, dtype=dtype):
+            config_id = todo[path]
+            if isinstance(table, ModelFileError):
+                fail(path, config_id, str(table))
                 continue
             try:
-                with quiet_profiler():
-                    table = capture_model_file(path, inference=inference, dtype=dtype)
                 if device.startswith("emulated:"):
                     from predictor.devices.inference_host import for_trace
                     from predictor.devices.specs import load_params
@@ -198,9 +204,6 @@ def collect_model_files(paths: list[str], device: str, out: str | Path, *, infer
                     params = load_params()
                     table = emulate(table, device, params, regime=regime,
                                     inference_host_us=for_trace(table, params.device(device).name))
-            except ModelFileError as exc:
-                fail(path, config_id, str(exc))
-                continue
             except KernelModelError:  # the installation's kernel model, not the file: stop
                 raise
             except Exception as exc:  # an op the emulator cannot price: recorded, the others go on

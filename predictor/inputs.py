@@ -73,6 +73,13 @@ LIMITS: dict[str, Limit] = {limit.name: limit for limit in (
           "bytes a Parquet input may decode to, counted from its metadata and dictionaries before its values "
           "are expanded"),
     Limit("row_groups", 1_000, "row groups", "row groups of one Parquet input (our writers: one per million rows)"),
+    Limit("model_seconds", 600, "seconds",
+          "time to capture one --model-file file: its import, model construction and capture (the slowest "
+          "measured, a 2-layer LSTM on the CPU path: 33 s)"),
+    Limit("model_bytes", 16 * 2**30, "bytes",
+          "address space (RLIMIT_AS) of the child process that runs --model-file files (torch alone maps ~3 GB)"),
+    Limit("rounds", 1_000_000, "rounds",
+          "lease rounds of one preemptive run (the full Philly trace at the default 6-minute lease: ~60,000)"),
 )}
 
 

@@ -185,11 +185,31 @@ def _event_tables(path: Path, events: list) -> tuple[pd.DataFrame, pd.DataFrame]
     ev["args"] = [a if isinstance(a, dict) else {} for a in ev["args"]]
     ev["pid"] = ev["pid"].astype(str)
     ev["tid"] = ev["tid"].astype(str)
+    for key in ("correlation", "External id", "external id"):
+        _check_ids(path, [a.get(key) for a in ev["args"]], ev["event"].tolist(), f"args.{key}")
+    _check_ids(path, [f[2] for f in flows], [f[0] for f in flows], "id")
     fl = pd.DataFrame(flows, columns=["event", "ph", "id", "pid", "tid", "ts"])
     fl["pid"] = fl["pid"].astype(str)
     fl["tid"] = fl["tid"].astype(str)
     fl["ts"] = pd.to_numeric(fl["ts"], errors="coerce")
     return ev, fl
+
+
+MAX_ID = 2**53  # the largest id float64 holds exactly: beyond it, distinct ids merge in pandas' columns
+
+
+def _check_ids(path: Path, values: list, events: list[int], field: str) -> None:
+    """Refuse a numeric id (correlation, External id, flow id; as parsed, before pandas turns it
+    into a float) that is not a whole number in [0, 2**53]: matched as float64, two larger ids
+    (or ids beyond int64) collide or miss, and the kernels they join silently go to the wrong op
+    or to none. Absent or text ids are left alone, as before (they join nothing)."""
+    for value, event in zip(values, events):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if not (0 <= value <= MAX_ID and float(value).is_integer()):
+            raise TraceFormatError(path, f"id {short(value, 40)} is not a whole number from 0 to 2**53 "
+                                         f"({MAX_ID:,}): such ids cannot be matched exactly, so the kernels it "
+                                         "joins would be lost or misattributed", row=int(event), field=field)
 
 
 def _arg(args: pd.Series, key: str) -> pd.Series:
@@ -298,12 +318,13 @@ def _first_shape(shapes) -> list | None:
 
 # -- device activities -----------------------------------------------------------------------------
 
-def _attach_device(ev: pd.DataFrame, flows: pd.DataFrame, cpu: pd.DataFrame) -> pd.DataFrame:
+def _attach_device(path: Path, ev: pd.DataFrame, flows: pd.DataFrame, cpu: pd.DataFrame) -> pd.DataFrame:
     """Device activities with the CPU event index ('root') of the top-level op that launched them."""
     dev = ev[ev["kind"] == DEVICE].copy()
     dev["corr"] = _correlation(dev["args"])
     rt = cpu[cpu["kind"] == RUNTIME].copy()
     rt["corr"] = _correlation(rt["args"])
+    rt["from_flow"] = rt["corr"].isna()
     if len(flows) and (dev["corr"].isna().any() or rt["corr"].isna().any()):
         # ac2g / launch flows: one endpoint at the runtime call, one at the device activity,
         # both at the event's (pid, tid, ts); the flow id is the correlation id.
@@ -313,7 +334,8 @@ def _attach_device(ev: pd.DataFrame, flows: pd.DataFrame, cpu: pd.DataFrame) -> 
             if missing.any():
                 found = frame.loc[missing, ["pid", "tid", "ts"]].merge(key, how="left", on=["pid", "tid", "ts"])
                 frame.loc[missing, "corr"] = pd.to_numeric(found["id"], errors="coerce").to_numpy()
-    rt = rt[rt["root"] >= 0].dropna(subset=["corr"]).drop_duplicates("corr")
+    _check_unique_launches(path, rt)
+    rt = rt[rt["root"] >= 0].dropna(subset=["corr"])
     dev = dev.merge(rt[["corr", "root"]], how="left", on="corr")
     unmatched = dev["root"].isna()
     if unmatched.any():
@@ -325,6 +347,25 @@ def _attach_device(ev: pd.DataFrame, flows: pd.DataFrame, cpu: pd.DataFrame) -> 
     dev = dev.dropna(subset=["root"])
     dev["root"] = dev["root"].astype(np.int64)
     return dev
+
+
+def _check_unique_launches(path: Path, rt: pd.DataFrame) -> None:
+    """Refuse two runtime calls of one correlation id (from ``args.correlation``, or from the
+    flow that starts at the call): each launch has its own id, and of two calls sharing one the
+    kernels can go to only one (the old rule kept the first: a file whose flows all share one id
+    imported with zero kernel time). Several kernels of one call (a CUDA graph) are fine."""
+    ids = rt.dropna(subset=["corr"])
+    again = ids["corr"].duplicated(keep="first").to_numpy()
+    if not again.any():
+        return
+    j = int(np.argmax(again))
+    corr = ids["corr"].iloc[j]
+    first = int(ids.loc[ids["corr"] == corr, "event"].iloc[0])
+    field = "id" if ids["from_flow"].iloc[j] else "args.correlation"
+    raise TraceFormatError(path, f"correlation id {int(corr)} is shared by the runtime calls at events {first} and "
+                                 f"{int(ids['event'].iloc[j])} ({int(again.sum()):,} repeated id(s) in all): each "
+                                 "launch has its own id, so the kernels of these calls cannot be attributed",
+                           row=int(ids["event"].iloc[j]), field=field)
 
 
 # -- the importer ----------------------------------------------------------------------------------
@@ -391,10 +432,10 @@ def _phases(roots: pd.DataFrame) -> np.ndarray:
     return phase
 
 
-def _device_times(ev: pd.DataFrame, flows: pd.DataFrame, cpu: pd.DataFrame,
+def _device_times(path: Path, ev: pd.DataFrame, flows: pd.DataFrame, cpu: pd.DataFrame,
                   roots: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """kernels, duration_us and gap_us per op from the device activities it launched (GPU traces)."""
-    dev = _attach_device(ev, flows, cpu)
+    dev = _attach_device(path, ev, flows, cpu)
     agg = dev.groupby("root").agg(kernels=("dur", "size"), duration=("dur", "sum"), start=("ts", "min"))
     agg = agg.reindex(roots["pos"])
     kernels = agg["kernels"].fillna(0).to_numpy(dtype=np.int64)
@@ -478,7 +519,7 @@ def load(path: str | Path, *, device: str | None = None, model: str | None = Non
     if roots.empty:
         raise TraceFormatError(path, f"{label} holds no operator events")
     roots["phase"] = _phases(roots)
-    times = _device_times(ev, flows, cpu, roots) if (ev["kind"] == DEVICE).any() else _host_times(roots)
+    times = _device_times(path, ev, flows, cpu, roots) if (ev["kind"] == DEVICE).any() else _host_times(roots)
     roots["kernels"], roots["duration_us"], roots["gap_us"] = times
     model = model or default_model(path)
     step_id = label.split("#", 1)[1] if label.startswith("ProfilerStep#") else "all"

@@ -11,7 +11,10 @@ execution-trace table (:mod:`predictor.trace_table`) that the emulator and the p
 block: the module gets a unique name of its own): this is done only for a file the user names
 on the command line (``--model-file``), i.e. the user's own code, with the user's rights. While
 it runs, the file's directory is first on ``sys.path`` (sibling imports work, as under
-``python FILE``), and what it prints goes to stderr (``--json`` output stays parseable).
+``python FILE``), and what it prints goes to stderr (``--json`` output stays parseable). The
+commands run it in a child process, under a time and a memory limit, and get back only the
+table (:mod:`predictor.capture.model_process`); :func:`capture_model_file` itself runs it in
+the calling process.
 
 * Device: the module is loaded and ``Model``, ``get_init_inputs()`` and ``get_inputs()`` run
   under ``torch.device("meta")``, so parameters and input tensors are meta tensors (no memory,
@@ -68,6 +71,7 @@ CONVENTION = ("a model file defines class Model, get_inputs() and optionally get
               "(KernelBench's convention)")
 _modules = itertools.count()
 BACKWARD = "in the backward pass; --inference times the forward alone"
+MEMORY_NOTE = ""  # set by the capture process (predictor.capture.model_process): its memory limit, named
 
 
 class ModelFileError(ValueError):
@@ -399,6 +403,8 @@ def _raised(shown: str, exc: BaseException, stage: str = "") -> ModelFileError:
         where = f" (at {frame.filename}:{frame.lineno} in {frame.name}{'; ' + stage if stage else ''})" \
             if frame is not None else f" ({stage})" if stage else ""
     message = " ".join(str(exc).split()) or "(no message)"
+    if MEMORY_NOTE and (isinstance(exc, MemoryError) or "can't allocate memory" in message):
+        message = f"ran out of memory ({MEMORY_NOTE}): {message}"
     head = f"{type(exc).__name__}: "
     room = MAX_MESSAGE - len(shown) - 2 - len(head) - len(where)
     if len(message) > room:

@@ -10,6 +10,8 @@ handling ``simrun`` shares.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -19,13 +21,33 @@ from predictor.capture.importers import IMPORTERS, import_onto_zoo, import_trace
 from predictor.cli.errors import UserErrorGroup
 from predictor.gpus import names_help
 from predictor.inputs import InputError
-from predictor.outputs import OutputError
+from predictor.outputs import OutputError, locked_folder, remove_if_empty
 from predictor.trace_table import TraceFormatError, dataset_info, read_dataset, write_traces
 
 
 @click.group(cls=UserErrorGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 def main() -> None:
     """Execution traces (one row per operator: kernel time and the framework overhead after it)."""
+
+
+@contextmanager
+def holding(directory: Path, option: str = "--out") -> Iterator[Path]:
+    """``directory`` held for one command that reads, changes and rewrites a dataset in it
+    (``ets import``, ``ets collect``, ``ets dataset peaks``): a second such command on the same
+    dataset is refused at once, in one line naming the first's PID (:func:`predictor.outputs.locked_folder`,
+    as ``simrun --out``), instead of both reading the old file and the last rename silently
+    dropping the other's data. Refused, not queued: the lock is taken before any work, so the
+    refused run lost nothing and is simply run again. A folder this command created and left
+    empty (it failed) is removed."""
+    existed = directory.exists()
+    try:
+        with locked_folder(directory, option):
+            yield directory
+    except OutputError as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        if not existed:
+            remove_if_empty(directory)
 
 
 @main.command("import", help="Import traces of another tool into a dataset directory. KIND: "
@@ -45,6 +67,11 @@ def import_(kind: str, path: Path, out: Path, overwrite: bool, device: str | Non
     features = features or ("zoo" if kind == "ets-csv" else "recorded")
     if features == "zoo" and kind != "ets-csv":
         raise click.UsageError(f"--features zoo aligns ets-csv imports only; {kind} traces keep their features")
+    with holding(out):
+        _import(kind, path, out, overwrite, device, features)
+
+
+def _import(kind: str, path: Path, out: Path, overwrite: bool, device: str | None, features: str) -> None:
     try:
         if features == "zoo":
             traces, report, skipped = import_onto_zoo(path, device, progress=True)
@@ -114,7 +141,8 @@ def refuse_replacing(directory: Path, traces) -> None:
               help="Instead of the zoo: a Python file defining Model, get_inputs() and optionally get_init_inputs() "
                    "(KernelBench's convention), captured on the meta device (--device meta or emulated:<GPU>) as "
                    "config file:<stem>; repeatable; a directory means every *.py in it, sorted. Runs the file's "
-                   "code, as `python FILE` would.")
+                   "code, as `python FILE` would, in a child process within ETS_SIM_MAX_MODEL_SECONDS per file "
+                   "(default 600) and ETS_SIM_MAX_MODEL_BYTES of memory (default 16 GiB).")
 @click.option("--inference", is_flag=True, help="--model-file: capture the forward alone under torch.no_grad().")
 @click.option("--dtype", type=click.Choice(["float32", "float16", "bfloat16", "amp"]),
               help="--model-file: cast the model and its floating inputs [default: float32].")
@@ -125,9 +153,7 @@ def collect_cmd(ctx: click.Context, zoo: str, device: str, limit: int | None, se
     """Capture execution traces of zoo configs into a dataset directory (one Parquet per device);
     or, with --model-file, of the models in the user's own files (a file that fails is named in
     one line on stderr and in failures.jsonl, the others go on, and the exit status is 1)."""
-    from predictor.collect import RegimeMismatchError, collect
     from predictor.devices.specs import DeviceParamsError, device_key
-    from predictor.zoo.registry import zoo_configs
 
     if not model_files:
         if inference or dtype:
@@ -150,14 +176,24 @@ def collect_cmd(ctx: click.Context, zoo: str, device: str, limit: int | None, se
         except DeviceParamsError as exc:
             raise click.BadParameter(str(exc), param_hint="--device") from None
 
+    if regime != "plain" and not device.startswith("emulated:"):
+        raise click.BadParameter("a regime applies to emulated devices only", param_hint="--regime")
+    with holding(out):
+        _collect(model_files, zoo, device, limit, seed, max_batch, max_size, workers, regime, out, inference, dtype)
+
+
+def _collect(model_files: tuple[str, ...], zoo: str, device: str, limit: int | None, seed: int,
+             max_batch: int | None, max_size: int | None, workers: int | None, regime: str, out: Path,
+             inference: bool, dtype: str | None) -> None:
+    from predictor.collect import RegimeMismatchError, collect
+    from predictor.zoo.registry import zoo_configs
+
     if model_files:
         _collect_model_files(model_files, device, out, inference, dtype or "float32", regime)
         return
     configs = [c for c in zoo_configs(zoo, seed=seed)  # round-robin over families: prefixes stay stratified
                if (max_batch is None or c.batch <= max_batch) and (max_size is None or c.input_size <= max_size)]
     configs = configs[:limit] if limit else configs
-    if regime != "plain" and not device.startswith("emulated:"):
-        raise click.BadParameter("a regime applies to emulated devices only", param_hint="--regime")
     try:
         counts = collect(configs, device, out, workers=workers or (2 if device == "meta" else 1), regime=regime)
     except (RegimeMismatchError, TraceFormatError, OutputError) as exc:
@@ -172,8 +208,6 @@ def _collect_model_files(model_files: tuple[str, ...], device: str, out: Path, i
     from predictor.collect import RegimeMismatchError, collect_model_files
     from predictor.devices.kernels import KernelModelError
 
-    if regime != "plain" and not device.startswith("emulated:"):
-        raise click.BadParameter("a regime applies to emulated devices only", param_hint="--regime")
     try:
         counts = collect_model_files(expand(model_files), device, out, inference=inference, dtype=dtype, regime=regime,
                                      report=lambda line: click.echo(line, err=True))
@@ -219,6 +253,11 @@ def info(directory: Path, as_json: bool) -> None:
 def peaks_cmd(directory: Path, overwrite: bool) -> None:
     """Measure this machine's CPU peaks (a float32 GEMM and a large copy, a few seconds) and
     record them in DIRECTORY/peaks.json, for the CPU traces collected here."""
+    with holding(directory, "DIRECTORY"):
+        _record_peaks(directory, overwrite)
+
+
+def _record_peaks(directory: Path, overwrite: bool) -> None:
     try:
         if peaks.recorded(directory, "cpu") is not None and not overwrite:
             raise click.ClickException(f"{directory / peaks.PEAKS_FILE} already records this dataset's cpu "

@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from predictor.gpus import names_help
+from predictor.inputs import printable
 
 
 @click.group()
@@ -67,7 +68,9 @@ def _kernel_model():
 
 MODEL_FILE_HELP = ("A Python file defining Model, get_inputs() and optionally get_init_inputs() (KernelBench's "
                    "convention), captured on the meta device instead of a zoo MODEL; repeatable; a directory means "
-                   "every *.py in it, sorted. Runs the file's code, as `python FILE` would.")
+                   "every *.py in it, sorted. Runs the file's code, as `python FILE` would, in a child process: "
+                   "each file within ETS_SIM_MAX_MODEL_SECONDS (default 600 s), the process within "
+                   "ETS_SIM_MAX_MODEL_BYTES of memory (default 16 GiB).")
 INFERENCE_HELP = "--model-file: time the forward alone under torch.no_grad() (what KernelBench measures)."
 
 
@@ -161,20 +164,20 @@ class ModelFileRun:
         self.failed = 0
 
     def __iter__(self):
-        from predictor.capture.model_file import ModelFileError, capture_model_file
-        from predictor.capture.quiet import quiet_profiler
+        """Each file captured in one child process, under the model-file time and memory limits
+        (:mod:`predictor.capture.model_process`): a file that hangs or allocates without end fails
+        in one line and the others go on."""
+        from predictor.capture.model_file import ModelFileError
+        from predictor.capture.model_process import capture_files
 
-        for path in self.paths:
-            try:
-                with quiet_profiler():
-                    trace = capture_model_file(path, **self.options)
-            except ModelFileError as exc:
-                self.fail(str(exc))
+        for path, trace in capture_files(self.paths, **self.options):  # a bad limit: InputError, one line
+            if isinstance(trace, ModelFileError):
+                self.fail(str(trace))
                 continue
             yield path, trace
 
     def fail(self, line: str) -> None:
-        click.echo(" ".join(line.split())[:1000], err=True)
+        click.echo(printable(" ".join(line.split())[:1000]), err=True)
         self.failed += 1
 
     def finish(self) -> None:
