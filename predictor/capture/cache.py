@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 import sys
 from pathlib import Path
 
@@ -62,10 +61,9 @@ def write(table: pd.DataFrame, path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    from predictor.outputs import atomic_file
+
     arrow = pa.Table.from_pandas(table.reset_index(drop=True), preserve_index=False)
     arrow = arrow.replace_schema_metadata({**(arrow.schema.metadata or {}), FINGERPRINT_KEY: fingerprint().encode()})
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    pq.write_table(arrow, tmp, write_page_checksum=True)
-    os.replace(tmp, path)
+    with atomic_file(path) as tmp:  # never written through a link planted at its name
+        pq.write_table(arrow, tmp, write_page_checksum=True)

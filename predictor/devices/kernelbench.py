@@ -12,7 +12,8 @@ Time = ``mean_ms`` of 100 calls (CUDA events, 3 warm-ups, no L2 flush), a *call*
 overhead included. Each problem file (``problems_<set>/<level>/<problem>``) is captured on the meta
 device by :func:`predictor.capture.model_file.capture_model_file` in inference mode (forward under
 ``no_grad``, float32, what KernelBench timed) — **this runs the problem files' code** (KernelBench,
-MIT licence; as ``--model-file`` does for a user's file). Captures are cached in one Parquet file.
+MIT licence), as ``--model-file`` does for a user's file: in a child process under the same time
+and memory limits (:mod:`predictor.capture.model_process`). Captures are cached in one Parquet file.
 
 Level-1 kernel rows: a problem whose forward is exactly one kernel problem of a class the kernel
 model covers (the others: several kernels, e.g. a fused loss, or an uncovered op) becomes a row
@@ -106,7 +107,8 @@ def sequences(root: str | Path, timings: pd.DataFrame, cache: Path | None = None
     from tqdm import tqdm
 
     from predictor.capture import cache as capture_cache
-    from predictor.capture.model_file import ModelFileError, capture_model_file
+    from predictor.capture.model_file import ModelFileError
+    from predictor.capture.model_process import capture_files
 
     have: dict[tuple[str, str, str], pd.DataFrame] = {}
     failed: dict[str, str] = {}
@@ -121,13 +123,15 @@ def sequences(root: str | Path, timings: pd.DataFrame, cache: Path | None = None
     todo = sorted({(r.problem_set, r.level, r.problem) for r in timings.itertuples()} - set(have)
                   - {tuple(k.split("/")) for k in failed})
     new = []
-    for key in tqdm(todo, desc="capturing KernelBench problems", unit="file", disable=not progress or not todo):
+    outcomes = capture_files([str(problem_path(root, *key)) for key in todo], inference=True)  # in a child
+    for key, (_, outcome) in tqdm(zip(todo, outcomes), total=len(todo), desc="capturing KernelBench problems",
+                                  unit="file", disable=not progress or not todo):
         cid = "|".join(key)
-        try:
-            trace = capture_model_file(problem_path(root, *key), inference=True).assign(config_id=cid)
-        except ModelFileError as exc:
-            failed["/".join(key)] = str(exc)
-            trace = _failure_row(cid, str(exc))
+        if isinstance(outcome, ModelFileError):
+            failed["/".join(key)] = str(outcome)
+            trace = _failure_row(cid, str(outcome))
+        else:
+            trace = outcome.assign(config_id=cid)
         if trace["op"].iloc[0] != "<failed>":
             have[key] = trace
         new.append(trace)
