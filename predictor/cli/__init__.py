@@ -20,7 +20,7 @@ from predictor import peaks
 from predictor.capture.importers import IMPORTERS, import_onto_zoo, import_traces
 from predictor.cli.errors import UserErrorGroup
 from predictor.gpus import names_help
-from predictor.inputs import InputError
+from predictor.inputs import InputError, printable
 from predictor.outputs import OutputError, locked_folder, remove_if_empty
 from predictor.trace_table import TraceFormatError, dataset_info, read_dataset, write_traces
 
@@ -80,7 +80,7 @@ def _import(kind: str, path: Path, out: Path, overwrite: bool, device: str | Non
     except TraceFormatError as exc:
         raise click.ClickException(str(exc)) from None
     for s in skipped:
-        click.echo(f"not imported: {s.reason} (--features recorded imports it as recorded)", err=True)
+        click.echo(f"not imported: {printable(s.reason)} (--features recorded imports it as recorded)", err=True)
     if traces.empty:
         raise click.ClickException(f"{path}: no iteration could be aligned onto a zoo config")
     try:
@@ -90,7 +90,7 @@ def _import(kind: str, path: Path, out: Path, overwrite: bool, device: str | Non
     except (TraceFormatError, OutputError) as exc:  # a broken dataset file in --out, a full disk
         raise click.ClickException(str(exc)) from None
     n = traces.groupby(["device", "config_id"]).ngroups
-    click.echo(f"imported {n} iteration(s), {len(traces):,} ops into {', '.join(map(str, files))}")
+    click.echo(f"imported {n} iteration(s), {len(traces):,} ops into {printable(', '.join(map(str, files)))}")
     if report is not None:
         click.echo(f"aligned onto zoo captures: {report['matched'].sum():,} of {report['real_rows'].sum():,} "
                    f"imported rows matched ({report['matched'].sum() / report['real_rows'].sum():.1%}); "
@@ -210,7 +210,7 @@ def _collect_model_files(model_files: tuple[str, ...], device: str, out: Path, i
 
     try:
         counts = collect_model_files(expand(model_files), device, out, inference=inference, dtype=dtype, regime=regime,
-                                     report=lambda line: click.echo(line, err=True))
+                                     report=lambda line: click.echo(printable(line), err=True))
     except (RegimeMismatchError, TraceFormatError, OutputError, KernelModelError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"{counts['captured']} model file(s) captured, {counts['skipped']} already there, {counts['failed']} "
@@ -238,8 +238,9 @@ def info(directory: Path, as_json: bool) -> None:
         return
     click.echo(f"{summary['iterations']:,} iterations, {summary['rows']:,} ops; "
                f"median iteration {summary['iteration_ms_median']:.2f} ms")
-    click.echo("per device: " + ", ".join(f"{k} {v}" for k, v in summary["per_device"].items()))
-    click.echo("per family: " + ", ".join(f"{k} {v}" for k, v in summary["per_family"].items()))
+    # device and family names come from the dataset's files: escaped (a stranger's may hold ESC)
+    click.echo("per device: " + printable(", ".join(f"{k} {v}" for k, v in summary["per_device"].items())))
+    click.echo("per family: " + printable(", ".join(f"{k} {v}" for k, v in summary["per_family"].items())))
     click.echo(f"ops per iteration: {summary['ops_min']}–{summary['ops_max']}; histogram "
                + ", ".join(f"{k}: {v}" for k, v in summary["op_count_histogram"].items()))
     share = summary["overhead_share"]

@@ -208,7 +208,7 @@ def _time_model_files(model_files: tuple[str, ...], device: str, params, regime:
 
 
 def _print_step_time(r: dict) -> None:
-    what = f"{r['config_id']} (model file {r['model_file']})" if "model_file" in r else r["config_id"]
+    what = printable(f"{r['config_id']} (model file {r['model_file']})" if "model_file" in r else r["config_id"])
     click.echo(f"{what} on {r['device']} (emulated GPU; kernel times {r['source']}, "
                f"{r['regime']} regime, params {r['params_version']})")
     for phase in ("forward", "backward", "update"):

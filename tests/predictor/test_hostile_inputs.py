@@ -438,3 +438,13 @@ def test_a_named_pipe_as_a_measurement_file_is_named_so(tmp_path):
     with fifo(tmp_path / "gavel.json") as pipe, pytest.raises(
             MeasurementError, match=f"^{pipe}: is a named pipe \\(FIFO\\), not a regular JSON file"):
         load_gavel(pipe)
+
+
+def test_dataset_info_escapes_names_from_a_strangers_dataset(tmp_path):
+    """A family or device name holding a screen clear and a newline (issue 50): printed escaped,
+    never raw (it forged a line of our output and cleared the terminal)."""
+    frame = trace(device="T4\x1b[2J").assign(family="res\nnet")
+    result = invoke("dataset", "info", dataset(tmp_path, frame))
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.output and "per device: T4\\x1b[2J 1" in result.output
+    assert "per family: res\\nnet 1" in result.output
