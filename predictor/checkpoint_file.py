@@ -204,16 +204,19 @@ def convert_legacy(path: str | Path) -> dict:
         body = _weights_only(io.BytesIO(payload), path)
     if not isinstance(body, dict):
         raise CheckpointError(f"{path}: checkpoint body is a {type(body).__name__}, not a dict")
-    return _plain(body)
+    return _plain(body, path)
 
 
 def _weights_only(source, path: Path):
     import pickle
+    import warnings
 
     import torch
 
     try:
-        return torch.load(source, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's notes on what it loads (sparse tensors checked ...): not for users
+            warnings.simplefilter("ignore")
+            return torch.load(source, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:  # a global outside the allow-list: code it would have run
         import re
 
@@ -227,10 +230,139 @@ def _weights_only(source, path: Path):
                               f"{short(first, 160)})") from None
 
 
-def _plain(value):
-    """The old body as the new format stores it: OrderedDicts and tuples become dicts and lists."""
+def _plain(value, path: str | Path = "checkpoint"):
+    """The old body as the new format stores it: OrderedDicts and tuples become dicts and lists.
+
+    The unpickled body is a graph, not a tree: a pickle may reference one list a thousand times
+    (its memo), and a 1.6 KB file of ``c = [[[0] * 1000] * 1000] * 1000`` expands to a billion
+    items; a list may even contain itself. So it is measured first (:class:`_Measure`: the
+    expanded size of each distinct object computed once, cycles refused) against the limits the
+    converted file must meet to be read back — nesting (``json_depth``), objects and arrays
+    (``json_containers``), bytes (``file_bytes``) — and only then expanded."""
+    _Measure(path).total(value)
+    return _expand(value)
+
+
+def _expand(value):
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): _expand(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [_expand(v) for v in value]
     return value
+
+
+class _Measure:
+    """The expanded size of an unpickled body, in containers and bytes (JSON text; tensor data),
+    refused in one line when it is over a limit, nested too deep, cyclic, or holds a value the
+    current format cannot store (bytes, sets, complex numbers, sparse or quantized tensors, ...)."""
+
+    SCALAR_BYTES = 24  # a number's JSON text, at most
+
+    def __init__(self, path: str | Path) -> None:
+        from predictor.inputs import limit
+
+        self.path = path
+        self.depth_cap = int(limit("json_depth")) - 1  # a tensor becomes {"$tensor": name}: one level more
+        self.containers_cap, self.bytes_cap = limit("json_containers"), limit("file_bytes")
+        self.sizes: dict[int, tuple[int, int]] = {}  # id -> (containers, bytes) of an object measured
+        self.open: set[int] = set()  # the containers being measured: meeting one again is a cycle
+        self.keep: list = []  # the measured objects, alive while their ids are keys of ``sizes``
+
+    def fail(self, where: str, what: str) -> CheckpointError:
+        return CheckpointError(f"{self.path}: cannot convert: {self.name(where)} {what}")
+
+    @staticmethod
+    def name(where: str) -> str:
+        return f"field {short(where.removeprefix('/'), 80)}" if where else "the body"
+
+    def total(self, value) -> tuple[int, int]:
+        return self.measure(value, "", 0)
+
+    def measure(self, value, where: str, depth: int) -> tuple[int, int]:
+        if isinstance(value, (dict, list, tuple)):
+            known = self.sizes.get(id(value))
+            if known is not None:
+                return known
+            if id(value) in self.open:
+                raise self.fail(where, "contains itself (a cycle): it has no finite expansion")
+            if depth > self.depth_cap:
+                raise self.fail(where, f"is nested more than {self.depth_cap} levels deep (the limit on a "
+                                       "checkpoint body's nesting; ETS_SIM_MAX_JSON_DEPTH raises it)")
+            self.open.add(id(value))
+            size = self.container(value, where, depth)
+            self.open.discard(id(value))
+            self.sizes[id(value)] = size
+            self.keep.append(value)
+            self.check(size, where)
+            return size
+        return 0, self.scalar(value, where)
+
+    def container(self, value, where: str, depth: int) -> tuple[int, int]:
+        containers, size = 1, 2
+        if isinstance(value, dict):
+            names: set[str] = set()
+            items = []
+            for key, item in value.items():
+                name = self.key(key, where, names)
+                size += len(name) + 4
+                items.append((item, f"{where}/{name}"))
+        else:
+            items = [(item, f"{where}/{i}") for i, item in enumerate(value)]
+        for item, at in items:
+            c, b = self.measure(item, at, depth + 1)
+            containers, size = containers + c, size + b + 1
+            self.check((containers, size), where)  # stop as soon as the sum passes a limit
+        return containers, size
+
+    def key(self, key, where: str, names: set[str]) -> str:
+        if isinstance(key, bool) or not isinstance(key, (str, int)):
+            raise self.fail(where, f"has a key of type {type(key).__name__} ({short(key, 40)}): the current "
+                                   "format stores text keys (and integers, as text) only")
+        name = str(key)
+        if name in names:
+            raise self.fail(where, f"has two keys that both become {short(name, 40)} as text: converting would "
+                                   "silently drop one")
+        names.add(name)
+        return name
+
+    def scalar(self, value, where: str) -> int:
+        import torch
+
+        if value is None or isinstance(value, bool):
+            return 5
+        if isinstance(value, int):
+            if not -2**63 <= value < 2**63:
+                raise self.fail(where, "holds an integer outside the 64-bit range")
+            return self.SCALAR_BYTES
+        if isinstance(value, float):
+            return self.SCALAR_BYTES
+        if isinstance(value, str):
+            return len(value) + 2 if value.isascii() else 6 * len(value) + 2  # \uXXXX escapes at most
+        if isinstance(value, torch.Tensor):
+            if value.layout != torch.strided or value.is_quantized or value.is_nested:
+                raise self.fail(where, f"is a {str(value.layout).removeprefix('torch.')} tensor: the current "
+                                       "format stores dense tensors only")
+            if str(value.dtype).removeprefix("torch.") not in _DTYPES:
+                raise self.fail(where, f"is a tensor of {value.dtype}: the current format stores floating-point, "
+                                       "integer and bool tensors only")
+            return value.numel() * value.element_size() + 40
+        raise self.fail(where, f"holds a value of type {type(value).__name__} ({short(value, 40)}): the current "
+                               "format stores dicts, lists, text, numbers, booleans, null and tensors only")
+
+    def check(self, size: tuple[int, int], where: str) -> None:
+        from predictor.inputs import over_limit
+
+        containers, nbytes = size
+        try:
+            if containers > self.containers_cap:
+                raise over_limit("json_containers", f"{self.path}: cannot convert: {self.name(where)} expands to "
+                                 "more objects and arrays than a checkpoint may hold", containers)
+            if nbytes > self.bytes_cap:
+                raise over_limit("file_bytes", f"{self.path}: cannot convert: {self.name(where)} expands past the "
+                                 "size of a checkpoint file", nbytes)
+        except InputError as exc:
+            raise CheckpointError(str(exc)) from None
+
+
+# tensor types a converted body may hold (weights are floating point; int and bool: indices, masks)
+_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"})

@@ -57,4 +57,5 @@ def interval_calibration(gpu: str, directory: str | Path = CHECKPOINT_DIR,
     from predictor.checkpoint_file import read
     from predictor.methods.base import stored_intervals
 
-    return stored_intervals(read(pretrained_path(gpu, directory, method)))
+    path = pretrained_path(gpu, directory, method)
+    return stored_intervals(read(path), path)

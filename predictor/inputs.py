@@ -78,6 +78,9 @@ LIMITS: dict[str, Limit] = {limit.name: limit for limit in (
           "measured, a 2-layer LSTM on the CPU path: 33 s)"),
     Limit("model_bytes", 16 * 2**30, "bytes",
           "address space (RLIMIT_AS) of the child process that runs --model-file files (torch alone maps ~3 GB)"),
+    Limit("model_parameters", 2**28, "parameters",
+          "weights of a model built from a checkpoint's or a training run's config, counted on the meta device "
+          "before any is allocated (4 bytes each; training holds ~4 copies; the shipped models: 35,000-160,000)"),
     Limit("rounds", 1_000_000, "rounds",
           "lease rounds of one preemptive run (the full Philly trace at the default 6-minute lease: ~60,000)"),
 )}
@@ -172,9 +175,10 @@ def read_bytes(path: str | Path, what: str = "input file") -> bytes:
     path = regular_file(path, what)
     cap = int(limit("file_bytes"))
     with path.open("rb") as handle:
-        parts = [handle.read(os.fstat(handle.fileno()).st_size + 1)]  # the whole file, one allocation
+        expected = os.fstat(handle.fileno()).st_size
+        parts = [handle.read(expected + 1)]  # the whole file, one allocation
         size = len(parts[0])
-        while parts[-1] and size <= cap:  # it grew while read: on, in chunks, to the limit
+        while size > expected and parts[-1] and size <= cap:  # it grew while read: on, in chunks, to the limit
             parts.append(handle.read(min(cap + 1 - size, 64 * 2**20)))
             size += len(parts[-1])
     if size > cap:

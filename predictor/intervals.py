@@ -37,6 +37,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from predictor.methods.checks import Checker
+
 DEFAULT_LEVEL = 0.9
 RELIABILITY_LEVELS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
 
@@ -127,9 +129,22 @@ class IntervalCalibration:
                 "families": list(self.families), "source": self.source}
 
     @classmethod
-    def from_dict(cls, data: dict) -> IntervalCalibration:
-        return cls(np.asarray(data["log_ratios"], dtype="float64"), np.asarray(data["family_index"], dtype=np.int64),
-                   tuple(data["families"]), str(data.get("source", "")))
+    def from_dict(cls, data: object, check: Checker | None = None) -> IntervalCalibration:
+        """The calibration :meth:`to_dict` stored, every value checked (a stranger's checkpoint
+        holds it): finite log-ratios in ascending order, one family index in range per ratio,
+        distinct family names. ``check`` names a bad field (default: ValueError "intervals.x")."""
+        check = check or Checker(lambda field: f"intervals: field {field!r}", ValueError)
+        data = check.mapping(data, "")
+        ratios = check.numbers(data.get("log_ratios"), "log_ratios", ascending=True)
+        families = check.texts(data.get("families"), "families", distinct=True)
+        index = check.sequence(data.get("family_index"), "family_index", len(ratios))
+        for i, code in enumerate(index):
+            check.integer(code, f"family_index[{i}]", 0, max(len(families) - 1, 0))
+        if ratios and not families:
+            raise check.fail("families", "must name the family of each log-ratio")
+        check.text(data.get("kind", ""), "kind", longest=200)
+        return cls(np.asarray(ratios, dtype="float64"), np.asarray(index, dtype=np.int64), tuple(families),
+                   check.text(data.get("source", ""), "source"))
 
     def describe(self) -> dict:
         return {"traces": self.traces, "families": list(self.families), "source": self.source,

@@ -73,6 +73,7 @@ def predictions(model, ckpt: Path, subject: Subject, level: float = DEFAULT_LEVE
         sources = set(model.source_rows(traces)["device"]) if info(model.method).reads_source_device else set()
         labelled = timings(traces, subject, sources)
         for r in model.iteration_times(traces).to_dict("records"):
+            check_prediction(r, ckpt)
             r.pop("true_us", None)  # the labelled timings below say whose time it is
             r["trace_device"] = r.pop("device", None)  # the rows' device ("meta" for a capture), not the prediction's
             low, high = (None, None) if model.intervals is None else (
@@ -82,6 +83,25 @@ def predictions(model, ckpt: Path, subject: Subject, level: float = DEFAULT_LEVE
                             "prediction": f"{model.device} prediction by {ckpt.name}",
                             "ops_from": subject.origin, "timings": labelled.get(r["config_id"], [])})
     return records
+
+
+class UnusablePrediction(ValueError):
+    """A checkpoint predicted a number that is no iteration time (NaN, infinite, zero or negative):
+    its weights or calibration are broken, whatever the subject; the message names it."""
+
+
+def check_prediction(record: dict, ckpt: Path) -> None:
+    """Refuse a predicted iteration time that is not a positive finite number, or a breakdown
+    part that is negative or infinite (NaN: a method without a breakdown), naming the checkpoint."""
+    value = record["pred_us"]
+    bad = None if math.isfinite(value) and value > 0 else ("pred_us", value)
+    for column in ("pred_duration_us", "pred_gap_us", "pred_forward_us", "pred_backward_us", "pred_update_us"):
+        part = record.get(column, math.nan)
+        if bad is None and not math.isnan(part) and not (math.isfinite(part) and part >= 0):
+            bad = (column, part)
+    if bad is not None:
+        raise UnusablePrediction(f"{ckpt}: predicted {bad[0]} = {bad[1]} µs for {record['config_id']}, not a "
+                                 "positive finite time: the checkpoint's weights or calibration are unusable")
 
 
 def with_habitat_source(model, subject: Subject) -> pd.DataFrame:

@@ -7,13 +7,13 @@ trusts a file's source converts it once, explicitly, and every later load is dat
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
 from predictor import checkpoint_file
 from predictor.checkpoint_file import CheckpointError
+from predictor.inputs import printable
 
 
 @click.group("checkpoint")
@@ -26,19 +26,24 @@ def checkpoint() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def info_cmd(path: Path, as_json: bool) -> None:
     """What a checkpoint holds: method, device, version, split, intervals, weights (read as data;
-    its SHA-256 is checked first)."""
+    its SHA-256 is checked first, then every field, as loading it would)."""
+    from predictor.cli.model import json_text
+    from predictor.methods import from_body
+
     try:
         body = checkpoint_file.read(path)
+        from_body(body, path)  # refused here as every command would refuse it
     except CheckpointError as exc:
         raise click.ClickException(str(exc)) from None
     summary = describe(body, path)
     if as_json:
-        click.echo(json.dumps(summary, indent=1))
+        click.echo(json_text(summary, indent=1))
         return
-    click.echo(f"{path}: {summary['method']} checkpoint for {summary['device']} (tool version {summary['version']}), "
-               f"{summary['tensors']} tensors, {summary['parameters']:,} parameters, {summary['epochs']} epochs; "
-               f"held-out families: {', '.join(summary['test_units']) or '-'}; "
-               f"intervals: {'calibrated' if summary['intervals'] else 'none'}; sha256 {summary['sha256'][:16]}…")
+    click.echo(printable(  # the device, version and family names are the file's: never sent raw to a terminal
+        f"{path}: {summary['method']} checkpoint for {summary['device']} (tool version {summary['version']}), "
+        f"{summary['tensors']} tensors, {summary['parameters']:,} parameters, {summary['epochs']} epochs; "
+        f"held-out families: {', '.join(summary['test_units']) or '-'}; "
+        f"intervals: {'calibrated' if summary['intervals'] else 'none'}; sha256 {summary['sha256'][:16]}…"))
 
 
 def describe(body: dict, path: Path) -> dict:

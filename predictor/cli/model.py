@@ -17,9 +17,10 @@ import click
 import pandas as pd
 
 from predictor.features import TARGET_TRANSFORMS
+from predictor.inputs import printable
 from predictor.intervals import DEFAULT_LEVEL, check_level
 from predictor.methods import METHODS, info
-from predictor.prediction import Subject, predictions, subject_of
+from predictor.prediction import Subject, UnusablePrediction, predictions, subject_of
 from predictor.trace_table import TraceFormatError, read_dataset
 
 if TYPE_CHECKING:
@@ -103,11 +104,37 @@ def _save(model, out: Path) -> Path:
         raise click.ClickException(str(exc)) from None
 
 
+def json_text(value, **options) -> str:
+    """``value`` as strict JSON (RFC 8259 has no NaN or Infinity; Python's ``json`` writes them
+    and most other parsers refuse the document): each non-finite number becomes null, and an
+    object gains ``"non_finite"``: {path of each such value: "nan" | "inf" | "-inf"} — e.g. an
+    MRE over traces whose true time is 0 is infinite. numpy scalars become plain numbers."""
+    found: dict[str, str] = {}
+    clean = _finite(value, "", found)
+    if found and isinstance(clean, dict):
+        clean["non_finite"] = found
+    return json.dumps(clean, allow_nan=False, default=float, **options)
+
+
+def _finite(value, where: str, found: dict[str, str]):
+    """``value`` with each non-finite float replaced by None and recorded in ``found``."""
+    if isinstance(value, dict):
+        return {k: _finite(v, f"{where}.{k}" if where else str(k), found) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v, f"{where}[{i}]", found) for i, v in enumerate(value)]
+    if hasattr(value, "item") and getattr(value, "ndim", None) == 0:  # a numpy or torch scalar
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        found[where] = str(value)
+        return None
+    return value
+
+
 def _print_evaluation(result, as_json: bool, extra: dict) -> None:
     from predictor.evaluate import markdown
 
     if as_json:
-        click.echo(json.dumps({**extra, **result.to_dict()}, indent=1, default=float))
+        click.echo(json_text({**extra, **result.to_dict()}, indent=1))
         return
     h = result.headline()
     click.echo(f"{h['traces']} traces: MRE {h['mre']:.2%}, RMSE {h['rmse_ms']:.2f} ms, WAPE {h['wape']:.2%}")
@@ -266,13 +293,14 @@ def finetune_cmd(ckpt: Path, data_dir: Path, out: Path, overwrite: bool, device:
                "epochs": len(model.history), "wall_s": model.history[-1]["wall_s"] if model.history else 0.0,
                "scale": list(model.scale)}
     if not as_json:
-        click.echo(f"checkpoint {path}: ETS for {model.device}, fine-tuned from {ckpt} ({parent.device}) on "
-                   f"{summary['traces']} traces ({summary['validation']}; {summary['tune']}), "
-                   f"{summary['epochs']} epochs in {summary['wall_s']:.0f} s; kernel-time and overhead factors "
-                   f"{model.scale[0]:.3f}, {model.scale[1]:.3f}")
+        click.echo(printable(  # the parent's device is its checkpoint's
+            f"checkpoint {path}: ETS for {model.device}, fine-tuned from {ckpt} ({parent.device}) on "
+            f"{summary['traces']} traces ({summary['validation']}; {summary['tune']}), "
+            f"{summary['epochs']} epochs in {summary['wall_s']:.0f} s; kernel-time and overhead factors "
+            f"{model.scale[0]:.3f}, {model.scale[1]:.3f}"))
     if test.empty:
         if as_json:
-            click.echo(json.dumps(summary, indent=1))
+            click.echo(json_text(summary, indent=1))
         return
     try:
         result = evaluate(model, test)
@@ -292,7 +320,9 @@ def finetune_cmd(ckpt: Path, data_dir: Path, out: Path, overwrite: bool, device:
 @click.option("--level", type=float, default=DEFAULT_LEVEL, show_default=True, callback=_level_option,
               help="Prediction-interval level whose coverage and width are reported.")
 @click.option("--json", "as_json", is_flag=True,
-              help="Print one JSON object (traces, mre, rmse_ms, wape, interval_coverage, interval_width, ...).")
+              help="Print one JSON object (traces, mre, rmse_ms, wape, interval_coverage, interval_width, ...); "
+                   "strict JSON: a non-finite number (the MRE of a trace timed 0 µs) is null, its path and value "
+                   "listed under non_finite.")
 def evaluate_cmd(ckpt: Path, data_dir: Path, which: str, data_device: str | None, level: float,
                  as_json: bool) -> None:
     """Evaluate a checkpoint on a dataset: MRE, RMSE, WAPE, where the error comes from, and how
@@ -376,8 +406,8 @@ def calibrate_cmd(ckpt: Path, data_dir: Path, out: Path | None, overwrite: bool,
         raise click.ClickException(str(exc)) from None
     path = _save(model, out or ckpt)
     if as_json:
-        click.echo(json.dumps({"checkpoint": str(path), "method": model.method, "device": model.device,
-                               **model.intervals.describe()}, indent=1, default=float))
+        click.echo(json_text({"checkpoint": str(path), "method": model.method, "device": model.device,
+                              **model.intervals.describe()}, indent=1))
     else:
         click.echo(f"checkpoint {path}: " + _calibration_line(model.intervals))
 
@@ -446,12 +476,11 @@ def predict_cmd(ctx: click.Context, ckpt: Path, target: str | None, model_files:
         raise click.ClickException(str(exc)) from None
     if as_json:
         intervals = model.intervals.describe() if model.intervals is not None else None
-        click.echo(json.dumps({"device": model.device, "method": model.method, "checkpoint": str(ckpt),
-                               "ops_from": subject.origin, "intervals": intervals, "predictions": rows},
-                              indent=1, default=float))
+        click.echo(json_text({"device": model.device, "method": model.method, "checkpoint": str(ckpt),
+                              "ops_from": subject.origin, "intervals": intervals, "predictions": rows}, indent=1))
         return
     for r in rows:
-        click.echo(_prediction_line(r))
+        click.echo(printable(_prediction_line(r)))
 
 
 def _predict_model_files(ckpt: Path, model_files: tuple[str, ...], inference: bool, dtype: str, level: float,
@@ -468,18 +497,18 @@ def _predict_model_files(ckpt: Path, model_files: tuple[str, ...], inference: bo
                            captured=True)
         try:
             rows = predictions(model, ckpt, subject, level)
-        except KernelModelError as exc:  # the installation's kernel model, not the file: stop
+        except (KernelModelError, UnusablePrediction) as exc:  # the installation or the checkpoint, not the file
             raise click.ClickException(str(exc)) from None
         except (TraceFormatError, ValueError) as exc:  # e.g. a Habitat-style model without an emulated source
             run.fail(f"{path}: {exc}")
             continue
         if as_json:
-            click.echo(json.dumps({"model_file": path, "device": model.device, "method": model.method,
-                                   "checkpoint": str(ckpt), "ops_from": subject.origin, "intervals": intervals,
-                                   "predictions": rows}, default=float))
+            click.echo(json_text({"model_file": path, "device": model.device, "method": model.method,
+                                  "checkpoint": str(ckpt), "ops_from": subject.origin, "intervals": intervals,
+                                  "predictions": rows}))
         else:
             for r in rows:
-                click.echo(_prediction_line(r))
+                click.echo(printable(_prediction_line(r)))
     run.finish()
 
 

@@ -82,7 +82,10 @@ def make_config(method: str, **options):
     if foreign:
         raise ValueError(f"method {method!r} has no option {', '.join(foreign)} "
                          f"(its options: {', '.join(sorted(known))})")
-    return cls(**given)
+    from predictor.methods.checks import Checker, checked_config
+
+    return checked_config(cls, given, Checker(lambda field: f"{method} option {field!r}" if field
+                                              else f"{method} options", ValueError))
 
 
 def train(method: str, train_traces: pd.DataFrame, val_traces: pd.DataFrame, config, *, device: str,
@@ -99,16 +102,35 @@ def train(method: str, train_traces: pd.DataFrame, val_traces: pd.DataFrame, con
 
 def checkpoint_method(path: str | Path) -> str:
     """Which method wrote a checkpoint (CheckpointError for a missing or foreign file)."""
-    from predictor.checkpoint_file import CheckpointError, read  # torch: only once the file is checked
+    from predictor.checkpoint_file import read  # torch: only once the file is checked
 
-    body = read(path)
+    return body_method(read(path), path)
+
+
+def body_method(body: dict, path: str | Path) -> str:
+    """The method named by a checkpoint's body (CheckpointError for an unknown one)."""
+    from predictor.checkpoint_file import CheckpointError
+    from predictor.inputs import short
+
     method = body.get("method") if isinstance(body, dict) else None
-    if method not in METHODS:
+    if not isinstance(method, str) or method not in METHODS:
         raise CheckpointError(f"{path}: not a predictor checkpoint of a known method "
-                              f"(method {method!r}; known: {', '.join(METHODS)})")
+                              f"(method {short(method)}; known: {', '.join(METHODS)})")
     return method
 
 
 def load(path: str | Path) -> TrainedPredictor:
-    """Any method's checkpoint."""
-    return module(checkpoint_method(path)).load(path)
+    """Any method's checkpoint (its file read once)."""
+    from predictor.checkpoint_file import read
+
+    return from_body(read(path), path)
+
+
+def from_body(body: dict, path: str | Path) -> TrainedPredictor:
+    """The model of any method a checkpoint's body (:func:`predictor.checkpoint_file.read`)
+    describes, every field checked first; CheckpointError naming the file and field otherwise."""
+    from predictor.methods.base import checked_body
+
+    method = body_method(body, path)
+    predictor_class = module(method).load.__self__  # each module's ``load`` is its predictor class's
+    return predictor_class.from_body(checked_body(body, path, method), path)

@@ -14,6 +14,7 @@ would change its bytes (and every sweep key that hashes them).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
@@ -23,6 +24,9 @@ import pandas as pd
 from predictor import checkpoint_file
 from predictor.checkpoint_file import CheckpointError
 from predictor.features import FeatureSpec
+from predictor.inputs import short
+from predictor.methods import checks
+from predictor.methods.checks import Checker, check_tensors, check_weights, cut, planned_shapes
 
 if TYPE_CHECKING:  # no torch at import: the simulator names this shape without loading it
     from torch import nn
@@ -63,49 +67,132 @@ def write_checkpoint(path: str | Path, predictor, method: str, **extra) -> Path:
         "intervals": intervals.to_dict() if intervals else None, **extra})
 
 
-def stored_intervals(body: dict) -> IntervalCalibration | None:
+def field_checker(path: str | Path, prefix: str = "") -> Checker:
+    """Checks of a checkpoint's fields whose errors read ``"FILE: field 'prefix.name': ..."``."""
+    def name(field: str) -> str:
+        full = f"{prefix}.{field}" if prefix and field else prefix or field
+        return f"{path}: field {short(full, 80)}" if full else str(path)
+
+    return Checker(name, CheckpointError)
+
+
+def stored_intervals(body: dict, path: str | Path = "checkpoint") -> IntervalCalibration | None:
     """The interval calibration of a checkpoint body; None for a checkpoint without one (written
-    before intervals existed, or never calibrated)."""
+    before intervals existed, or never calibrated). Every value checked (finite, ascending
+    log-ratios, family indices in range): CheckpointError naming the field otherwise."""
     from predictor.intervals import IntervalCalibration
 
     data = body.get("intervals") if isinstance(body, dict) else None
-    return IntervalCalibration.from_dict(data) if data else None
+    if data is None or data == {}:
+        return None
+    return IntervalCalibration.from_dict(data, field_checker(path, "intervals"))
 
 
 def read_checkpoint(path: str | Path, method: str) -> dict:
     """The body of a checkpoint written by ``method``; CheckpointError naming the path and the reason."""
-    body = checkpoint_file.read(path)
-    if not isinstance(body, dict) or body.get("format") != CHECKPOINT_FORMAT:
-        found = body.get("format") if isinstance(body, dict) else type(body).__name__
-        raise CheckpointError(f"{path}: checkpoint format {found!r}, this version reads {CHECKPOINT_FORMAT}")
+    return checked_body(checkpoint_file.read(path), path, method)
+
+
+def checked_body(body: Any, path: str | Path, method: str) -> dict:
+    """``body`` when it is a checkpoint body of this format written by ``method``."""
+    found = body.get("format") if isinstance(body, dict) else type(body).__name__
+    if type(found) is not int or found != CHECKPOINT_FORMAT:  # not True, not 1.0
+        raise CheckpointError(f"{path}: checkpoint format {short(found)}, this version reads {CHECKPOINT_FORMAT}")
     if body.get("method") != method:
-        raise CheckpointError(f"{path}: a {body.get('method')!r} checkpoint, not a {method!r} one")
+        raise CheckpointError(f"{path}: a {short(body.get('method'))} checkpoint, not a {method!r} one")
     return body
 
 
-def load_weights(path: str | Path, model: nn.Module, state_dict: dict) -> None:
-    try:
-        model.load_state_dict(state_dict)
-    except (RuntimeError, ValueError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise CheckpointError(f"{path}: weights do not match the stored feature spec / architecture "
-                              f"({first})") from None
+def build_weights(path: str | Path, build: Callable[[], nn.Module], state_dict: Any) -> nn.Module:
+    """The model ``build`` makes, with the stored weights: its size computed on the meta device
+    and capped before any memory is allocated (:func:`predictor.methods.checks.planned_shapes`),
+    the weights checked against it (names, shapes, floating point, finite), then built for real."""
+    weights = check_tensors(state_dict, field_checker(path))
+    shapes = planned_shapes(build, field_checker(path))
+    check_weights(weights, shapes, field_checker(path))
+    model = build()
+    model.load_state_dict(weights)
+    return model
+
+
+def checked_model_size(build: Callable[[], nn.Module], what: str) -> None:
+    """Refuse a model to be trained whose config asks for more than the parameter cap (ValueError
+    naming ``what``), before it is built: the check a checkpoint's config gets."""
+    planned_shapes(build, Checker(lambda _: what, ValueError))
+
+
+def checked_config(cls: type, data: Any, path: str | Path, **defaults):
+    """A method's config from a checkpoint's ``config`` (``defaults`` for fields older
+    checkpoints lack), every value checked (:func:`predictor.methods.checks.checked_config`)."""
+    data = field_checker(path, "config").mapping(data, "")
+    return checks.checked_config(cls, {**defaults, **data}, field_checker(path, "config"))
 
 
 def checked_spec(body: dict, path: str | Path) -> FeatureSpec:
-    """The feature spec a checkpoint's model was built on, refused when it no longer gives the
-    feature count the weights expect (written by an incompatible version)."""
-    spec = FeatureSpec.from_dict(body["spec"])
-    if spec.dim != body.get("dim"):
+    """The feature spec a checkpoint's model was built on, every field checked, and refused when
+    it no longer gives the feature count the weights expect (written by an incompatible version)."""
+    spec = check_spec(body.get("spec"), field_checker(path, "spec"))
+    dim = field_checker(path).integer(body.get("dim"), "dim", 1)
+    if spec.dim != dim:
         raise CheckpointError(f"{path}: feature spec gives {spec.dim} features but the model was built for "
-                              f"{body.get('dim')}: the checkpoint was written by an incompatible version")
+                              f"{dim}: the checkpoint was written by an incompatible version")
     return spec
 
 
-def stored_fields(body: dict) -> dict[str, Any]:
-    """The common fields of a checked body, as :class:`TrainedPredictor` takes them."""
-    return {"device": body["device"], "fingerprint": body.get("fingerprint", ""), "history": body.get("history"),
-            "split": body.get("split")}
+def check_spec(data: Any, check: Checker) -> FeatureSpec:
+    """A :class:`FeatureSpec` from its stored form: each field of its type, the scalers finite
+    and as long as the spec's columns, standard deviations positive."""
+    from dataclasses import fields
+
+    from predictor.features import NORMS, TARGET_TRANSFORMS
+
+    data = check.mapping(data, "")
+    known = {f.name for f in fields(FeatureSpec)}
+    foreign = sorted(set(data) - known)
+    if foreign:
+        raise check.fail(foreign[0], "is not a field of a feature spec")
+    check.texts(data.get("ops"), "ops", distinct=True, longest=checks.MAX_OPS)
+    check.choice(data.get("norm", "global"), "norm", NORMS)
+    check.choice(data.get("target_transform", "log"), "target_transform", TARGET_TRANSFORMS)
+    check.flag(data.get("context", False), "context")
+    for name in ("peaks", "floor", "ceiling", "per_op"):
+        check.mapping(data.get(name, {}), name)
+    for name, value in data.get("floor", {}).items():
+        check.number(value, f"floor.{name}", hi=0)  # the lowest log-ratio to the anchor seen in training
+    try:
+        spec = FeatureSpec(**data)
+    except (ValueError, TypeError) as exc:
+        raise check.fail("", cut(str(exc))) from None
+    n = spec.n_continuous
+    for prefix, stats in (("", data), *((f"per_op.{op}.", check.mapping(s, f"per_op.{op}"))
+                                         for op, s in spec.per_op.items())):
+        check.numbers(stats.get("mean"), prefix + "mean", n)
+        check.numbers(stats.get("std"), prefix + "std", n, positive=True)
+        check.numbers(stats.get("target_mean"), prefix + "target_mean", 2)
+        check.numbers(stats.get("target_std"), prefix + "target_std", 2, positive=True)
+    if spec.low or spec.high:
+        low, high = check.numbers(spec.low, "low", n), check.numbers(spec.high, "high", n)
+        if any(a > b for a, b in zip(low, high)):
+            raise check.fail("low", "must not exceed 'high' in any column")
+    return spec
+
+
+def stored_fields(body: dict, path: str | Path) -> dict[str, Any]:
+    """The common fields of a checked body, as :class:`TrainedPredictor` takes them, each of its type."""
+    check = field_checker(path)
+    check.text(body.get("version", ""), "version", longest=100)
+    history = check.sequence(body.get("history") or [], "history")
+    for i, entry in enumerate(history):
+        for key, value in check.mapping(entry, f"history[{i}]").items():
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise check.fail(f"history[{i}].{key}", "must be a number or null", value)
+    split = check.mapping(body.get("split"), "split", optional=True)
+    for key in ("test_units", "val_units"):
+        if key in split:
+            check.texts(split[key], f"split.{key}")
+    return {"device": check.text(body.get("device"), "device", empty=False, longest=200),
+            "fingerprint": check.text(body.get("fingerprint", ""), "fingerprint", longest=200),
+            "history": history, "split": split}
 
 
 class TrainedPredictor:
@@ -138,15 +225,26 @@ class TrainedPredictor:
     def load(cls: type[P], path: str | Path) -> P:
         """A saved model of this method; CheckpointError (one line naming the path and what is
         wrong) for a foreign, corrupted, incomplete or incompatible file."""
-        body = read_checkpoint(path, cls.method)
+        return cls.from_body(read_checkpoint(path, cls.method), path)
+
+    @classmethod
+    def from_body(cls: type[P], body: dict, path: str | Path) -> P:
+        """The model a checkpoint's body (:func:`read_checkpoint`) describes, every field checked
+        before it is used (``ets checkpoint info`` runs this too). A value the checks missed still
+        gives a one-line CheckpointError, never a traceback."""
         try:
+            intervals = stored_intervals(body, path)
             predictor = cls.from_checkpoint(body, path)
-        except (KeyError, TypeError) as exc:
-            raise CheckpointError(f"{path}: incomplete {cls.method} checkpoint ({type(exc).__name__}: {exc})") from None
-        predictor.intervals = stored_intervals(body)
+        except CheckpointError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError) as exc:
+            raise CheckpointError(f"{path}: unusable {cls.method} checkpoint ({type(exc).__name__}: "
+                                  f"{cut(str(exc))})") from None
+        predictor.intervals = intervals
         return predictor
 
     @classmethod
     def from_checkpoint(cls: type[P], body: dict, path: str | Path) -> P:
-        """Rebuild from a checked body (:func:`read_checkpoint`; weights via :func:`load_weights`)."""
+        """Rebuild from a body: config via :func:`checked_config`, the common fields via
+        :func:`stored_fields`, the model and weights via :func:`build_weights`."""
         raise NotImplementedError

@@ -42,6 +42,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -56,12 +57,21 @@ with warnings.catch_warnings():
     from torch_geometric.loader import DataLoader
     from torch_geometric.nn import GATv2Conv, TransformerConv, global_add_pool, global_mean_pool
 
-from predictor.checkpoint_file import CheckpointError
-from predictor.features import OPTIMIZERS, FeatureSpec, encode, fit_features, optimizer_of
-from predictor.methods.base import MAX_MINUTES, TrainedPredictor, checked_spec, load_weights, stored_fields
+from predictor.features import NORMS, OPTIMIZERS, FeatureSpec, encode, fit_features, optimizer_of
+from predictor.methods.base import (
+    MAX_MINUTES,
+    TrainedPredictor,
+    build_weights,
+    checked_config,
+    checked_model_size,
+    checked_spec,
+    field_checker,
+    stored_fields,
+)
+from predictor.methods.checks import MAX_HIDDEN
 from predictor.methods.ets import fingerprint, sorted_traces
 from predictor.methods.graph import EDGE_KINDS, build_graph, edge_features
-from predictor.methods.training import EarlyStopping, anchor_peaks, device_rows
+from predictor.methods.training import EarlyStopping, anchor_peaks, clock, device_rows
 from predictor.peaks import Peaks
 from predictor.trace_table import DTYPES
 
@@ -88,6 +98,9 @@ class DnnPerfConfig:
     norm: str = "global"  # node-feature normalisation (predictor.features): global | per-op
     target_transform: str = "anchored"  # log of the iteration time over its ops' analytical times, or "log"
 
+    RANGES: ClassVar[dict[str, tuple]] = {"heads": (1, MAX_HIDDEN), "conv": CONVS, "norm": NORMS,
+                                          "target_transform": ("anchored", "log")}
+
 
 @dataclass
 class Scalers:
@@ -100,6 +113,23 @@ class Scalers:
     target_mean: float = 0.0  # log iteration time (µs; anchored: over the analytical time)
     target_std: float = 1.0
     node_scale: float = 1.0  # mean op count of the training graphs (sum-pool scale)
+
+
+def checked_scalers(data, check) -> Scalers:
+    """The stored :class:`Scalers`, each finite, the standard deviations and node scale positive."""
+    data = check.mapping(data, "")
+    foreign = sorted(set(data) - set(Scalers.__dataclass_fields__))
+    if foreign:
+        raise check.fail(foreign[0], "is not a scaler of this method")
+    defaults = Scalers()
+    value = {name: data.get(name, getattr(defaults, name)) for name in Scalers.__dataclass_fields__}
+    return Scalers(check.number(value["edge_mean"], "edge_mean"), check.number(value["edge_std"], "edge_std",
+                                                                               positive=True),
+                   check.numbers(value["global_mean"], "global_mean", 3),
+                   check.numbers(value["global_std"], "global_std", 3, positive=True),
+                   check.number(value["target_mean"], "target_mean"),
+                   check.number(value["target_std"], "target_std", positive=True),
+                   check.number(value["node_scale"], "node_scale", positive=True))
 
 
 def _conv(kind: str, hidden: int, heads: int) -> nn.Module:
@@ -282,14 +312,13 @@ class DnnPerfPredictor(TrainedPredictor):
     @classmethod
     def from_checkpoint(cls, body: dict, path: str | Path) -> DnnPerfPredictor:
         spec = checked_spec(body, path)
-        config = DnnPerfConfig(**{"target_transform": spec.target_transform, **body["config"]})  # older: log
-        scalers = Scalers(**body["scalers"])
-        try:
-            model = GraphRegressor(spec.dim, config, scalers.node_scale)
-        except ValueError as exc:
-            raise CheckpointError(f"{path}: cannot rebuild the model from the stored config ({exc})") from None
-        load_weights(path, model, body["state_dict"])
-        return cls(spec, scalers, config, model, **stored_fields(body))
+        config = checked_config(DnnPerfConfig, body.get("config"), path,
+                                target_transform=spec.target_transform)  # older: log
+        common = stored_fields(body, path)
+        scalers = checked_scalers(body.get("scalers"), field_checker(path, "scalers"))
+        model = build_weights(path, lambda: GraphRegressor(spec.dim, config, scalers.node_scale),
+                              body.get("state_dict"))
+        return cls(spec, scalers, config, model, **common)
 
 
 load = DnnPerfPredictor.load  # what predictor.methods.load dispatches to
@@ -302,6 +331,7 @@ def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: DnnPerfC
           log: Callable[[dict], None] | None = None, peaks: Peaks | None = None) -> DnnPerfPredictor:
     """Fit the graph regressor on ``train_traces``; early stopping on ``val_traces``' iteration MRE.
     ``peaks``: the device's peaks for anchored targets (None: the GPU catalogue's)."""
+    started = clock()  # the time budget covers features and model construction too
     config = config or DnnPerfConfig()
     if config.target_transform not in ("log", "anchored"):
         raise ValueError(f"dnnperf target_transform must be 'log' or 'anchored', got {config.target_transform!r}")
@@ -315,6 +345,8 @@ def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: DnnPerfC
     train_graphs = [build_graph(t) for t in train_parts]
     train_anchors = anchors(spec, train_parts)
     scalers = fit_scalers(train_parts, train_graphs, train_anchors)
+    checked_model_size(lambda: GraphRegressor(spec.dim, config, scalers.node_scale),
+                       "the dnnperf options (--layers, --hidden)")
     model = GraphRegressor(spec.dim, config, scalers.node_scale)
     predictor = DnnPerfPredictor(spec, scalers, config, model, device,
                                  fingerprint(pd.concat([train_traces, val_traces])), [], split)
@@ -325,7 +357,7 @@ def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: DnnPerfC
                         generator=torch.Generator().manual_seed(config.seed))
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
     stop = EarlyStopping(model, predictor.history, config, "train dnnperf", optimizer=optimizer, progress=progress,
-                         log=log)
+                         log=log, started=started)
     stop.fit(model, optimizer, lambda: loader, lambda batch: (model(batch) - batch.y).abs().mean(),
              lambda: float(np.mean(np.abs(predictor.predict_us(val_set) - val_truth) / val_truth)))
     stop.restore()

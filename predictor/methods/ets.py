@@ -35,15 +35,35 @@ import copy
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
 import torch
 from torch import nn
 
-from predictor.features import FeatureSpec, decode_targets, encode, encode_targets, fit_features, raw_targets
-from predictor.methods.base import MAX_MINUTES, TrainedPredictor, checked_spec, load_weights, stored_fields
-from predictor.methods.training import EarlyStopping, anchor_peaks, device_rows, shuffled_rows
+from predictor.features import (
+    NORMS,
+    TARGET_TRANSFORMS,
+    FeatureSpec,
+    decode_targets,
+    encode,
+    encode_targets,
+    fit_features,
+    raw_targets,
+)
+from predictor.methods.base import (
+    MAX_MINUTES,
+    TrainedPredictor,
+    build_weights,
+    checked_config,
+    checked_model_size,
+    checked_spec,
+    field_checker,
+    stored_fields,
+)
+from predictor.methods.checks import MAX_WIDTH
+from predictor.methods.training import EarlyStopping, anchor_peaks, clock, device_rows, shuffled_rows
 from predictor.methods.windows import average_windows, first_window_only, window_index
 from predictor.peaks import Peaks
 
@@ -72,6 +92,15 @@ class TrainConfig:
     loss_weight: str = "time"  # "time": weigh each op by its share of the iteration (see op_weights); "uniform"
     ema: float = 0.998  # exponential moving average of the weights, validated and kept (0: off)
     context: bool = True  # the iteration-context feature columns (predictor.features; False: the ablation)
+
+    # each option's range, checked for options and stored configs alike (predictor.methods.checks)
+    RANGES: ClassVar[dict[str, tuple]] = {
+        "width": (1, MAX_WIDTH), "stride": (1, MAX_WIDTH), "arch": ARCHS, "norm": NORMS,
+        "target_transform": TARGET_TRANSFORMS, "loss_weight": LOSS_WEIGHTS, "ema": ("fraction",)}
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stride, int) and isinstance(self.width, int) and self.stride > self.width:
+            raise ValueError(f"stride {self.stride} > width {self.width} would leave ops outside every window")
 
 
 class WindowModel(nn.Module):
@@ -246,11 +275,16 @@ class EtsPredictor(TrainedPredictor):
     def from_checkpoint(cls, body: dict, path: str | Path) -> EtsPredictor:
         spec = checked_spec(body, path)
         # older checkpoints: no context columns; targets as their spec says (the default was log)
-        config = TrainConfig(**{"context": spec.context, "target_transform": spec.target_transform, **body["config"]})
-        model = WindowModel(spec.dim, config)
-        load_weights(path, model, body["state_dict"])
-        return cls(spec, config, model, **stored_fields(body), lineage=body.get("lineage"),
-                   scale=tuple(body.get("scale", (1.0, 1.0))))
+        config = checked_config(TrainConfig, body.get("config"), path, context=spec.context,
+                                target_transform=spec.target_transform)
+        common = stored_fields(body, path)
+        check = field_checker(path)
+        lineage = check.sequence(body.get("lineage") or [], "lineage")
+        for i, entry in enumerate(lineage):
+            check.mapping(entry, f"lineage[{i}]")
+        scale = check.numbers(body.get("scale", [1.0, 1.0]), "scale", 2, positive=True)
+        model = build_weights(path, lambda: WindowModel(spec.dim, config), body.get("state_dict"))
+        return cls(spec, config, model, **common, lineage=lineage, scale=(scale[0], scale[1]))
 
 
 load = EtsPredictor.load  # what predictor.methods.load dispatches to
@@ -301,6 +335,7 @@ def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: TrainCon
     :func:`predictor.peaks.for_device`); None: the GPU catalogue's.
     Empty ``val_traces`` (too few traces to hold any out): exactly ``max_epochs`` epochs, the
     last weights kept; the history's MRE is then the training traces'."""
+    started = clock()  # the time budget covers features and model construction too
     config = config or TrainConfig()
     if val_traces.empty:
         device, train_traces, _ = device_rows(train_traces, train_traces, device)
@@ -312,6 +347,7 @@ def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: TrainCon
         spec = fit_features(train_traces, top_k=config.top_k, norm=config.norm,
                             target_transform=config.target_transform, context=config.context,
                             peaks=anchor_peaks(config.target_transform, device, peaks))
+        checked_model_size(lambda: WindowModel(spec.dim, config), "the ets options (--layers, --hidden, --window)")
         model, lineage = WindowModel(spec.dim, config), []
     else:
         spec, model = parent.spec, copy.deepcopy(parent.model)
@@ -331,7 +367,8 @@ def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: TrainCon
     average = copy.deepcopy(model) if config.ema else model  # what is validated and kept
     predictor.model = average
     stop = EarlyStopping(average, predictor.history, config, "fine-tune ets" if parent else "train ets",
-                         optimizer=None if fixed else optimizer, progress=progress, log=log)
+                         optimizer=None if fixed else optimizer, progress=progress, log=log,
+                         started=started)
     uniform = config.loss_weight == "uniform"
 
     def loss_of(rows: np.ndarray) -> torch.Tensor:

@@ -69,6 +69,7 @@ import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -77,10 +78,20 @@ import torch
 from predictor.capture.costs import op_class
 from predictor.checkpoint_file import CheckpointError
 from predictor.devices.specs import DeviceParamsError, device_key, spec_sheets
-from predictor.methods.base import MAX_MINUTES, TrainedPredictor, load_weights, stored_fields
+from predictor.inputs import short
+from predictor.methods.base import (
+    MAX_MINUTES,
+    TrainedPredictor,
+    build_weights,
+    checked_config,
+    checked_model_size,
+    field_checker,
+    stored_fields,
+)
+from predictor.methods.checks import cut
 from predictor.methods.ets import fingerprint, sorted_traces, summarize
 from predictor.methods.opbased import mlp, mre, run_mlp
-from predictor.methods.training import EarlyStopping, shuffled_rows
+from predictor.methods.training import EarlyStopping, clock, shuffled_rows
 from predictor.trace_table import DTYPES, MAX_PARAMS, PHASES
 
 METHOD = "habitat"
@@ -232,6 +243,8 @@ class HabitatConfig:
     seed: int = 0
     small_kernel_us: float = 0.0  # kernel-alike ops faster than this (µs) keep their source time
 
+    RANGES: ClassVar[dict[str, tuple]] = {"small_kernel_us": (0, None)}
+
 
 @dataclass
 class _Prepared:
@@ -333,12 +346,21 @@ class HabitatPredictor(TrainedPredictor):
     @classmethod
     def from_checkpoint(cls, body: dict, path: str | Path) -> HabitatPredictor:
         if body.get("n_features") != N_FEATURES:
-            raise CheckpointError(f"{path}: the model reads {body.get('n_features')} features but this version "
-                                  f"builds {N_FEATURES}: the checkpoint was written by an incompatible version")
-        config = HabitatConfig(**body["config"])
-        model = mlp(N_FEATURES, config.hidden, config.layers)
-        load_weights(path, model, body["state_dict"])
-        return cls(config, model, Scaler(**body["scaler"]), **stored_fields(body))
+            raise CheckpointError(f"{path}: the model reads {short(body.get('n_features'))} features but this "
+                                  f"version builds {N_FEATURES}: the checkpoint was written by an incompatible version")
+        config = checked_config(HabitatConfig, body.get("config"), path)
+        common = stored_fields(body, path)
+        check = field_checker(path)
+        for field, name in (("config.source_device", config.source_device), ("device", common["device"])):
+            try:
+                gpu(name)
+            except ValueError as exc:
+                raise check.fail(field, cut(str(exc))) from None
+        stored = check.mapping(body.get("scaler"), "scaler")
+        scaler = Scaler(check.numbers(stored.get("mean"), "scaler.mean", N_CONTINUOUS),
+                        check.numbers(stored.get("std"), "scaler.std", N_CONTINUOUS, positive=True))
+        model = build_weights(path, lambda: mlp(N_FEATURES, config.hidden, config.layers), body.get("state_dict"))
+        return cls(config, model, scaler, **common)
 
 
 def _aligned_truth(source: pd.DataFrame, target: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -390,6 +412,7 @@ def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: HabitatC
     """Fit the kernel-varying MLP on every device's rows of ``train_traces`` and return a predictor
     of ``device`` (the target, required) from ``config.source_device`` traces; early stopping on
     the iteration MRE of the target predicted from the validation configs' source traces."""
+    started = clock()  # the time budget covers features and model construction too
     config = config or HabitatConfig()
     if not config.source_device:
         raise ValueError("HabitatConfig.source_device must name the GPU the traces were measured on")
@@ -404,6 +427,8 @@ def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: HabitatC
         raise ValueError(f"the training traces hold no kernel-varying ops ({', '.join(GROUPS)}) with a kernel time")
     scaler = Scaler.fit(raw)
     x, y = torch.from_numpy(scaler(raw)), torch.from_numpy(log_us.astype(np.float32))
+    checked_model_size(lambda: mlp(N_FEATURES, config.hidden, config.layers),
+                       "the habitat options (--layers, --hidden)")
     model = mlp(N_FEATURES, config.hidden, config.layers)
     predictor = HabitatPredictor(config, model, scaler, device, fingerprint(pd.concat([train_traces, val_traces])),
                                  [], split)
@@ -421,7 +446,7 @@ def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: HabitatC
                  .loc[both].to_numpy())
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
     stop = EarlyStopping(model, predictor.history, config, "train habitat", optimizer=optimizer, progress=progress,
-                         log=log)
+                         log=log, started=started)
     stop.fit(model, optimizer, lambda: shuffled_rows(rng, len(x), config.batch_size),
              lambda rows: (model(x[rows]).squeeze(1) - y[rows]).abs().mean(),
              lambda: mre(np.bincount(codes, predictor._durations(prepared)) + val_gap, val_truth))

@@ -26,16 +26,33 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
 import torch
 from torch import nn
 
-from predictor.features import FeatureSpec, decode_targets, encode, encode_targets, fit_features
-from predictor.methods.base import MAX_MINUTES, TrainedPredictor, checked_spec, load_weights, stored_fields
+from predictor.features import (
+    NORMS,
+    TARGET_TRANSFORMS,
+    FeatureSpec,
+    decode_targets,
+    encode,
+    encode_targets,
+    fit_features,
+)
+from predictor.methods.base import (
+    MAX_MINUTES,
+    TrainedPredictor,
+    build_weights,
+    checked_config,
+    checked_model_size,
+    checked_spec,
+    stored_fields,
+)
 from predictor.methods.ets import fingerprint, sorted_traces, summarize
-from predictor.methods.training import EarlyStopping, anchor_peaks, device_rows, shuffled_rows
+from predictor.methods.training import EarlyStopping, anchor_peaks, clock, device_rows, shuffled_rows
 from predictor.peaks import Peaks
 
 METHOD = "opbased"
@@ -54,6 +71,8 @@ class OpBasedConfig:
     top_k: int = 25
     norm: str = "global"
     target_transform: str = "anchored"
+
+    RANGES: ClassVar[dict[str, tuple]] = {"norm": NORMS, "target_transform": TARGET_TRANSFORMS}
 
 
 def mlp(inputs: int, hidden: int, layers: int) -> nn.Sequential:
@@ -112,10 +131,11 @@ class OpBasedPredictor(TrainedPredictor):
     @classmethod
     def from_checkpoint(cls, body: dict, path: str | Path) -> OpBasedPredictor:
         spec = checked_spec(body, path)
-        config = OpBasedConfig(**{"target_transform": spec.target_transform, **body["config"]})  # older: log
-        model = mlp(spec.dim, config.hidden, config.layers)
-        load_weights(path, model, body["state_dict"])
-        return cls(spec, config, model, **stored_fields(body))
+        config = checked_config(OpBasedConfig, body.get("config"), path,
+                                target_transform=spec.target_transform)  # older: log
+        common = stored_fields(body, path)
+        model = build_weights(path, lambda: mlp(spec.dim, config.hidden, config.layers), body.get("state_dict"))
+        return cls(spec, config, model, **common)
 
 
 load = OpBasedPredictor.load  # what predictor.methods.load dispatches to
@@ -126,12 +146,14 @@ def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: OpBasedC
           log: Callable[[dict], None] | None = None, peaks: Peaks | None = None) -> OpBasedPredictor:
     """Fit the per-op duration MLP on ``train_traces``; early stopping on ``val_traces``' iteration MRE.
     ``peaks``: the device's peaks for anchored targets (None: the GPU catalogue's)."""
+    started = clock()  # the time budget covers features and model construction too
     config = config or OpBasedConfig()
     device, train_traces, val_traces = device_rows(train_traces, val_traces, device)
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
     spec = fit_features(train_traces, top_k=config.top_k, norm=config.norm, target_transform=config.target_transform,
                         peaks=anchor_peaks(config.target_transform, device, peaks))
+    checked_model_size(lambda: mlp(spec.dim, config.hidden, config.layers), "the opbased options (--layers, --hidden)")
     model = mlp(spec.dim, config.hidden, config.layers)
     predictor = OpBasedPredictor(spec, config, model, device, fingerprint(pd.concat([train_traces, val_traces])),
                                  [], split)
@@ -143,7 +165,7 @@ def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: OpBasedC
     val_truth = np.bincount(codes, (val["duration_us"] + val["gap_us"]).to_numpy(np.float64))
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
     stop = EarlyStopping(model, predictor.history, config, "train opbased", optimizer=optimizer, progress=progress,
-                         log=log)
+                         log=log, started=started)
     stop.fit(model, optimizer, lambda: shuffled_rows(rng, len(x), config.batch_size),
              lambda rows: (model(x[rows]).squeeze(1) - y[rows]).abs().mean(),
              lambda: mre(np.bincount(codes, predictor._durations(val, val_x)), val_truth))

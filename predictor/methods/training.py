@@ -52,6 +52,12 @@ def anchor_peaks(target_transform: str, device: str, peaks: Peaks | None) -> Pea
     return peaks or for_device(device)
 
 
+def clock() -> float:
+    """The training clock: a method's ``train`` reads it first and hands it to
+    :class:`EarlyStopping`, so ``max_minutes`` (``--minutes``) covers everything it does."""
+    return time.perf_counter()
+
+
 def shuffled_rows(rng: np.random.Generator, n: int, batch_size: int, *, tensor: bool = True) -> list:
     """One epoch's mini-batches: a fresh permutation of ``n`` rows cut into ``batch_size`` slices
     (as torch tensors, or numpy arrays with ``tensor=False``)."""
@@ -74,7 +80,9 @@ class EarlyStopping:
 
     def __init__(self, model: nn.Module, history: list[dict], config: FitConfig, desc: str, *,
                  optimizer: torch.optim.Optimizer | None = None, progress: bool = True,
-                 log: Callable[[dict], None] | None = None) -> None:
+                 log: Callable[[dict], None] | None = None, started: float | None = None) -> None:
+        """``started``: when the time budget began (:func:`clock` at the start of ``train``, so that
+        fitting features and building the model count too); default now."""
         from tqdm import tqdm
 
         self.model, self.history, self.log = model, history, log
@@ -84,7 +92,7 @@ class EarlyStopping:
                          if optimizer is not None else None)
         self.best, self.best_state, self.stale = np.inf, None, 0
         self.bar = tqdm(total=self.max_epochs, desc=desc, unit="epoch", disable=not progress)
-        self.started = time.perf_counter()
+        self.started = clock() if started is None else started
 
     def epochs(self) -> range:
         return range(self.max_epochs)
