@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from predictor.methods.checks import Checker
+from predictor.inputs import Checker
 
 DEFAULT_LEVEL = 0.9
 RELIABILITY_LEVELS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)

@@ -82,7 +82,8 @@ def make_config(method: str, **options):
     if foreign:
         raise ValueError(f"method {method!r} has no option {', '.join(foreign)} "
                          f"(its options: {', '.join(sorted(known))})")
-    from predictor.methods.checks import Checker, checked_config
+    from predictor.inputs import Checker
+    from predictor.methods.checks import checked_config
 
     return checked_config(cls, given, Checker(lambda field: f"{method} option {field!r}" if field
                                               else f"{method} options", ValueError))

@@ -24,9 +24,9 @@ import pandas as pd
 from predictor import checkpoint_file
 from predictor.checkpoint_file import CheckpointError
 from predictor.features import FeatureSpec
-from predictor.inputs import short
+from predictor.inputs import Checker, short
 from predictor.methods import checks
-from predictor.methods.checks import Checker, check_tensors, check_weights, cut, planned_shapes
+from predictor.methods.checks import check_tensors, check_weights, cut, planned_shapes
 
 if TYPE_CHECKING:  # no torch at import: the simulator names this shape without loading it
     from torch import nn

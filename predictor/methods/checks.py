@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import MISSING, fields
+from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
-from predictor.inputs import LIMITS, limit, short
+from predictor.inputs import LIMITS, Checker, limit, short
 
 if TYPE_CHECKING:
     from torch import nn
@@ -45,97 +45,11 @@ COMMON_RANGES: dict[str, tuple] = {
 }
 
 
-class Checker:
-    """Typed reads of untrusted values: each checks its value and, when wrong, raises ``error``
-    with ``name(field)`` (the file and field, or the option) and what was expected."""
-
-    def __init__(self, name: Callable[[str], str], error: type[ValueError]) -> None:
-        self.name, self.error = name, error
-
-    def fail(self, field: str, what: str, value: Any = MISSING) -> ValueError:
-        got = ("" if value is MISSING else ", but it is missing (or null)" if value is None
-               else f", got {short(value, 60)}")
-        return self.error(f"{self.name(field)}: {what}{got}")
-
-    def mapping(self, value: Any, field: str, *, optional: bool = False) -> dict:
-        if optional and value is None:
-            return {}
-        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-            raise self.fail(field, "must be an object", value)
-        return value
-
-    def sequence(self, value: Any, field: str, length: int | None = None) -> list:
-        if not isinstance(value, list):
-            raise self.fail(field, "must be a list", value)
-        if length is not None and len(value) != length:
-            raise self.fail(field, f"must hold {length} values, not {len(value)}")
-        return value
-
-    def text(self, value: Any, field: str, *, empty: bool = True, longest: int = 10_000) -> str:
-        if not isinstance(value, str) or (not empty and not value) or len(value) > longest:
-            raise self.fail(field, f"must be a{'' if empty else ' non-empty'} text of at most {longest:,} "
-                                   "characters", value)
-        return value
-
-    def texts(self, value: Any, field: str, *, distinct: bool = False, longest: int | None = None) -> list[str]:
-        items = self.sequence(value, field)
-        if longest is not None and len(items) > longest:
-            raise self.fail(field, f"must hold at most {longest:,} names, not {len(items):,}")
-        for i, item in enumerate(items):
-            self.text(item, f"{field}[{i}]")
-        if distinct and len(set(items)) != len(items):
-            raise self.fail(field, "must hold distinct names")
-        return items
-
-    def flag(self, value: Any, field: str) -> bool:
-        if not isinstance(value, bool):
-            raise self.fail(field, "must be true or false", value)
-        return value
-
-    def integer(self, value: Any, field: str, lo: int | None = None, hi: int | None = None) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or (lo is not None and value < lo) \
-                or (hi is not None and value > hi):
-            raise self.fail(field, "must be an integer" + _range(lo, hi), value)
-        return value
-
-    def number(self, value: Any, field: str, *, positive: bool = False, lo: float | None = None,
-               hi: float | None = None, below: float | None = None) -> float:
-        """A finite number (``positive``: > 0; ``lo``/``hi`` inclusive, ``below`` exclusive)."""
-        ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
-        if ok and ((positive and value <= 0) or (lo is not None and value < lo) or (hi is not None and value > hi)
-                   or (below is not None and value >= below)):
-            ok = False
-        if not ok:
-            extra = (" > 0" if positive else "") + _range(lo, hi) + (f" and below {below}" if below is not None else "")
-            raise self.fail(field, "must be a finite number" + extra, value)
-        return float(value)
-
-    def numbers(self, value: Any, field: str, length: int | None = None, *, positive: bool = False,
-                ascending: bool = False) -> list[float]:
-        """A list of finite numbers (``ascending``: sorted, smallest first)."""
-        items = self.sequence(value, field, length)
-        out = [self.number(x, f"{field}[{i}]", positive=positive) for i, x in enumerate(items)]
-        if ascending and any(b < a for a, b in zip(out, out[1:])):
-            raise self.fail(field, "must be sorted in ascending order")
-        return out
-
-    def choice(self, value: Any, field: str, choices: tuple) -> Any:
-        if not isinstance(value, str) or value not in choices:
-            raise self.fail(field, f"must be one of {', '.join(map(str, choices))}", value)
-        return value
-
-
 def cut(text: str, width: int = 200) -> str:
     """An exception's message for ours: its first line, at most ``width`` characters (unquoted,
     unlike :func:`predictor.inputs.short`, which quotes values)."""
     first = (text.splitlines() or [""])[0]
     return first if len(first) <= width else first[:width - 1] + "…"
-
-
-def _range(lo, hi) -> str:
-    if lo is not None and hi is not None:
-        return f" from {lo:,} to {hi:,}"
-    return f" >= {lo:,}" if lo is not None else (f" <= {hi:,}" if hi is not None else "")
 
 
 # -- configs --------------------------------------------------------------------------------------

@@ -137,17 +137,17 @@ def test_a_gpu_count_that_overflows_names_the_files_field(tmp_path):
     assert "-9.22" not in result.output and "'num_gpus'" not in result.output
 
 
-@pytest.mark.parametrize("value", ["100000000000000000000", "1000001"])
+@pytest.mark.parametrize("value", ["100000000000000000000", "1025"])
 def test_a_cluster_file_with_too_many_gpus_names_the_field(tmp_path, value):
     result = simrun("--policy", "fifo", "--predictor", "truth", "--cluster", cluster_file(tmp_path, value),
                     "--out", str(tmp_path / "o"))
     assert result.exit_code == 1 and "Traceback" not in result.output
-    assert f"nodes[1]: field 'num_gpus' must be an integer >= 1 and <= 1,000,000, got {value}" in result.output
+    assert f"nodes[1]: field 'num_gpus' must be an integer >= 1 and <= 1,024, got {value}" in result.output
 
 
 def test_a_cluster_too_large_in_total_is_refused_quickly(tmp_path):
     path = tmp_path / "c.yaml"
-    path.write_text("nodes:\n  - {gpu_type: V100, num_gpus: 8, count: 200000}\n")
+    path.write_text("nodes:\n" + "  - {gpu_type: V100, num_gpus: 16, count: 50000}\n" * 2)
     with pytest.raises(ClusterError, match="1,600,000 GPUs; at most 1,000,000"):
         resolve(str(path))
     with pytest.raises(ClusterError, match="cluster scale 1e\\+20 is too large"):
