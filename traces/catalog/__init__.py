@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from predictor.families import job_class
@@ -61,10 +62,13 @@ def checkpoint_bytes(sequences: pd.DataFrame) -> pd.Series:
     plus the optimizer's state tensors (the optimizer named in the config id; 0 states for
     another). The preemptive engine reads it to price a resume (:class:`policies.base.RestartCost`)."""
     grads = sequences[sequences["op"] == "AccumulateGrad"]
+    texts = grads["input_shapes"].astype(str)
+    elements = {text: first_input_elements(text) for text in pd.unique(texts)}  # each shape parsed once
+    weighted = (texts.map(elements).to_numpy(np.float64)
+                * grads["dtype"].astype(str).map(ELEMENT_BYTES).fillna(4).to_numpy(np.float64))
+    totals = pd.Series(weighted, index=grads["config_id"].to_numpy()).groupby(level=0, sort=True).sum()
     sizes = {}
-    for config_id, rows in grads.groupby("config_id", sort=True):
-        total = sum(first_input_elements(str(text)) * ELEMENT_BYTES.get(dtype, 4)
-                    for text, dtype in zip(rows["input_shapes"], rows["dtype"].astype(str)))
+    for config_id, total in totals.items():
         parts = str(config_id).split(":")
         states = OPTIMIZER_STATES.get(parts[4], 0) if len(parts) > 4 else 0
         sizes[config_id] = float(total) * (1 + states)
