@@ -78,6 +78,7 @@ class Case:
     needle: str = ""
     setup: Callable[[Path, Path], object] | None = None
     check: Callable[[Path, Path], str | None] | None = None  # a problem, or None
+    output_check: Callable[[str], str | None] | None = None  # a problem with the command's output, or None
     needs_shared: bool = False
     env: dict[str, str] = field(default_factory=dict)
     # The command does real work whatever the input (a cache rebuilt = a cold run): it is also run
@@ -281,10 +282,149 @@ def many_row_groups():
 
 
 def escaping_philly(d: Path, _c: Path) -> None:
-    """A Philly trace whose job ids carry a screen clear and a forged output line."""
+    """A Philly trace whose job id carries a screen clear and a right-to-left override."""
     (d / "esc.csv").write_text("#job id,arrival time (sec),topology,shape,size,duration (sec)\n"
-                               "a\x1b[2Jb,0.0,CLOS,1,1,100.0\n"
-                               '"c\nresults in /etc/passwd",10.0,CLOS,1,1,100.0\n')
+                               "a\x1b[2Jb\u202e,0.0,CLOS,1,1,100.0\n")
+
+
+def crafted_checkpoint(change: Callable[[dict], None]) -> Callable[[Path, Path], None]:
+    """The shipped ETS T4 checkpoint with its body ``change``d and sealed again with a valid
+    SHA-256 (what anyone can do: the hash proves integrity, not origin), as {d}/x.pt."""
+    def setup(d: Path, c: Path) -> None:
+        from predictor import checkpoint_file
+
+        body = checkpoint_file.read(c / "ets-T4.pt")
+        change(body)
+        (d / "x.pt").write_bytes(checkpoint_file.encode(body))
+    return setup
+
+
+def set_field(*path_value) -> Callable[[dict], None]:
+    *path, value = path_value
+
+    def change(body: dict) -> None:
+        node = body
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = value
+    return change
+
+
+def nan_weights(body: dict) -> None:
+    first = next(iter(body["state_dict"]))
+    body["state_dict"][first] = body["state_dict"][first].clone().fill_(float("nan"))
+
+
+def unsorted_intervals(body: dict) -> None:
+    body["intervals"]["log_ratios"] = list(reversed(body["intervals"]["log_ratios"]))
+
+
+def shared_lists_pickle(d: Path, _c: Path) -> None:
+    """A small pickle of shared references (legal for torch's weights-only loader) that expands to
+    ~10^9 list items: it reached 3 GB and a MemoryError."""
+    import torch
+
+    a = [0] * 1000
+    b = [a] * 1000
+    torch.save({"format": 1, "method": "ets", "x": [b] * 1000}, d / "shared.pt")
+
+
+def self_containing_pickle(d: Path, _c: Path) -> None:
+    import torch
+
+    loop: list = []
+    loop.append(loop)
+    torch.save({"format": 1, "method": "ets", "x": loop}, d / "loop.pt")
+
+
+def zero_time_dataset(d: Path, c: Path) -> None:
+    """The fixture dataset with one iteration's times all zero (its MRE is infinite)."""
+    (d / "data").mkdir()
+    for f in (c / "data").glob("*.parquet"):
+        frame = pd.read_parquet(f)
+        first = frame["config_id"] == frame["config_id"].iloc[0]
+        frame.loc[first, ["duration_us", "gap_us"]] = 0.0
+        frame.to_parquet(d / "data" / f.name, index=False)
+
+
+def strict_json(out: str) -> str | None:
+    """A problem unless the output's last line is one strict JSON object (no NaN or Infinity)."""
+    def refuse(name: str) -> None:
+        raise ValueError(f"{name} is not JSON")
+
+    try:
+        json.loads(out.strip().splitlines()[-1] if out.strip() else "", parse_constant=refuse)
+    except ValueError as exc:
+        return f"not strict JSON ({str(exc)[:80]})"
+    return None
+
+
+def linked_in_run(entry: str) -> Callable[[Path, Path], None]:
+    """The fixture run copied to {d}/run with ``entry`` a symbolic link to a victim's folder
+    {d}/victim holding its own summary.json and a PNG (a stranger's shared run folder)."""
+    def setup(d: Path, c: Path) -> None:
+        shutil.copytree(c / "run", d / "run")
+        (d / "victim").mkdir()
+        (d / "victim" / "summary.json").write_text("my notes")
+        (d / "victim" / "jct.png").write_text("my notes")
+        (d / "run" / entry).symlink_to(d / "victim")
+    return setup
+
+
+def victim_kept(d: Path, _c: Path) -> str | None:
+    changed = [f.name for f in (d / "victim").iterdir() if f.read_text() != "my notes"]
+    added = sorted({f.name for f in (d / "victim").iterdir()} - {"summary.json", "jct.png"})
+    return f"the victim's {changed + added} written" if changed or added else None
+
+
+def looping_model_file(d: Path, _c: Path) -> None:
+    (d / "loop.py").write_text("while True:\n    pass\n")
+
+
+def big_cluster(d: Path, _c: Path) -> None:
+    """The audit's 2 KB cluster file: a 2,000-character name, count 1,000,000 (2.6 GB of nodes)."""
+    (d / "c.yaml").write_text("nodes:\n  - {gpu_type: V100, num_gpus: 1, count: 1000000, name: " + "n" * 2000 + "}\n")
+
+
+def run_naming_big_cluster(d: Path, c: Path) -> None:
+    """The fixture run whose manifest names that cluster file (a stranger's run folder)."""
+    big_cluster(d, c)
+    shutil.copytree(c / "run", d / "run")
+    manifest = json.loads((d / "run" / "manifest.json").read_text())
+    manifest["config"]["cluster"] = str(d / "c.yaml")
+    (d / "run" / "manifest.json").write_text(json.dumps(manifest))
+
+
+def far_submit(d: Path, _c: Path) -> None:
+    (d / "far.csv").write_text("#job id,arrival time (sec),topology,shape,size,duration (sec)\n"
+                               "0,1e300,CLOS,1,1,100.0\n1,1e300,CLOS,1,1,100.0\n")
+
+
+def kineto_shared_flow_ids(d: Path, _c: Path) -> None:
+    """The Kineto fixture with every flow sharing one id: imported, it gave 0 µs of kernel time."""
+    doc = json.loads((REPO / "tests" / "fixtures" / "kineto" / "new_schema.json").read_text())
+    for event in doc["traceEvents"]:
+        if event.get("ph") in ("s", "f"):
+            event["id"] = 7
+        event.get("args", {}).pop("correlation", None)
+    (d / "shared.json").write_text(json.dumps(doc))
+
+
+def edited_sweep_point(d: Path, _c: Path) -> None:
+    """A finished 20-job sweep whose one point file says its mean JCT was 1 s."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    run_tool([*SWEEP, "--out", str(d / "s"), "--quiet"], d)
+    point = next((d / "s" / "points").glob("*.parquet"))
+    arrow = pq.read_table(point)
+    arrow = arrow.set_column(arrow.schema.get_field_index("jct_mean"), "jct_mean", pa.array([1.0]))
+    pq.write_table(arrow, point)
+
+
+def point_not_edited(d: Path, _c: Path) -> str | None:
+    got = pd.read_parquet(d / "s" / "results.parquet")["jct_mean"].tolist()
+    return None if got != [1.0] else "the edited jct_mean 1.0 was trusted"
 
 
 def long_run(d: Path, _c: Path) -> subprocess.Popen:
@@ -324,6 +464,8 @@ def tardiness(expected: float) -> Callable[[Path, Path], str | None]:
 HYDRA_HEAVY = ["simrun", "--policy", "hydra:mode=offline", "--predictor", "truth", "--trace",
                f"hydra:{SHARED / 'hydra_cases' / '30_ddl.csv'}", "--cluster", "hydra-heavy", "--limit", "400",
                "--out", "{d}/out", "--quiet"]
+FIFO = ["simrun", "--policy", "fifo", "--predictor", "truth"]
+BOUND = [*FIFO, "--bind", "--workload", "pai-like:20", "--out", "{d}/out"]  # a run that needs the table cache
 SWEEP = ["simrun", "sweep", "--policies", "fifo", "--predictors", "truth", "--workloads", "pai-like:20"]
 
 CASES: list[Case] = [
@@ -423,6 +565,44 @@ CASES: list[Case] = [
     # 8. the same result on any machine (the test suite checks it under a slowed clock)
     Case(8, "Hydra offline, heavy 400, defaults", HYDRA_HEAVY, "done", check=tardiness(4150), needs_shared=True),
     # -- round 2 (issue 50) --
+    # 1. no write outside the target
+    Case("2.1", "--compare-truth --overwrite, truth/ linked to a victim",
+         ["simrun", "--policy", "fifo", "--predictor", "truth", "--workload", "pai-like:20", "--compare-truth",
+          "--out", "{d}/run", "--overwrite"], "refused", "is a symbolic link", setup=linked_in_run("truth"),
+         check=victim_kept),
+    Case("2.1", "plot --overwrite, plots/ linked to a victim", ["simrun", "plot", "{d}/run", "--overwrite"], "refused",
+         "is a symbolic link", setup=linked_in_run("plots"), check=victim_kept),
+    # 3. a checkpoint's config is checked before it is used
+    Case("2.3", "a sealed checkpoint asking for hidden=40,000", ["ets", "predict", "--ckpt", "{d}/x.pt", "resnet18",
+                                                                  "--batch", "2", "--size", "32"], "refused",
+         "over the limit", setup=crafted_checkpoint(set_field("config", "hidden", 40_000))),
+    Case("2.3", "a sealed checkpoint with NaN weights", ["ets", "predict", "--ckpt", "{d}/x.pt", "resnet18", "--batch",
+                                                          "2", "--size", "32"], "refused", "non-finite",
+         setup=crafted_checkpoint(nan_weights)),
+    Case("2.3", "a sealed checkpoint with int8 weights", ["ets", "checkpoint", "info", "{d}/x.pt"], "refused",
+         "floating-point", setup=crafted_checkpoint(lambda b: b["state_dict"].update(
+             {k: v.to(__import__("torch").int8) for k, v in b["state_dict"].items()}))),
+    Case("2.3", "a sealed checkpoint with a negative scale", ["ets", "predict", "--ckpt", "{d}/x.pt", "resnet18",
+                                                               "--batch", "2", "--size", "32"], "refused", "scale",
+         setup=crafted_checkpoint(set_field("scale", [-1.0, 1.0]))),
+    Case("2.3", "a sealed checkpoint with unsorted intervals", ["ets", "predict", "--ckpt", "{d}/x.pt", "resnet18",
+                                                                 "--batch", "2", "--size", "32"], "refused",
+         "ascending", setup=crafted_checkpoint(unsorted_intervals)),
+    Case("2.3", "checkpoint info with split of the wrong type", ["ets", "checkpoint", "info", "{d}/x.pt"], "refused",
+         "field 'split'", setup=crafted_checkpoint(set_field("split", [1]))),
+    # 4. converting a pickle is bounded before expansion
+    Case("2.4", "convert --trust a pickle of shared lists", ["ets", "checkpoint", "convert", "--trust",
+                                                             "{d}/shared.pt", "--out", "{d}/o.pt"], "refused",
+         "expands past", setup=shared_lists_pickle),
+    Case("2.4", "convert --trust a self-containing list", ["ets", "checkpoint", "convert", "--trust", "{d}/loop.pt",
+                                                           "--out", "{d}/o.pt"], "refused", "contains itself",
+         setup=self_containing_pickle),
+    # 6. model construction is bounded; 10. JSON is strict
+    Case("2.6", "train --layers 100000", ["ets", "train", "--data", "{c}/data", "--out", "{d}/m.pt", "--layers",
+                                          "100000", "--minutes", "0.05"], "refused", "layers"),
+    Case("2.10", "evaluate --json with zero-time rows", ["ets", "evaluate", "--ckpt", "{c}/ets-T4.pt", "--data",
+                                                         "{d}/data", "--split", "all", "--json"], "done",
+         setup=zero_time_dataset, output_check=strict_json),
     # 2. a cache table cannot be forged
     Case("2.2", "the cached truth x10, its hash recomputed", ["simrun", "--policy", "fifo", "--predictor", "truth",
                                                             "--bind", "--workload", "pai-like:20", "--out", "{d}/out"],
@@ -440,16 +620,42 @@ CASES: list[Case] = [
          "decodes to", setup=run_with_jobs(long_lists)),
     Case("2.5", "plot of a jobs.parquet of 20,000 row groups", ["simrun", "plot", "{d}/run"], "refused",
          "row groups", setup=run_with_jobs(many_row_groups, row_group_size=1)),
+    # 6. every loop ends
+    Case("2.6", "gavel lease=1e-12", ["simrun", "--policy", "gavel:lease=1e-12", "--predictor", "truth", "--workload",
+                                      "pai-like:20", "--out", "{d}/o"], "refused", "lease"),
+    Case("2.6", "srtf restart=1e17", ["simrun", "--policy", "srtf:lease=1,restart=1e17", "--predictor", "truth",
+                                      "--workload", "pai-like:20", "--out", "{d}/o"], "refused", "restart"),
+    Case("2.6", "srtf storage_gbps=1e-300", ["simrun", "--policy", "srtf:storage_gbps=1e-300", "--predictor", "truth",
+                                             "--workload", "pai-like:20", "--out", "{d}/o"], "refused",
+         "storage_gbps"),
+    Case("2.6", "a model file that loops at import", ["ets", "devices", "time", "--model-file", "{d}/loop.py",
+                                                      "--device", "emulated:T4"], "refused", "1 of 1 model file",
+         setup=looping_model_file, env={"ETS_SIM_MAX_MODEL_SECONDS": "5"}),
+    # 7. sizes bounded
+    Case("2.7", "a 2 KB cluster file of 10^6 long-named nodes", ["simrun", "--policy", "fifo", "--predictor", "truth",
+                                                                 "--cluster", "{d}/c.yaml", "--out", "{d}/o"],
+         "refused", "count", setup=big_cluster),
+    Case("2.7", "timeline of a run whose manifest names that cluster", ["simrun", "timeline", "{d}/run", "--out",
+                                                                        "{d}/t.json"], "warned", "one process per GPU",
+         setup=run_naming_big_cluster),
+    Case("2.7", "sweep --workers 12", [*SWEEP, "--workers", "12", "--out", "{d}/s", "--quiet"], "warned",
+         "--workers 12"),
     # 8. no raw control character reaches the terminal
-    Case("2.8", "a Philly trace with ESC and newlines in job ids", ["simrun", "--policy", "fifo", "--predictor", "truth",
-                                                                  "--trace", "philly:{d}/esc.csv", "--out", "{d}/o"],
-         "refused", "job", setup=escaping_philly),
+    Case("2.8", "a Philly trace with ESC and U+202E in a job id", [*FIFO, "--trace", "philly:{d}/esc.csv", "--out",
+                                                                     "{d}/o"],
+         "refused", "field 'job_id'", setup=escaping_philly),
+    # 10. no silently wrong number
+    Case("2.10", "two jobs submitted at 1e300", ["simrun", "--policy", "fifo", "--predictor", "truth", "--trace",
+                                                 "philly:{d}/far.csv", "--out", "{d}/o"], "refused", "submit_s",
+         setup=far_submit),
+    Case("2.10", "Kineto flows sharing one id", ["ets", "import", "kineto", "{d}/shared.json", "--out", "{d}/o"],
+         "refused", "is shared by the runtime calls", setup=kineto_shared_flow_ids),
+    Case("2.10", "a sweep point edited, then resumed", [*SWEEP, "--out", "{d}/s", "--quiet"], "warned",
+         "do not match their run folder", setup=edited_sweep_point, check=point_not_edited),
     # 11. an unusable cache fails before the work
-    Case("2.11", "ETS_SIM_CACHE is a file", ["simrun", "--policy", "fifo", "--predictor", "truth", "--bind", "--workload",
-                                         "pai-like:20", "--out", "{d}/out"], "refused", "ETS_SIM_CACHE",
+    Case("2.11", "ETS_SIM_CACHE is a file", BOUND, "refused", "ETS_SIM_CACHE",
          setup=write("cache", "a file"), env={"ETS_SIM_CACHE": "{d}/cache"}),
-    Case("2.11", "ETS_SIM_CACHE is empty", ["simrun", "--policy", "fifo", "--predictor", "truth", "--bind", "--workload",
-                                        "pai-like:20", "--out", "{d}/out"], "refused", "ETS_SIM_CACHE is set but empty",
+    Case("2.11", "ETS_SIM_CACHE is empty", BOUND, "refused", "ETS_SIM_CACHE is set but empty",
          env={"ETS_SIM_CACHE": ""}),
     # 9. one run per output folder
     Case(9, "a second run into a folder in use", ["simrun", "--policy", "fifo", "--predictor", "truth", "--workload",
@@ -525,6 +731,10 @@ def run_case(case: Case, d: Path, c: Path) -> dict:
         problems.append(f"peak RSS {rss:,.0f} MB")
     if seconds > max_seconds:
         problems.append(f"{seconds:.0f} s")
+    if case.output_check and code == 0:
+        problem = case.output_check(out)
+        if problem:
+            problems.append(problem)
     if case.check and (code == 0 or case.expect == "refused"):
         problem = case.check(d, c)
         if problem:
