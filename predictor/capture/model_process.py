@@ -206,7 +206,9 @@ def _serve(nbytes: int) -> None:
 
     out = os.fdopen(os.dup(1), "wb")  # the results; fd 1 itself goes to stderr, like the file's prints
     os.dup2(2, 1)
-    resource.setrlimit(resource.RLIMIT_AS, (nbytes, nbytes))
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)  # never above a limit the user's shell set already
+    cap = nbytes if hard == resource.RLIM_INFINITY else min(nbytes, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     request = json.loads(sys.stdin.readline())
     from predictor.capture import model_file
     from predictor.capture.quiet import quiet_profiler
