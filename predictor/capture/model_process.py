@@ -54,7 +54,21 @@ def time_note(seconds: float) -> str:
     return f"the model-file time limit of {seconds:,.0f} s; raise it with {LIMITS['model_seconds'].variable}=N"
 
 
-def memory_note(nbytes: float) -> str:
+def address_cap(nbytes: int) -> int:
+    """The child's address-space limit: ``nbytes``, never above a hard limit the user's shell set
+    already (asking for more is refused by the kernel, and the child would die before any file)."""
+    import resource
+
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    return nbytes if hard == resource.RLIM_INFINITY else min(nbytes, hard)
+
+
+def memory_note(nbytes: int) -> str:
+    """The limit a failed file ran under, and how to raise it."""
+    cap = address_cap(nbytes)
+    if cap < nbytes:
+        return (f"the shell's address-space limit of {cap / 2**30:,.1f} GiB ({cap:,.0f} bytes, ulimit -v), "
+                f"below {LIMITS['model_bytes'].variable}; raise it in the shell")
     return (f"the model-file memory limit of {nbytes / 2**30:,.1f} GiB ({nbytes:,.0f} bytes); "
             f"raise it with {LIMITS['model_bytes'].variable}=N")
 
@@ -206,14 +220,14 @@ def _serve(nbytes: int) -> None:
 
     out = os.fdopen(os.dup(1), "wb")  # the results; fd 1 itself goes to stderr, like the file's prints
     os.dup2(2, 1)
-    _, hard = resource.getrlimit(resource.RLIMIT_AS)  # never above a limit the user's shell set already
-    cap = nbytes if hard == resource.RLIM_INFINITY else min(nbytes, hard)
+    cap = address_cap(nbytes)
     resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     request = json.loads(sys.stdin.readline())
     from predictor.capture import model_file
     from predictor.capture.quiet import quiet_profiler
 
     model_file.MEMORY_NOTE = memory_note(nbytes)
+
     for path in request["paths"]:
         _send(out, {"kind": "start"})
         try:
@@ -225,7 +239,7 @@ def _serve(nbytes: int) -> None:
             _send(out, {"kind": "error", "message": str(exc)})
             continue
         except MemoryError:
-            _send(out, {"kind": "error", "message": f"{path}: ran out of memory ({memory_note(nbytes)})"})
+            _send(out, {"kind": "error", "message": f"{path}: ran out of memory ({model_file.MEMORY_NOTE})"})
             continue
         _send(out, {"kind": "trace", "bytes": buffer.getbuffer().nbytes}, buffer.getvalue())
 

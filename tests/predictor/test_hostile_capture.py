@@ -98,6 +98,31 @@ def test_model_files_that_crash_hog_memory_or_loop_fail_in_one_line_each_and_the
     assert int(pid_file.read_text()) != os.getpid()  # the file's code ran in a child
 
 
+def test_a_shell_address_limit_below_the_model_limit_is_kept_and_named(tmp_path):
+    """Before: the child asked for the 16 GiB default even under a lower ``ulimit -v``; the kernel
+    refused it and every file failed with "the capture process ended". Now the child keeps the
+    shell's limit, times the good file, and names that limit when a file runs out of it."""
+    import subprocess
+    import sys
+
+    good = _write(tmp_path, "b_tiny.py", TINY)
+    hog = _write(tmp_path, "a_hog.py", HOG)  # 8 GiB: over the 6 GiB the shell allows
+    shell = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30)); "
+             "from predictor.cli import main; sys.exit(main())")
+    env = {**os.environ, "ETS_TEST_PID_FILE": str(tmp_path / "pid"), "ETS_TEST_PARENT": "0"}
+    env.pop("ETS_SIM_MAX_MODEL_BYTES", None)  # the 16 GiB default, above the shell's limit
+    result = subprocess.run([sys.executable, "-c", shell, "devices", "time", "--model-file", str(tmp_path),
+                             "--device", "emulated:T4", "--inference", "--json"],
+                            capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    timed = [json.loads(x) for x in result.stdout.splitlines()]
+    assert [r["model_file"] for r in timed] == [str(good)] and timed[0]["total_ms"] > 0
+    line = next(x for x in result.stderr.splitlines() if x.startswith(f"{hog}: "))
+    assert "MemoryError" in line and "the shell's address-space limit of 6.0 GiB" in line, line
+    assert "1 of 2 model file(s) failed" in result.stderr
+
+
 @pytest.mark.parametrize("value, message", [("soon", "not a number"), ("-1", "must be a positive finite number")])
 def test_a_bad_model_limit_variable_is_one_line_before_any_file_runs(tmp_path, monkeypatch, value, message):
     """Before: the variables did not exist; a value that is not a positive number is refused by name."""
