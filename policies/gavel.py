@@ -6,32 +6,39 @@ from every job's throughput on every type, and realises it over rounds (leases).
 throughputs are the *predicted* ones, 1 / predicted run time (a job's fraction done per second
 on its GPUs of type k), so a predictor's error shows in the plan; the engine runs the true ones.
 
-Objectives (``objective=``), each an LP solved with SciPy's HiGHS (``scipy.optimize.linprog``)
-under Gavel's constraints — X >= 0, Σ_k X[j, k] <= 1 per job, Σ_j s_j X[j, k] <= G_k per type
-(s_j: the job's GPUs, G_k: the type's), X[j, k] = 0 where s_j > G_k:
+Objectives (``objective=``), under Gavel's constraints — X >= 0, Σ_k X[j, k] <= 1 per job,
+Σ_j s_j X[j, k] <= G_k per type (s_j: the job's GPUs, G_k: the type's):
 
-* ``max_min`` (Gavel's heterogeneity-aware max-min fairness): maximise min_j thr_j(X) / iso_j,
-  thr_j(X) = Σ_k T[j, k] X[j, k] and iso_j its throughput on an equal 1/n share of every type
-  (X_iso[j, k] = G_k / ΣG × min(1, ΣG / (n s_j)); Gavel takes it from another LP, whose optimum is
-  not unique, so that the normalisation depended on the solver). The LP's optimum is not unique
-  either: of its optima, the one giving alike jobs (same GPUs, predicted times proportional)
-  equal allocations — what an interior-point solver such as Gavel's CVXPY converges to, where
-  the simplex would pick a vertex — solved with one row per kind of job (see ``_max_min``);
+* ``max_min`` (Gavel's heterogeneity-aware max-min fairness, ``MaxMinFairnessPolicyWithPerf`` in
+  ``scheduler/policies/max_min_fairness.py``): maximise min_j s_j thr_j(X) / prop_j, thr_j(X) =
+  Σ_k T[j, k] X[j, k] and prop_j the job's throughput on Gavel's proportional share (each type in
+  proportion to its GPUs; ``share=perf``, the default). The LP's optimum is not unique — beyond
+  the worst-off job any split is optimal — and Gavel takes the one its interior-point solver
+  lands on: ``solver=ecos`` (the default) solves Gavel's own formulation with CVXPY and ECOS, as
+  Gavel does, so that the split is Gavel's; ``solver=highs`` solves it with SciPy's HiGHS (a
+  vertex of the optimum: faster, but a different split). ``share=isolated`` normalises by the
+  job's equal 1/n share instead (X_iso[j, k] = G_k / ΣG × min(1, ΣG / (n s_j)), HiGHS): what a
+  job would get if the cluster were split evenly among the jobs present, which unlike Gavel's
+  does not make a job's weight grow with its GPU count;
 * ``ftf`` (finish-time fairness, Themis as Gavel writes it): minimise max_j ρ_j, ρ_j = (t_j +
   R_j / thr_j(X)) / (t_j + R_j / iso_j), t_j the time since the job arrived, R_j the fraction of
   it left; each ρ_j is a ratio of two functions linear in X, so the least worst ρ is found by a
-  Dinkelbach-type sequence of LPs from the equal share (ρ = 1), each fairer than the one before
-  (see ``Allocation.ftf``), and of the allocations meeting it the one of most total throughput;
+  Dinkelbach-type sequence of HiGHS LPs from the equal share (ρ = 1), each fairer than the one
+  before (see ``Allocation.ftf``), and of the allocations meeting it the one of most total
+  throughput (ours: Gavel solves it as one non-linear program);
 * ``makespan`` (Gavel's minimal total duration): minimise max_j R_j / thr_j(X), i.e. maximise z
-  with thr_j(X) >= R_j z.
+  with thr_j(X) >= R_j z (HiGHS).
 
-Rounds (Gavel's priorities): at each round boundary the allocation is recomputed for the jobs
-then present, and each job's priority on type k is X[j, k] over the share of its time it has had
-on k so far (infinite before its first round there); (job, type) pairs are taken in order of
-priority (ties: job index, type order), a job at most once, while the type has room. A running
-job given its own type keeps its GPUs, one given another type moves (a preemption and a resume
-there), one given none is suspended. Between rounds nothing starts: as in Gavel, a job waits for
-the next round.
+Rounds (:mod:`policies.gavel_rounds`, rule by rule Gavel's ``scheduler.py``): the allocation is
+recomputed at a *reset* — when jobs arrived or finished, at least ``reset`` seconds (Gavel's
+``minimum_time_between_allocation_resets``, 1,920 s) after the last — and realised by priorities
+(X over the share of each type's time the job has had since the reset), type by type, the
+fastest type first, zero priorities last. A round lasts a lease (``lease``, 360 s), or until its
+jobs all finish; arrivals wait for the round's end; with nothing running an arrival begins a round
+(``rounds = "work"`` in :mod:`simulator.preemption`). A running job given its own type keeps its
+GPUs, one given another type moves (a preemption and a resume there), one given none is
+suspended. The reproduction of Gavel's own simulator on Gavel's traces, and where ours differs, is
+in docs/scheduling.md.
 """
 
 from __future__ import annotations
@@ -41,10 +48,13 @@ from scipy import sparse
 from scipy.optimize import linprog
 
 from policies.base import Placement, Preemption
-from policies.options import choice
+from policies.gavel_rounds import GavelRounds
+from policies.options import choice, number
 from policies.preemptive import PreemptivePolicy
 
 OBJECTIVES = ("max_min", "ftf", "makespan")
+SHARES = ("perf", "isolated")  # max_min's normalisation: Gavel's proportional share, or the equal 1/n share
+SOLVERS = ("ecos", "highs")  # max_min with share=perf: Gavel's CVXPY + ECOS, or HiGHS (a vertex of the optimum)
 FTF_STEPS = 16  # at most this many LPs improving finish-time fairness (see Allocation.ftf)
 FTF_TOLERANCE = 1e-6  # ... and none once one improves the worst ρ by less than this, relatively
 
@@ -118,6 +128,12 @@ class Allocation:
     def max_min(self) -> np.ndarray:
         return self._max_scaled_min(1.0 / np.where(self.iso > 0, self.iso, 1.0))
 
+    def max_min_weighted(self, weights: np.ndarray) -> np.ndarray:
+        """X maximising min_j weights_j × thr_j(X), weights scaled to a largest coefficient of 1
+        (HiGHS's tolerances are absolute)."""
+        largest = (weights[:, None] * self.T).max(initial=0.0)
+        return self._max_scaled_min(weights / largest if largest > 0 else weights)
+
     def makespan(self, remaining: np.ndarray) -> np.ndarray:
         # weights scaled to a largest coefficient of 1 (the optimum does not change): HiGHS's
         # tolerances are absolute, and throughputs of 1e-5 per second would sit inside them
@@ -179,126 +195,131 @@ class Allocation:
         return best if most is None else most.reshape(n, m)
 
 
-def take_by_priority(priority: np.ndarray, need: np.ndarray, room: list[int], chunk: int = 64) -> dict[int, int]:
-    """Gavel's round: (row, type) pairs in order of ``priority`` (rows: jobs in ascending order;
-    highest first, ties: lower job, then type order; -inf: never), each taken if its row has no
-    type yet and the type still has room for the row's ``need`` GPUs. Returns row -> type.
+def proportional_throughput(throughput: np.ndarray, gpus_by_type: np.ndarray) -> np.ndarray:
+    """Each job's throughput on Gavel's proportional share (``policies/proportional.py``): the
+    cluster split over the types by their GPU counts, the same for every job (the share of each
+    type, G_k / ΣG, once Gavel scales its rows to a largest sum of 1)."""
+    return throughput @ (gpus_by_type / float(gpus_by_type.sum()))
 
-    A round usually fills the cluster within its first pairs, so they are sorted a ``chunk`` at a
-    time (the highest, with every pair tied with the last), and between chunks the pairs that can
-    no longer be taken (their row placed, their type too full: room only shrinks) are dropped."""
-    m = len(room)
-    room, need_of = list(room), need.tolist()
-    free = sum(room)
-    flat = priority.ravel()
-    pairs = np.flatnonzero(flat > -np.inf)
-    keys = -flat[pairs]
-    given: dict[int, int] = {}
-    placed = np.zeros(len(need_of), dtype=bool)
-    while pairs.size:
-        take = keys <= np.partition(keys, chunk)[chunk] if pairs.size > chunk else np.ones(pairs.size, dtype=bool)
-        head = pairs[take]
-        for pair in head[np.lexsort((head, keys[take]))].tolist():
-            r, k = divmod(pair, m)
-            if r not in given and room[k] >= need_of[r]:
-                given[r] = k
-                placed[r] = True
-                room[k] -= need_of[r]
-                free -= need_of[r]
-                if free == 0:
-                    return given
-        pairs, keys = pairs[~take], keys[~take]
-        rows, types = np.divmod(pairs, m)
-        alive = (np.asarray(room)[types] >= need[rows]) & ~placed[rows]
-        pairs, keys = pairs[alive], keys[alive]
-    return given
+
+def max_min_perf_ecos(throughput: np.ndarray, num_gpus: np.ndarray, gpus_by_type: np.ndarray) -> np.ndarray | None:
+    """Gavel's ``MaxMinFairnessPolicyWithPerf.get_allocation`` as Gavel writes and solves it —
+    CVXPY, ECOS, rows in job order, columns in type-name order (the caller's) — so that of the
+    LP's many optima the one Gavel's interior-point solver lands on is taken: maximise
+    min_j s_j Σ_k T[j, k] X[j, k] / prop_j, X >= 0, Σ_j s_j X[j, k] <= G_k, Σ_k X[j, k] <= 1,
+    clipped to [0, 1]. None if ECOS does not report an optimum."""
+    import cvxpy as cp
+
+    n, m = throughput.shape
+    prop = proportional_throughput(throughput, gpus_by_type)
+    weights = 1.0 / np.where(prop > 0, prop, 1.0)
+    scale = np.repeat(num_gpus.astype("float64")[:, None], m, axis=1)
+    x = cp.Variable((n, m))
+    objective = cp.Maximize(cp.min(cp.sum(cp.multiply(np.multiply(throughput * weights[:, None], scale), x), axis=1)))
+    constraints = [x >= 0, cp.sum(cp.multiply(scale, x), axis=0) <= gpus_by_type.astype("float64"),
+                   cp.sum(x, axis=1) <= 1]
+    problem = cp.Problem(objective, constraints)
+    try:
+        problem.solve(solver="ECOS")
+    except cp.error.SolverError:
+        return None
+    if problem.status != "optimal" or x.value is None:
+        return None
+    return x.value.clip(min=0.0, max=1.0)
 
 
 class GavelPolicy(PreemptivePolicy):
+    """Gavel (module docstring): an allocation at each reset, realised round by round as Gavel's
+    scheduler does (:mod:`policies.gavel_rounds`)."""
+
     name = "gavel"
+    rounds = "work"  # Gavel's simulator: a round ends when its leases do, or its jobs all finish
 
     def __init__(self, objective: str = "max_min", lease: float | str = 360.0, restart: float | str = 10.0,
-                 storage_gbps: float | str = 2.0) -> None:
+                 storage_gbps: float | str = 2.0, reset: float | str = 1920.0, share: str = "perf",
+                 solver: str = "ecos") -> None:
         super().__init__(lease, restart, storage_gbps)
         self.objective = choice("objective", objective, OBJECTIVES)
-        self._received: np.ndarray | None = None  # (job, type): seconds each job was given on each type
-        self._rounds: np.ndarray | None = None  # per job: rounds it has been present at
-        self._cached: tuple[bytes, np.ndarray] | None = None  # max_min: (classes and counts, X per class)
-        self._class_of: np.ndarray | None = None  # max_min: each job's class (see _max_min)
-        self._representative: np.ndarray | None = None  # a job of each class
-        self.equal_share_rounds = 0  # rounds whose LP HiGHS could not solve: the equal share instead
+        self.min_reset_s = number("reset", reset, 0.0, np.inf, unit="s")
+        self.share = choice("share", share, SHARES)
+        self.solver = choice("solver", solver, SOLVERS)
+        self._book: GavelRounds | None = None
+        self._walk: list[int] = []
+        self.equal_share_rounds = 0  # resets whose LP could not be solved: the equal share instead
 
+    # -- the allocation ------------------------------------------------------------------------
     def allocation(self, view, jobs: np.ndarray) -> np.ndarray:
-        """X for ``jobs`` (indices) by this policy's objective, from the predicted throughputs."""
+        """X for ``jobs`` (indices, ascending) by this policy's objective, from the predicted
+        throughputs; columns in the view's type order."""
+        throughput = self._throughput(view, jobs)
+        if self.objective == "max_min" and self.share == "perf" and self.solver == "ecos":
+            names = np.argsort([t.lower() for t in view.gpu_types], kind="stable")  # Gavel's sorted worker types
+            x = max_min_perf_ecos(throughput[:, names], view.num_gpus[jobs], view.total_by_type[names])
+            if x is not None:
+                out = np.empty_like(x)
+                out[:, names] = x
+                return out
+        lp = Allocation(throughput, view.num_gpus[jobs], view.total_by_type)
         if self.objective == "max_min":
-            return self._max_min(view, jobs)
-        remaining = 1.0 - view.progress[jobs]
-        lp = Allocation(self._throughput(view, jobs), view.num_gpus[jobs], view.total_by_type)
-        x = lp.makespan(remaining) if self.objective == "makespan" else lp.ftf(remaining, view.now - view.submit[jobs])
+            if self.share == "perf":
+                prop = proportional_throughput(throughput, view.total_by_type)
+                x = lp.max_min_weighted(view.num_gpus[jobs] / np.where(prop > 0, prop, 1.0))
+            else:
+                x = lp.max_min()
+        elif self.objective == "makespan":
+            x = lp.makespan(1.0 - view.progress[jobs])
+        else:
+            x = lp.ftf(1.0 - view.progress[jobs], view.now - view.submit[jobs])
         self.equal_share_rounds += lp.fallbacks
         return x
 
     @staticmethod
     def _throughput(view, jobs: np.ndarray) -> np.ndarray:
-        """Predicted fraction of each job done per second on each type."""
-        return 1.0 / np.maximum(view.predicted[jobs], 1e-6)  # a job of no predicted time: done at once
+        """Predicted fraction of each job done per second on each type (0 where it cannot run)."""
+        with np.errstate(divide="ignore"):
+            return 1.0 / np.maximum(view.predicted[jobs], 1e-6)  # a job of no predicted time: done at once
 
-    def _max_min(self, view, jobs: np.ndarray) -> np.ndarray:
-        """Max-min fairness over the jobs' classes: jobs alike in GPUs and in relative speed on
-        each type (predicted run times proportional, to 9 digits) have the same normalised
-        throughputs, so one of the LP's optima gives them equal allocations; it is found with one
-        row per class (the backlog of an overloaded cluster is thousands of jobs of far fewer
-        kinds; with per-job noise in the predictions every job is its own class). The allocation
-        depends on the classes present and their counts alone: it is reused while they stay."""
-        if self._class_of is None:
-            seconds = np.maximum(view.predicted, 1e-6)
-            with np.errstate(invalid="ignore"):
-                relative = seconds / seconds.min(axis=1, keepdims=True)
-            kinds = np.column_stack([np.where(np.isfinite(relative), np.round(relative, 9), -1.0), view.num_gpus])
-            _, first, self._class_of = np.unique(kinds, axis=0, return_index=True, return_inverse=True)
-            self._representative = first
-        of = self._class_of[jobs]
-        counts = np.bincount(of, minlength=len(self._representative))
-        classes = np.flatnonzero(counts)
-        counts = counts[classes]
-        position = np.empty(len(self._representative), dtype=np.int64)
-        position[classes] = np.arange(len(classes))
-        inverse = position[of]
-        key = classes.tobytes() + counts.tobytes()
-        if self._cached is None or self._cached[0] != key:
-            rows = self._representative[classes]
-            lp = Allocation(self._throughput(view, rows), view.num_gpus[rows], view.total_by_type, counts)
-            self._cached = (key, lp.max_min())
-            self.equal_share_rounds += lp.fallbacks
-        return self._cached[1][inverse]
+    # -- the rounds ----------------------------------------------------------------------------
+    def on_finish(self, view, job: int, now: float) -> None:
+        if self._book is not None:
+            self._book.finish(job, now)
+
+    def _start_run(self, view) -> None:
+        self._book = GavelRounds(self.lease_seconds, self.min_reset_s, len(view.submit), len(view.gpu_types))
+        with np.errstate(divide="ignore"):
+            throughput = 1.0 / np.maximum(view.predicted, 1e-6)
+        mean = np.where(np.isfinite(throughput), throughput, 0.0).mean(axis=0) if len(throughput) else throughput
+        self._walk = np.argsort(-mean, kind="stable").tolist()  # Gavel's *_perf order: V100, P100, K80
+        self.equal_share_rounds = 0
 
     def schedule(self, view) -> list[Placement | Preemption]:
         if not view.at_round:
             return []  # Gavel starts and moves jobs at rounds only
-        if self._received is None or len(self._rounds) != len(view.submit):  # a new run
-            self._received = np.zeros((len(view.submit), len(view.gpu_types)))
-            self._rounds = np.zeros(len(view.submit), dtype=np.int64)
-            self._cached = self._class_of = None
-            self.equal_share_rounds = 0
-        jobs = np.sort(np.fromiter([*view.running, *view.waiting], dtype=np.int64))
-        x = self.allocation(view, jobs)
-        rounds = self._rounds[jobs]
-        share = self._received[jobs] / np.maximum(rounds * self.lease_seconds, 1e-12)[:, None]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            priority = np.where(x > 1e-9, np.where(share > 0, x / share, np.inf), -np.inf)
-        rows = take_by_priority(priority, view.num_gpus[jobs], view.total_by_type.astype(np.int64).tolist())
-        given = {int(jobs[r]): k for r, k in rows.items()}
-        self._rounds[jobs] += 1
+        if self._book is None or len(self._book.held) != len(view.submit):
+            self._start_run(view)
+        book, now = self._book, view.now
+        present = np.sort(np.fromiter([*view.running, *view.waiting], dtype=np.int64))
+        arrivals_left = bool(np.any(view.submit > now))
+        can_run = np.isfinite(view.predicted)
+        for _ in range(2):  # a round that runs nothing with every job in: Gavel resets and goes again
+            book.begin(now, present, arrivals_left)
+            if book.due(now):
+                held = np.flatnonzero(book.held)
+                book.reset(now, self.allocation(view, held))
+            given = book.choose(can_run, view.num_gpus, view.total_by_type, self._walk)
+            if given or not len(present) or arrivals_left:
+                break
         out: list[Placement | Preemption] = []
         for job, (_, k) in view.running.items():
             if given.get(job) != k:
                 out.append(Preemption(job))
         for job, k in given.items():
-            self._received[job, k] += self.lease_seconds
             running = view.running.get(job)
             if running is None or running[1] != k:
                 out.append(Placement(job, view.gpu_types[k]))
         return out
 
     def describe(self) -> dict:
-        return {**super().describe(), "objective": self.objective, "equal_share_rounds": self.equal_share_rounds}
+        return {**super().describe(), "objective": self.objective, "reset_s": self.min_reset_s,
+                "share": self.share, "solver": self.solver, "equal_share_rounds": self.equal_share_rounds,
+                "allocation_resets": self._book.resets if self._book is not None else 0}

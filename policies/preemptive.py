@@ -36,6 +36,10 @@ class PreemptivePolicy(Policy):
     (module constants above) keep every run finite."""
 
     preemptive = True
+    # where round boundaries fall (simulator.preemption): "grid", every lease from the first
+    # arrival; "work", as Gavel's simulator: when the round's leases end or its jobs all finish,
+    # and at an arrival while nothing runs
+    rounds = "grid"
 
     def __init__(self, lease: float | str = 360.0, restart: float | str = 10.0,
                  storage_gbps: float | str = 2.0) -> None:
@@ -46,6 +50,9 @@ class PreemptivePolicy(Policy):
     @abstractmethod
     def schedule(self, view: SchedulerView) -> list[Placement | Preemption]:
         """The jobs to suspend (at a round only) and to start now."""
+
+    def on_finish(self, view: SchedulerView, job: int, now: float) -> None:  # noqa: B027 (a hook: doing nothing is the default)
+        """``job`` finished at ``now`` (called as it ends, before the policy's next call)."""
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "lease_seconds": self.lease_seconds, "restart_fixed_s": self.restart.fixed_s,

@@ -43,7 +43,9 @@ POLICIES: dict[str, tuple[Callable[..., Policy], str]] = {
                                  "no run-time prediction [thresholds=3200 (a/b/...), starve=0 (off) or S, "
                                  f"{PREEMPTION_OPTIONS}]"),
     "gavel": (GavelPolicy, "Gavel's heterogeneity-aware LP allocation over predicted throughputs, realised in "
-                           f"rounds [objective={'|'.join(OBJECTIVES)} (ftf: Themis's finish-time fairness), "
+                           f"rounds as Gavel's simulator does [objective={'|'.join(OBJECTIVES)} (ftf: Themis's "
+                           "finish-time fairness), reset=1920 (least seconds between allocation resets), "
+                           "share=perf|isolated (max_min's normalisation), solver=ecos|highs (max_min's LP), "
                            f"{PREEMPTION_OPTIONS}]"),
 }
 

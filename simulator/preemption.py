@@ -6,10 +6,15 @@ Why a subclass: the non-preemptive engine (:class:`simulator.engine.Simulation`)
 this engine instead, which shares the arrivals, the coalesced policy calls and the checks of a
 placement, and changes only what preemption changes:
 
-* **Rounds.** Besides arrivals and completions, the policy is called every ``lease_seconds`` (at
-  multiples of the lease after the first arrival) while jobs wait or run; the view's ``at_round``
-  says so, and only then may its decisions include :class:`policies.base.Preemption` s, which are
-  applied before its placements.
+* **Rounds.** Besides arrivals and completions, the policy is called at round boundaries; the
+  view's ``at_round`` says so, and only then may its decisions include
+  :class:`policies.base.Preemption` s, which are applied before its placements. Where rounds fall
+  is the policy's ``rounds`` attribute: ``"grid"``, every ``lease_seconds`` at multiples of the
+  lease after the first arrival while jobs wait or run; ``"work"``, as Gavel's simulator runs
+  them (``scheduler.py``, ``simulate``): a round lasts until its leases end, ``lease_seconds``
+  after it began, or sooner once every job it ran has finished; with nothing running, the next
+  arrival begins one (the first round is at the first arrival). Finished jobs are reported to the
+  policy (``on_finish``) as they end.
 * **Progress.** A job's work is its true run time on a type; on type k it advances its fraction
   done by elapsed / truth[job, k]. Suspended at time t, it keeps the fraction done at t (measured
   on the true clock, as a checkpoint of the iterations done) and may resume on any type, where the
@@ -144,6 +149,8 @@ class PreemptiveSimulation(Simulation):
         self.view.progress = read_only(self.fraction)
         self.view.attained = read_only(self.attained)
         self._round_armed = False
+        self._by_work = policy.rounds == "work"
+        self._round_token = 0  # "work" rounds: a queued round boundary is live while this is unchanged
         self._rounds = 0
         self._max_rounds = int(limit("rounds"))
         self._check_rounds()
@@ -169,7 +176,7 @@ class PreemptiveSimulation(Simulation):
     # -- rounds --------------------------------------------------------------------------------
     def _arm_round(self) -> None:
         """Queue the next round boundary (on the lease grid) if jobs wait, run or will arrive."""
-        if self._round_armed or not np.isfinite(self.lease):
+        if self._by_work or self._round_armed or not np.isfinite(self.lease):
             return
         view, now = self.view, self._env.now
         if not (view.waiting or view.running or self._arrival_batch < len(self._arrival_times)):
@@ -183,6 +190,19 @@ class PreemptiveSimulation(Simulation):
 
     def _round(self, _ev) -> None:
         self._round_armed = False
+        self._begin_round()
+        self._after_event()
+        self._arm_round()
+
+    def _work_round_ends(self, ev) -> None:
+        """A "work" round's leases end (unless the round ended sooner: a stale boundary)."""
+        if ev.value == self._round_token:
+            self._begin_round()
+            self._after_event()
+
+    def _begin_round(self) -> None:
+        """This timestamp's policy call is a round boundary (counted against the rounds limit)."""
+        self._round_token += 1
         self._rounds += 1
         if self._rounds > self._max_rounds:
             view = self.view
@@ -194,10 +214,10 @@ class PreemptiveSimulation(Simulation):
         self.view.at_round = True
         self.events += 1
         self._pending = True
-        self._after_event()
-        self._arm_round()
 
     def _arrive(self, ev) -> None:
+        if self._by_work and not self.view.running and not self.view.at_round:
+            self._begin_round()  # nothing runs: the arrival begins a round (decided after every event of now)
         super()._arrive(ev)
         self._arm_round()
 
@@ -241,6 +261,8 @@ class PreemptiveSimulation(Simulation):
         for p in preempt:
             self._suspend(int(p.job), now)
         self._start(placements, now)
+        if at_round and self._by_work and view.running and np.isfinite(self.lease):
+            self._env.timeout(self.lease, self._round_token).callbacks.append(self._work_round_ends)
 
     def _suspend(self, job: int, now: float) -> None:
         running = self.view.running
@@ -287,6 +309,9 @@ class PreemptiveSimulation(Simulation):
             if self._bar is not None:
                 self._bar.update(1)
             self._pending = True
+            self.policy.on_finish(self.view, job, now)
+            if self._by_work and not self.view.running and not self.view.at_round:
+                self._begin_round()  # every job of the round has finished: the round ends now
         self._after_event()
 
     # -- driver ----------------------------------------------------------------------------------
