@@ -28,7 +28,8 @@ fastest / actual predicted run time: progress-based share); for traces without u
 the ceil(alpha * |waiting|) longest-waiting jobs. alpha = 1 (default) is pure performance.
 
 Gang jobs: see :mod:`policies.queues` (planned on one lead GPU, only on types whose pool is large
-enough; they start when n GPUs of the type are free, holding the type meanwhile).
+enough; they start when n GPUs of the type are free, holding the type meanwhile). A job is never
+planned on a type it cannot run on (a predicted time of +inf: the trace says so).
 """
 
 from __future__ import annotations
@@ -266,7 +267,8 @@ class AlloxPolicy(Policy):
         candidates = self._window(view, self._fairness_filter(view, pending))
         if candidates:
             idx = np.array(candidates)
-            feasible = view.num_gpus[idx][:, None] <= view.total_by_type[None, :]
+            # a type whose pool is too small, or that the trace says the job cannot run on (+inf)
+            feasible = (view.num_gpus[idx][:, None] <= view.total_by_type[None, :]) & np.isfinite(view.predicted[idx])
             # idle GPUs listed first: among GPUs free at the same time (a job that overran its
             # prediction is "free now" too) they get the jobs, which then start at once
             if avail is None:

@@ -3,6 +3,11 @@
 Why: the engine must not care which policy runs, and policies must never see true run times —
 only the predictor's estimates exposed through the scheduler view. The contract lives here, below
 the engine: the engine fills the view and keeps its arrays current; policies only read it.
+
+"Cannot run here": a trace may say a job cannot run on a GPU type (a throughput of 0, a type
+constraint). The view shows it as a predicted run time of +inf for that pair, whatever the
+predictor: a policy must never place the job there (:meth:`SchedulerView.can_run`), and the
+engine refuses such a placement. A job no type of the cluster can run never reaches a policy.
 """
 
 from __future__ import annotations
@@ -75,7 +80,7 @@ class SchedulerView:
     now: float
     gpu_types: list[str]
     type_index: dict[str, int]
-    predicted: np.ndarray            # seconds, (job, type)
+    predicted: np.ndarray            # seconds, (job, type); +inf: cannot run on that type, never place it there
     submit: np.ndarray
     num_gpus: np.ndarray
     deadline: np.ndarray             # NaN = none
@@ -117,6 +122,11 @@ class SchedulerView:
 
         level = check_level(level)
         return self.quantile((1 - level) / 2), self.quantile((1 + level) / 2)
+
+    def can_run(self, job: int) -> np.ndarray:
+        """Per type, whether ``job`` may run there at all: False where the trace says it cannot
+        (the engine gives such pairs a predicted run time of +inf and refuses a placement there)."""
+        return np.isfinite(self.predicted[job])
 
     def estimate(self, job: int, gpu_type: str) -> float:
         return float(self.predicted[job, self.type_index[gpu_type]])

@@ -19,6 +19,10 @@ not fit: the next job of the walk is the first, in the order above, among the he
 GPU counts that fit in the most free GPUs of any type. (Free GPUs only shrink during a decision,
 so every job the walk passed over still does not fit.) That is the same walk in
 O(placements x GPU counts x log n) instead of O(waiting jobs).
+
+Only the types a job can run on count (a predicted time of +inf: the trace says it cannot run
+there); a job with room only on types it cannot run on is passed over, like one that fits nowhere,
+and stays queued.
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ class EdfPolicy(Policy):
         heaps = self._heaps
         q = self.deadline_quantile
         quantile = None if q is None else view.quantile(q)
+        passed: list[tuple[int, tuple]] = []  # jobs with room only on types they cannot run on
         while most > 0:
             first, first_need = None, 0
             for need in self._needs:
@@ -76,7 +81,10 @@ class EdfPolicy(Policy):
             heapq.heappop(heaps[first_need])
             job = first[-1]
             predicted = view.predicted[job]
-            room = (k for k in types if free[k] >= first_need)
+            room = [k for k in types if free[k] >= first_need and predicted[k] < math.inf]
+            if not room:  # it waits; free GPUs only shrink during a decision, so it is passed for good
+                passed.append((first_need, first))
+                continue
             deadline = view.deadline[job]
             if quantile is None or math.isnan(deadline):  # the first fastest
                 k = min(room, key=predicted.__getitem__)
@@ -86,4 +94,6 @@ class EdfPolicy(Policy):
             free[k] -= first_need
             most = max(free)
             out.append(Placement(job, view.gpu_types[k]))
+        for need, entry in passed:
+            heapq.heappush(heaps[need], entry)
         return out

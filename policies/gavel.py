@@ -228,6 +228,17 @@ def max_min_perf_ecos(throughput: np.ndarray, num_gpus: np.ndarray, gpus_by_type
     return x.value.clip(min=0.0, max=1.0)
 
 
+def fastest_first(seconds: np.ndarray) -> list[int]:
+    """The types in Gavel's walk order (its ``*_perf`` policies: V100, P100, K80): by each job's
+    speed there relative to its fastest type, averaged over the jobs (relative, so that short jobs
+    weigh no more than long ones); a type a job cannot run on counts 0 for it."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        throughput = np.where(np.isfinite(seconds), 1.0 / np.maximum(seconds, 1e-6), 0.0)
+        best = throughput.max(axis=1, keepdims=True)
+        relative = np.where(best > 0, throughput / best, 0.0)
+    return np.argsort(-relative.mean(axis=0), kind="stable").tolist() if len(seconds) else list(range(seconds.shape[1]))
+
+
 class GavelPolicy(PreemptivePolicy):
     """Gavel (module docstring): an allocation at each reset, realised round by round as Gavel's
     scheduler does (:mod:`policies.gavel_rounds`)."""
@@ -286,10 +297,7 @@ class GavelPolicy(PreemptivePolicy):
 
     def _start_run(self, view) -> None:
         self._book = GavelRounds(self.lease_seconds, self.min_reset_s, len(view.submit), len(view.gpu_types))
-        with np.errstate(divide="ignore"):
-            throughput = 1.0 / np.maximum(view.predicted, 1e-6)
-        mean = np.where(np.isfinite(throughput), throughput, 0.0).mean(axis=0) if len(throughput) else throughput
-        self._walk = np.argsort(-mean, kind="stable").tolist()  # Gavel's *_perf order: V100, P100, K80
+        self._walk = fastest_first(view.predicted)
         self.equal_share_rounds = 0
 
     def schedule(self, view) -> list[Placement | Preemption]:
@@ -305,7 +313,7 @@ class GavelPolicy(PreemptivePolicy):
             book.begin(now, present, arrivals_left)
             if book.due(now):
                 held = np.flatnonzero(book.held)
-                book.reset(now, self.allocation(view, held))
+                book.reset(now, self.allocation(view, held) if len(held) else np.zeros((0, len(view.gpu_types))))
             given = book.choose(can_run, view.num_gpus, view.total_by_type, self._walk)
             if given or not len(present) or arrivals_left:
                 break

@@ -47,7 +47,8 @@ as its authors' simulator does, with its known bug fixed:
   deadline-free jobs in point SRTF order: exact when their quantile run times are ordered alike
   (e.g. one quantile factor per GPU type), a restriction of the search otherwise.
 
-Gang jobs: see :mod:`policies.queues`.
+Gang jobs: see :mod:`policies.queues`. A job is never assigned to a type it cannot run on (a
+predicted time of +inf: the trace says so), as to one whose pool is too small.
 """
 
 from __future__ import annotations
@@ -519,7 +520,8 @@ class HydraPolicy(Policy):
             due_p = None if q is None else view.quantile(q)  # None: the due clock is the point clock
             self._static = ([Jobs(view.predicted[:, k], view.submit, deadline,
                                   None if due_p is None else due_p[:, k]) for k in range(len(view.gpu_types))],
-                            view.num_gpus[:, None] <= view.total_by_type[None, :])
+                            # a pool too small, or a type the trace says the job cannot run on (+inf)
+                            (view.num_gpus[:, None] <= view.total_by_type[None, :]) & np.isfinite(view.predicted))
         per_type, feasible = self._static
         t0, t0_due = avail.copy(), avail_due.copy()
         for g, queue in self._queues.queues.items():  # offline: new jobs go behind installed queues

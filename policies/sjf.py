@@ -3,7 +3,8 @@
 Why: the natural greedy use of per-type predictions. Repeatedly pick, over all waiting jobs and
 all GPU types with room for them now, the (job, type) pair with the least predicted run time
 (ties: earlier submit, then lower job index, then cluster type order), until no pair fits.
-Non-preemptive; a job that does not fit now never blocks smaller ones.
+Non-preemptive; a job that does not fit now never blocks smaller ones. A job is queued only on
+the types it can run on (a predicted time of +inf: the trace says it cannot run there).
 
 Per-(type, GPU count) heaps keep a pick at O(types x distinct counts x log n), so the policy
 stays fast with tens of thousands of waiting jobs; per type the counts are kept sorted, so a pick
@@ -13,6 +14,7 @@ looks only at the counts that fit in the type's free GPUs.
 from __future__ import annotations
 
 import heapq
+import math
 
 from policies.base import Placement, Policy
 
@@ -38,7 +40,8 @@ class SjfPolicy(Policy):
         self.queue(view, job, seconds)
 
     def queue(self, view, job: int, seconds: list[float]) -> None:
-        """Queue ``job`` with ``seconds`` on each type (its predicted run time, or what is left of it)."""
+        """Queue ``job`` with ``seconds`` on each type (its predicted run time, or what is left of
+        it); not on a type of +inf (or NaN) seconds: it cannot run there."""
         types = len(view.gpu_types)
         if not self._by_type:
             self._by_type = [[] for _ in range(types)]
@@ -46,6 +49,8 @@ class SjfPolicy(Policy):
         submit = float(view.submit[job])
         version = self._version.get(job, 0)
         for k in range(types):
+            if not seconds[k] < math.inf:
+                continue
             heap = self._heaps.get((k, need))
             if heap is None:
                 heap = self._heaps[(k, need)] = []

@@ -39,11 +39,17 @@ def thresholds_option(value: str | tuple[float, ...]) -> tuple[float, ...]:
     return parts
 
 
-def most_room(room: list[int], n: int) -> int | None:
+def most_room(room: list[int], n: int, able: np.ndarray | None = None) -> int | None:
     """The type with the most free GPUs (the first such), if ``n`` fit there: Tiresias ignores
-    heterogeneity."""
-    most = max(room)
-    return room.index(most) if most >= n else None
+    heterogeneity; only the types the job can run on (``able``; a trace may rule some out)."""
+    if able is None or able.all():
+        most = max(room)
+        return room.index(most) if most >= n else None
+    types = np.flatnonzero(able).tolist()
+    if not types:
+        return None
+    k = max(types, key=room.__getitem__)  # the first of the most free
+    return k if room[k] >= n else None
 
 
 class TiresiasPolicy(PreemptivePolicy):
@@ -86,7 +92,7 @@ class TiresiasPolicy(PreemptivePolicy):
             return []
 
         def choose(job: int, room: list[int]) -> int | None:
-            return most_room(room, int(view.num_gpus[job]))
+            return most_room(room, int(view.num_gpus[job]), view.can_run(job))
 
         if self.starve > 0:  # every job ranked afresh
             out, suspended = reallocate(view, self._ranked(view, [*view.running, *view.waiting]), None, choose)
@@ -113,19 +119,25 @@ class TiresiasPolicy(PreemptivePolicy):
                 for _, _, job in self._ranked(view, view.waiting):
                     self._place(view, job, free, out)
             return out
+        passed = []  # heads with room only on types they cannot run on: they stay queued
         while (most := max(free)) > 0 and (head := self._waiting.head(view.waiting, most)) is not None:
             self._waiting.pop(head[1])
-            self._place(view, head[0][2], free, out)
+            if not self._place(view, head[0][2], free, out):
+                passed.append(head)
+        self._waiting.restore(passed)
         return out
 
     @staticmethod
-    def _place(view, job: int, free: list[int], out: list[Placement]) -> None:
-        """``job`` on the type with the most free GPUs, if it fits there (``free`` is updated)."""
+    def _place(view, job: int, free: list[int], out: list[Placement]) -> bool:
+        """``job`` on the type with the most free GPUs it can run on, if it fits there (``free``
+        is updated); whether it was placed."""
         n = int(view.num_gpus[job])
-        k = most_room(free, n)
-        if k is not None:
-            free[k] -= n
-            out.append(Placement(job, view.gpu_types[k]))
+        k = most_room(free, n, view.can_run(job))
+        if k is None:
+            return False
+        free[k] -= n
+        out.append(Placement(job, view.gpu_types[k]))
+        return True
 
     def describe(self) -> dict:
         return {**super().describe(), "thresholds": self.thresholds.tolist(), "starve": self.starve}

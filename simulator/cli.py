@@ -63,6 +63,8 @@ def format_summary(summary: dict) -> str:
         resuming, lost = readable(summary["restart_overhead_seconds"]), readable(summary["gpu_seconds_lost"])
         rows.append(("preemptions", f"{summary['preemptions']:,} ({summary['preemptions_per_job_mean']:.2f} per job, "
                      f"p95 {summary['preemptions_per_job_p95']:g}); resuming {resuming} s, {lost} GPU-s lost"))
+    if "rounds" in summary:  # a preemptive policy's round boundaries
+        rows.append(("rounds", f"{summary['rounds']:,}"))
     rows += [
         ("policy time", f"{summary['policy_seconds']:.3f} s in {summary['policy_calls']:,} calls"),
         ("wall time", f"{summary['wall_seconds']:.2f} s ({summary['events_per_second']:,.0f} events/s)"),
@@ -185,8 +187,10 @@ def write_results(out_dir: Path, output: RunOutput, truth: RunOutput | None, *, 
                    "(--reference-gpu lists them).")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seeds the synthetic workload, deadlines and injected prediction error.")
-@click.option("--deadline-fraction", type=click.FloatRange(0, 1), default=0.2, show_default=True,
-              help="For traces without deadlines: share of jobs given deadline = submit + duration x U(1.2, 3.0).")
+@click.option("--deadline-fraction", type=click.FloatRange(0, 1), default=None,
+              help="For traces without deadlines: share of jobs given deadline = submit + duration x U(1.2, 3.0) "
+                   "[default: 0.2; 0 for traces that state their deadlines, such as gavel and csv, so that "
+                   "none is made up unless asked for].")
 @click.option("--reference-gpu", metavar="TYPE",
               help="GPU type on which traces without a GPU type were observed [default: the cluster's "
                    "most numerous type]. " + names_help() + ".")

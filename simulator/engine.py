@@ -2,12 +2,14 @@
 
 Why: one place owns the semantics of DESIGN §5 — non-preemptive gang jobs on GPUs of one type,
 policies planning with predicted times while jobs finish after their true times, jobs that no
-placement could ever hold rejected up front, and per-job records identical for identical inputs.
+placement could ever hold (too large for every type, or unable to run on every type large enough)
+rejected up front, and per-job records identical for identical inputs.
 """
 
 from __future__ import annotations
 
 import gc
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -20,7 +22,7 @@ from policies.base import Placement, Policy, PolicyError, SchedulerView
 from simulator.allocation import ClusterState
 from simulator.cluster import Cluster
 from simulator.timing import RuntimePredictor, true_runtimes
-from traces.schema import JobTrace
+from traces.schema import ALLOWED_GPUS, ALLOWED_SEPARATOR, JobTrace
 
 
 def sim_clock(seconds: float) -> str:
@@ -46,6 +48,7 @@ class SimulationResult:
     manifest: dict = field(default_factory=dict)
     busy_by_type: dict[str, float] | None = None  # GPU-seconds held per type, where jobs moved between types
     segments: pd.DataFrame | None = None  # a preemptive run's stretches on GPUs (simulator.preemption)
+    rounds: int | None = None  # a preemptive run's round boundaries (None: not preemptive)
 
 
 class Simulation:
@@ -74,9 +77,12 @@ class Simulation:
         jobs = trace.jobs
         self.reference_type = reference_type or cluster.reference_type()
         self.truth = true_runtimes(jobs, cluster.gpu_types, self.reference_type)
+        runnable = np.isfinite(self.truth)  # +inf: the trace says the job cannot run on that type
         self.predicted = predictor.runtimes(jobs, cluster.gpu_types, self.truth)
-        if self.predicted.shape != self.truth.shape or not np.all(np.isfinite(self.predicted)):
+        if self.predicted.shape != self.truth.shape or not np.all(np.isfinite(self.predicted[runnable])):
             raise SimulationError(f"predictor {predictor.name!r} returned a bad run-time matrix")
+        if not runnable.all():  # a stated constraint, not an estimate: every policy sees it as +inf
+            self.predicted = np.where(runnable, self.predicted, np.inf)
         self.initial_predicted = self.predicted.copy()
         # Online feedback: after K iterations on a type, the policy's estimate becomes the truth.
         self.observe_time = None
@@ -90,12 +96,12 @@ class Simulation:
         self.end = np.full(n, np.nan)
         self.type_of = np.full(n, -1, dtype=np.int64)
         self.gpus_of: list[tuple[int, ...]] = [()] * n
-        largest = int(self.state.total_by_type.max())
         num = jobs["num_gpus"].to_numpy()
-        self.rejected = num > largest
+        holds = num[:, None] <= self.state.total_by_type[None, :]
+        self.rejected = ~(holds & runnable).any(axis=1)
         self.reject_reason = np.full(n, "", dtype=object)
         for i in np.flatnonzero(self.rejected):
-            self.reject_reason[i] = f"needs {num[i]} GPUs of one type; the largest pool has {largest}"
+            self.reject_reason[i] = self._reject_reason(i, int(num[i]), holds[i], runnable[i])
         self.view = SchedulerView(
             now=0.0, gpu_types=cluster.gpu_types, type_index=self.state.type_index,
             predicted=self.predicted, submit=jobs["submit_s"].to_numpy(), num_gpus=num,
@@ -113,6 +119,25 @@ class Simulation:
         self._new: list[int] = []
         self._bar: tqdm | None = None
         self._env: simpy.Environment | None = None
+
+    def _reject_reason(self, job: int, need: int, holds: np.ndarray, runnable: np.ndarray) -> str:
+        """Why no GPU type of the cluster can take ``job``: too few GPUs of every type, or the
+        trace says it cannot run on the types that would hold it."""
+        types = self.cluster.gpu_types
+        largest = int(self.state.total_by_type.max())
+        if not holds.any():
+            return f"needs {need} GPUs of one type; the largest pool has {largest}"
+        cannot = ", ".join(t for t, h, r in zip(types, holds, runnable) if h and not r)
+        if not runnable.any():
+            allowed = ""
+            only = self.trace.jobs[ALLOWED_GPUS].iloc[job] if ALLOWED_GPUS in self.trace.jobs.columns else ""
+            if only:
+                allowed = f"; it may run only on {only.replace(ALLOWED_SEPARATOR, ', ')}"
+            return f"the trace says it cannot run on any GPU type of the cluster ({cannot}){allowed}"
+        can = [t for t, r in zip(types, runnable) if r]
+        most = max(self.cluster.gpus_of_type(t) for t in can)
+        return (f"needs {need} GPUs of one type it can run on: {', '.join(can)} hold at most {most}, and the "
+                f"trace says it cannot run on {cannot}")
 
     def _quantile(self, q: float) -> np.ndarray:
         """The view's q-quantile run times: the predictions times the predictor's stated factors,
@@ -208,6 +233,9 @@ class Simulation:
         k = state.type_index.get(p.gpu_type)
         if k is None:
             raise PolicyError(f"policy {self.policy.name!r} chose GPU type {p.gpu_type!r}, not in the cluster")
+        if self._truth[job * self._num_types + k] == math.inf:
+            raise PolicyError(f"policy {self.policy.name!r} placed job {job} on {p.gpu_type}, where the trace says "
+                              "it cannot run (its predicted run time there is +inf)")
         n = self._num[job]
         if p.gpu_ids is not None:
             if len(p.gpu_ids) != n:
@@ -298,13 +326,17 @@ class Simulation:
                 f"cluster (first: {[self.view.job_ids[j] for j in stuck]})")
         return SimulationResult(self._records(), self.policy_seconds, self.policy_calls,
                                 time.perf_counter() - wall0, self.events, busy_by_type=self._busy_by_type(),
-                                segments=self._segments_frame())
+                                segments=self._segments_frame(), rounds=self._rounds_taken())
 
     def _before_replay(self) -> None:
         """Queue what the replay needs besides arrivals (the preemptive engine's first round)."""
 
     def _busy_by_type(self) -> dict[str, float] | None:
         """GPU-seconds held per type when a job's records cannot tell it (None: they can)."""
+        return None
+
+    def _rounds_taken(self) -> int | None:
+        """Round boundaries the policy was called at (a preemptive run's; None here)."""
         return None
 
     def _segments_frame(self) -> pd.DataFrame | None:

@@ -23,6 +23,7 @@ Keys (stable; new keys may be added, none renamed):
   gpu_seconds_lost   GPU-seconds held while resuming: restart seconds x the job's GPUs
   policy_seconds, policy_calls   wall time spent inside the policy, and how often it was called
   wall_seconds, events, events_per_second   the whole simulation
+  rounds             preemptive runs only: the round boundaries the policy was called at
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ from simulator.cluster import Cluster
 
 
 def summarize(records: pd.DataFrame, cluster: Cluster, *, policy_seconds: float, policy_calls: int,
-              wall_seconds: float, events: int, busy_by_type: dict[str, float] | None = None) -> dict:
+              wall_seconds: float, events: int, busy_by_type: dict[str, float] | None = None,
+              rounds: int | None = None) -> dict:
     """The summary of a run's records; ``busy_by_type``: GPU-seconds held per type where jobs
     moved between types (a preemptive run), else each job's run time on its type counts."""
     done = records[records["status"] == "completed"]
@@ -86,4 +88,5 @@ def summarize(records: pd.DataFrame, cluster: Cluster, *, policy_seconds: float,
         "wall_seconds": float(wall_seconds),
         "events": int(events),
         "events_per_second": float(events / wall_seconds) if wall_seconds > 0 else 0.0,
+        **({} if rounds is None else {"rounds": int(rounds)}),
     }

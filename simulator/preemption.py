@@ -247,7 +247,8 @@ class PreemptiveSimulation(Simulation):
         view = self.view
         view.now = now = self._env.now
         at_round = view.at_round
-        if not (self._new or view.waiting or (at_round and view.running)):  # a round may move running jobs
+        # a round may move running jobs; a "work" round is the policy's even with no job (Gavel resets then)
+        if not (self._new or view.waiting or (at_round and (view.running or self._by_work))):
             view.at_round = False
             return
         self._refresh_progress(now)
@@ -318,6 +319,9 @@ class PreemptiveSimulation(Simulation):
     def _before_replay(self) -> None:
         self._first = self._env.now  # the first admitted submit time: rounds fall on its lease grid
         self._arm_round()
+
+    def _rounds_taken(self) -> int:
+        return self._rounds
 
     def _busy_by_type(self) -> dict[str, float] | None:
         if not self.preemptions.any():  # one segment per job: its records tell it

@@ -29,7 +29,7 @@ from simulator.cluster import Cluster, resolve
 from simulator.metrics import summarize
 from simulator.preemption import make_simulation
 from simulator.timing import MODEL_PREDICTORS, ModelPredictor, make_predictor
-from traces.deadlines import assign_deadlines
+from traces.deadlines import assign_deadlines, default_fraction
 from traces.schema import JobTrace
 
 DEFAULT_WORKLOAD = "pai-like:2000"
@@ -56,7 +56,9 @@ class RunConfig:
     limit: int | None = None
     cluster: str = DEFAULT_CLUSTER
     seed: int = 0
-    deadline_fraction: float = 0.2
+    # share of jobs given a synthesised deadline; None: 0.2 for traces that state nothing of
+    # deadlines, 0 for those that state theirs (traces.deadlines.default_fraction)
+    deadline_fraction: float | None = None
     reference_gpu: str | None = None
     load_scale: float = 1.0           # >1 compresses inter-arrival times (more load), <1 stretches them
     bind: bool = False                # bind jobs to model configs (automatic for model-based predictors)
@@ -99,8 +101,11 @@ def check_limit(limit: object, option: str = "--limit") -> int | None:
     return int(limit)
 
 
-def check_deadline_fraction(fraction: object, option: str = "--deadline-fraction") -> float:
-    """The share of jobs given a deadline, a number in [0, 1] (not NaN, which click lets through)."""
+def check_deadline_fraction(fraction: object, option: str = "--deadline-fraction") -> float | None:
+    """The share of jobs given a deadline, a number in [0, 1] (not NaN, which click lets through);
+    None (not given) stays None."""
+    if fraction is None:
+        return None
     try:
         value = float(fraction)  # type: ignore[arg-type]
     except (TypeError, ValueError):
@@ -219,7 +224,7 @@ def load_workload(config: RunConfig) -> JobTrace:
         trace = trace.head(config.limit)
     if config.load_scale != 1.0:
         trace = scale_load(trace, config.load_scale)
-    return assign_deadlines(trace, config.deadline_fraction, seed=config.seed)
+    return assign_deadlines(trace, default_fraction(trace, config.deadline_fraction), seed=config.seed)
 
 
 def bind(trace: JobTrace, gpu_types: list[str], reference: str, seed: int, *, sequences: pd.DataFrame | None = None,
@@ -229,7 +234,7 @@ def bind(trace: JobTrace, gpu_types: list[str], reference: str, seed: int, *, se
     ``progress``: a bar on stderr while the true iteration times are built (minutes, once);
     ``warn``: gets the line saying a cached table was rebuilt."""
     from predictor.tables import truth_table
-    from traces.binding import CLASS_SHARES, assign_configs, bind_workload
+    from traces.binding import CLASS_SHARES, assign_configs, bind_workload, named_configs
     from traces.catalog import CATALOG_FILE, catalog_configs, read_catalog
 
     sequences = read_catalog() if sequences is None else sequences
@@ -242,6 +247,7 @@ def bind(trace: JobTrace, gpu_types: list[str], reference: str, seed: int, *, se
     return bound, {"catalog": str(CATALOG_FILE), "configs": int(jobs["config_id"].nunique()),
                    "jobs_by_class": {str(k): int(v) for k, v in jobs["job_class"].value_counts().items()},
                    "class_shares_when_untagged": CLASS_SHARES, "truth": truth.source,
+                   "jobs_given_the_model_the_trace_names": int((named_configs(trace.jobs, configs) != "").sum()),
                    "reference_gpu_for_untyped_jobs": reference}
 
 
@@ -406,7 +412,7 @@ def execute(config: RunConfig, *, trace: JobTrace | None = None, cluster: Cluste
     result = sim.run()
     summary = summarize(result.records, cluster, policy_seconds=result.policy_seconds,
                         policy_calls=result.policy_calls, wall_seconds=result.wall_seconds,
-                        events=result.events, busy_by_type=result.busy_by_type)
+                        events=result.events, busy_by_type=result.busy_by_type, rounds=result.rounds)
     used_types = sorted(set(cluster.gpu_types) | set(trace.jobs["gpu_type"].unique()) - {""} | {sim.reference_type})
     manifest = {
         "config": asdict(config),
@@ -414,7 +420,10 @@ def execute(config: RunConfig, *, trace: JobTrace | None = None, cluster: Cluste
         "predictor": predictor.describe(),
         "trace": {"source": trace.source, "kind": trace.kind, "jobs": len(trace),
                   "excluded_by_loader": trace.excluded,
-                  "measured_runtime_types": trace.runtime_types()},
+                  "measured_runtime_types": trace.runtime_types(),
+                  "deadlines_stated_by_trace": trace.deadlines_stated,
+                  "deadline_fraction_applied": default_fraction(trace, config.deadline_fraction),
+                  "loader": trace.meta},
         "cluster": cluster.describe(),
         "reference_gpu": sim.reference_type,
         "binding": binding,

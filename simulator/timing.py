@@ -5,9 +5,14 @@ complete jobs with true times while policies plan with a predictor's times, and 
 matrices over (job, GPU type) computed once per run.
 
 Ground truth: a trace's measured per-type run times (``runtime_s:<GPU>`` columns, Hydra cases)
-where present; otherwise the observed duration scaled by the measured relative iteration time of
-the target type over the observed type (:mod:`predictor.gpus`). Jobs without an observed type are
-taken to have been observed on the *reference type* (by default the cluster's most numerous type).
+where present; otherwise (no column, or an empty cell: not known) the observed duration scaled by
+the measured relative iteration time of the target type over the observed type
+(:mod:`predictor.gpus`). Jobs without an observed type are taken to have been observed on the
+*reference type* (by default the cluster's most numerous type). **+inf** means the job cannot run
+on that type: a ``runtime_s:<GPU>`` cell of +inf, or a type outside the job's ``allowed_gpus``.
+The engine rejects a job that no type of the cluster can both hold and run, gives the policies
++inf as the predicted time of every pair the job cannot run on (whatever the predictor says: it is
+a stated constraint, not an estimate), and refuses a placement there.
 
 Predictors produce a matrix of the same shape. ``truth`` returns the ground truth; ``noisy:<MRE>``
 multiplies it by ``exp(sigma * z)``, z ~ N(0, 1) drawn from a hash of (seed, job id, GPU type) —
@@ -35,7 +40,7 @@ from predictor.gpus import relative_time
 from predictor.intervals import check_probability
 from predictor.methods import METHODS
 from predictor.tables import IterationTimeTable
-from traces.schema import RUNTIME_PREFIX
+from traces.schema import ALLOWED_GPUS, ALLOWED_SEPARATOR, RUNTIME_PREFIX
 from traces.seeding import hashed_uniform, scalar_exp
 
 
@@ -44,7 +49,8 @@ class PredictorSpecError(ValueError):
 
 
 def true_runtimes(jobs: pd.DataFrame, gpu_types: list[str], reference_type: str) -> np.ndarray:
-    """Seconds each job takes on each GPU type alone (matrix n_jobs x n_types)."""
+    """Seconds each job takes on each GPU type alone (matrix n_jobs x n_types); +inf where it
+    cannot run (see the module docstring)."""
     codes, observed = pd.factorize(jobs["gpu_type"].astype(str), use_na_sentinel=False)  # per type, not per job
     speeds = np.array([relative_time(reference_type if t == "" else t) for t in observed], dtype="float64")
     obs_speed = speeds[codes]
@@ -54,9 +60,26 @@ def true_runtimes(jobs: pd.DataFrame, gpu_types: list[str], reference_type: str)
         measured = RUNTIME_PREFIX + gpu
         if measured in jobs.columns:
             out[:, k] = jobs[measured].to_numpy(dtype="float64")
+            unknown = np.isnan(out[:, k])
+            if unknown.any():  # an empty cell: scaled from the duration, as without a column
+                out[unknown, k] = duration[unknown] * relative_time(gpu) / obs_speed[unknown]
         else:
             out[:, k] = duration * relative_time(gpu) / obs_speed
+    if ALLOWED_GPUS in jobs.columns:
+        out[~allowed_matrix(jobs[ALLOWED_GPUS], gpu_types)] = np.inf
     return out
+
+
+def allowed_matrix(allowed: pd.Series, gpu_types: list[str]) -> np.ndarray:
+    """(job, type): whether the type is among the job's ``allowed_gpus`` ("" allows every type);
+    each distinct list is split once (a constraint column repeats a few lists over many jobs)."""
+    codes, lists = pd.factorize(allowed.fillna("").astype(str), use_na_sentinel=False)
+    table = np.ones((len(lists), len(gpu_types)), dtype=bool)
+    for i, text in enumerate(lists):
+        if text:
+            names = {name.strip() for name in text.split(ALLOWED_SEPARATOR)}
+            table[i] = [gpu in names for gpu in gpu_types]
+    return table[codes]
 
 
 class RuntimePredictor(ABC):

@@ -9,12 +9,17 @@ predictor needs the model. Each job gets:
   language 30 %, speech 10 %: our assumption, stated in the run manifest — the public traces do
   not say);
 * a **model config**: a seeded draw among the catalog's configs of that class — the held-out
-  (test-split) configs of the shipped checkpoints, so no predictor has seen the model;
+  (test-split) configs of the shipped checkpoints, so no predictor has seen the model; or, for a
+  trace that names the job's model (``model``, optionally ``batch``, ``input_size``, ``dtype``:
+  a generic ``csv:`` trace) and a model the catalog has, that model's config nearest to the
+  named one (:func:`named_configs`; a model the catalog lacks: its class's seeded draw, with the
+  class from the model name);
 * an **iteration count**: the observed duration divided by the config's true iteration time on
   the GPU type the job was observed on (for traces without types, the reference type), so the
   job's true run time on that type is exactly its observed duration;
 * **measured per-type run times** ``runtime_s:<GPU>`` = iterations × true seconds per iteration
-  on every GPU type of the cluster: the simulator's ground truth;
+  on every GPU type of the cluster: the simulator's ground truth; a type the trace says the job
+  cannot run on (+inf, or outside its ``allowed_gpus``) stays so;
 * its **checkpoint bytes** (the config's parameters and optimizer state,
   :func:`traces.catalog.checkpoint_bytes`): what a preemptive policy's resume reads back.
 
@@ -22,6 +27,8 @@ Every draw hashes (seed, job id), so a job's binding does not depend on the othe
 """
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pandas as pd
@@ -48,8 +55,68 @@ def job_classes(jobs: pd.DataFrame, seed: int) -> np.ndarray:
     return np.where(tags != "", tagged, drawn).astype(str)
 
 
+def model_key(name: str) -> str:
+    """A model name as matched against the catalog: lower case, letters, digits and dots only
+    ("ResNet-50", "resnet_50" and "resnet50" are one model)."""
+    return re.sub(r"[^a-z0-9.]", "", str(name).lower())
+
+
+_CONFIG_ID = re.compile(r"^[^:]+:b(\d+):s(\d+):([^:]+):")  # model:b<batch>:s<size>:<dtype>:... (predictor.zoo)
+
+
+def named_configs(jobs: pd.DataFrame, configs: pd.DataFrame) -> np.ndarray:
+    """Per job, the catalog config of the model the trace names for it ("" where it names none,
+    or one the catalog lacks): among that model's configs, those of the named ``dtype`` if any,
+    then the nearest ``batch``, then the nearest ``input_size`` (in ratio), then config id."""
+    out = np.full(len(jobs), "", dtype=object)
+    if "model" not in jobs.columns:
+        return out
+    parsed = configs["config_id"].astype(str).str.extract(_CONFIG_ID)
+    table = pd.DataFrame({"config_id": configs["config_id"].astype(str).to_numpy(),
+                          "key": [model_key(m) for m in configs["model"]],
+                          "batch": pd.to_numeric(parsed[0], errors="coerce").to_numpy(),
+                          "size": pd.to_numeric(parsed[1], errors="coerce").to_numpy(),
+                          "dtype": parsed[2].fillna("").to_numpy()})
+    pools = {key: group for key, group in table.groupby("key", sort=False)}
+    wanted = pd.DataFrame({"key": [model_key(m) if isinstance(m, str) and m else "" for m in jobs["model"]],
+                           "batch": _column(jobs, "batch"), "size": _column(jobs, "input_size"),
+                           "dtype": jobs["dtype"].fillna("").astype(str) if "dtype" in jobs else ""})
+    picks: dict[tuple, str] = {}
+    for i, row in enumerate(wanted.itertuples(index=False)):
+        pool = pools.get(row.key) if row.key else None
+        if pool is None:
+            continue
+        ask = (row.key, row.batch, row.size, row.dtype)
+        if ask not in picks:
+            same = pool[pool["dtype"] == row.dtype] if row.dtype else pool
+            same = same if len(same) else pool
+            by_batch, by_size = (_ratio_distance(same[c].to_numpy(float), want)
+                                 for c, want in (("batch", row.batch), ("size", row.size)))
+            order = np.lexsort((same["config_id"].to_numpy(), by_size, by_batch))
+            picks[ask] = same["config_id"].to_numpy()[order[0]]
+        out[i] = picks[ask]
+    return out
+
+
+def _ratio_distance(values: np.ndarray, want: float) -> np.ndarray:
+    """|log(value / want)| per config (0 for all when nothing is wanted; inf where unknown)."""
+    if np.isnan(want):
+        return np.zeros(len(values))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.nan_to_num(np.abs(np.log(values / want)), nan=np.inf)
+
+
+def _column(jobs: pd.DataFrame, name: str) -> np.ndarray:
+    """A nullable integer column as floats (NaN: not given), or all NaN where absent."""
+    if name not in jobs.columns:
+        return np.full(len(jobs), np.nan)
+    return pd.to_numeric(jobs[name], errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
+
+
 def assign_configs(jobs: pd.DataFrame, configs: pd.DataFrame, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each job's (class, config_id): a seeded draw among the catalog configs of its class."""
+    """Each job's (class, config_id): the config of the model the trace names for it where the
+    catalog has that model (:func:`named_configs`), else a seeded draw among the catalog configs
+    of its class."""
     classes = job_classes(jobs, seed)
     u = hashed_uniform([f"{seed}|config|{j}" for j in jobs["job_id"].astype(str)])
     chosen = np.empty(len(jobs), dtype=object)
@@ -59,6 +126,13 @@ def assign_configs(jobs: pd.DataFrame, configs: pd.DataFrame, seed: int) -> tupl
             raise BindingError(f"the workload catalog has no {c} configs to bind {int((classes == c).sum())} jobs to")
         rows = np.flatnonzero(classes == c)
         chosen[rows] = pool[np.minimum((u[rows] * len(pool)).astype(int), len(pool) - 1)]
+    named = named_configs(jobs, configs)
+    by_name = named != ""
+    if by_name.any():
+        chosen[by_name] = named[by_name]
+        classes = classes.astype(object)
+        classes[by_name] = configs.set_index("config_id").loc[named[by_name], "job_class"].to_numpy()
+        classes = classes.astype(str)
     return classes, chosen
 
 
@@ -86,5 +160,9 @@ def bind_workload(trace: JobTrace, configs: pd.DataFrame, truth: IterationTimeTa
     if CHECKPOINT_BYTES in info:  # what resuming the job reads back (a preemptive policy's restart)
         jobs[CHECKPOINT_BYTES] = info.loc[chosen, CHECKPOINT_BYTES].to_numpy(dtype="float64")
     for k, gpu in enumerate(gpu_types):
-        jobs[RUNTIME_PREFIX + gpu] = jobs["iterations"].to_numpy() * per_type[:, k]
-    return JobTrace(jobs, trace.source, trace.kind, dict(trace.excluded))
+        column = RUNTIME_PREFIX + gpu
+        seconds = jobs["iterations"].to_numpy() * per_type[:, k]
+        if column in jobs.columns:  # "cannot run on this type" is the trace's to say, not the config's
+            seconds = np.where(np.isposinf(jobs[column].to_numpy(dtype="float64")), np.inf, seconds)
+        jobs[column] = seconds
+    return trace.with_jobs(jobs)

@@ -63,4 +63,4 @@ def load(path: str | Path) -> JobTrace:
     })
     for col in type_cols:
         df[RUNTIME_PREFIX + canon[col]] = runtimes[col]
-    return finalize(df, path, "hydra")
+    return finalize(df, path, "hydra", deadlines_stated=True)

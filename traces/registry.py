@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 import pandas as pd
 
 from predictor.inputs import short
-from traces import hydra_cases, itp, pai, philly
+from traces import alibaba2023, gavel, generic, hydra_cases, itp, pai, philly
 from traces.schema import JobTrace, TraceError
 
 
@@ -30,6 +30,12 @@ KINDS: dict[str, TraceKind] = {
     "pai-sample": TraceKind(pai.load_sample, "cedtrain task sample"),
     "itp": TraceKind(itp.load, "Microsoft ITP clusterNN.csv"),
     "hydra": TraceKind(hydra_cases.load, "Hydra deadline cases"),
+    "csv": TraceKind(generic.load, "generic job table, .csv or .parquet: job_id, submit_s, num_gpus, optional "
+                                   "duration_s, gpu_type, runtime_s:<GPU> ('never': cannot run there), ..."),
+    "gavel": TraceKind(gavel.load, "Gavel's tab-separated trace, its msr/ one too; run time = steps / Gavel's "
+                                   f"throughput, from ${gavel.THROUGHPUTS_VARIABLE} or the calibration directory"),
+    "alibaba2023": TraceKind(alibaba2023.load, "Alibaba GPU 2023 pod list (openb_pod_list_*.csv); gpu_spec as a "
+                                               "type constraint, gpu_milli as whole GPUs"),
 }
 MACHINE_KINDS: dict[str, Callable[[str | Path], pd.DataFrame]] = {
     "philly": philly.load_machine_list,

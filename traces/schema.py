@@ -19,8 +19,29 @@ workload       str      model/workload tag; "" when the trace has none
 line           int      1-based line (or record number for JSON) in the source file
 =============  =======  ================================================================
 
-Optional ``runtime_s:<GPU>`` float columns hold measured per-type run times (Hydra cases); when
-present they are the ground truth for that type.
+Optional columns (a loader adds those its format has; :func:`finalize` checks and keeps them):
+
+* ``runtime_s:<GPU>`` (float): measured per-type run times (Hydra cases, Gavel, a generic trace),
+  the ground truth for that type. **+inf = the job cannot run on that type** (the trace says so:
+  a throughput of 0, a type constraint); NaN = not known, the run time is then scaled from
+  ``duration_s`` as for a type without a column (:func:`simulator.timing.true_runtimes`).
+* ``allowed_gpus`` (str): the only GPU types the job may run on, ``|``-separated ("" = any): a
+  type constraint such as Alibaba's ``gpu_spec``; every other type is "cannot run".
+* ``checkpoint_bytes`` (float): what resuming the job reads back (preemptive policies).
+* ``vc`` (str): the virtual cluster or queue the job was submitted to.
+* ``model``, ``batch``, ``input_size``, ``dtype``: the model config a trace names for the job, so
+  that binding (:mod:`traces.binding`) can give it that config; batch and input size are
+  nullable integers, "" and <NA> = not given.
+* ``steps`` (float) and ``throughput:<GPU>`` (float, steps per second; 0 = cannot run): Gavel's
+  integer steps and measured throughputs (``runtime_s:<GPU>`` = steps / throughput), kept
+  because Gavel's own simulator works in steps.
+* ``priority_weight`` (float): Gavel's per-job weight.
+
+A trace **states its deadlines** (:attr:`JobTrace.deadlines_stated`) when its format has a
+deadline field or says it has none (Hydra's cases, Gavel's traces, a generic ``csv:`` trace):
+NaN then means "this job has no deadline", and none is synthesised unless a run asks for it
+explicitly (``--deadline-fraction``). Production traces without deadlines (Philly, PAI, ITP,
+Alibaba 2023) state nothing: a run gives a seeded share of their jobs one by default.
 
 Bounds (a file from a stranger must not make a run's numbers silently wrong or its memory grow):
 times and durations lie in [0, :data:`TIME_LIMIT_S`] (a job submitted at 1e300 "finished" with a
@@ -56,7 +77,23 @@ JOB_COLUMNS: dict[str, str] = {
     "line": "int64",
 }
 RUNTIME_PREFIX = "runtime_s:"
+THROUGHPUT_PREFIX = "throughput:"  # Gavel's steps per second on a type (0: cannot run there)
 CHECKPOINT_BYTES = "checkpoint_bytes"  # optional: what resuming the job reads back (preemptive policies)
+ALLOWED_GPUS = "allowed_gpus"  # optional: "|"-separated types the job may run on ("" = any)
+ALLOWED_SEPARATOR = "|"
+# Optional columns besides the prefixed ones, with their dtypes (see the module docstring).
+OPTIONAL_COLUMNS: dict[str, str] = {
+    CHECKPOINT_BYTES: "float64",
+    ALLOWED_GPUS: "string",
+    "vc": "string",
+    "model": "string",
+    "batch": "Int64",
+    "input_size": "Int64",
+    "dtype": "string",
+    "steps": "float64",
+    "priority_weight": "float64",
+}
+OPTIONAL_PREFIXES = (RUNTIME_PREFIX, THROUGHPUT_PREFIX)
 
 # The latest submit time or deadline, and the longest duration, a trace may hold (about 31,700
 # years; the same horizon as simulator.run.HORIZON_S, the furthest --load-scale may stretch a
@@ -85,6 +122,12 @@ class JobTrace:
     source: str
     kind: str
     excluded: dict[str, int] = field(default_factory=dict)
+    # The trace states its deadlines (NaN: that job has none): none are synthesised unless a run
+    # asks for them explicitly (module docstring).
+    deadlines_stated: bool = False
+    # What the loader states about how it read the file (e.g. the throughputs a Gavel trace was
+    # timed with): recorded in a run's manifest.
+    meta: dict[str, object] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.jobs)
@@ -93,9 +136,13 @@ class JobTrace:
         """GPU types for which the trace carries measured per-type run times."""
         return [c[len(RUNTIME_PREFIX):] for c in self.jobs.columns if c.startswith(RUNTIME_PREFIX)]
 
+    def with_jobs(self, jobs: pd.DataFrame) -> JobTrace:
+        """This trace (source, kind, what was left out, what it states) with another job table."""
+        return JobTrace(jobs, self.source, self.kind, dict(self.excluded), self.deadlines_stated, dict(self.meta))
+
     def head(self, n: int) -> JobTrace:
         """The first n jobs in submit order (the table is kept sorted by submit time)."""
-        return JobTrace(self.jobs.iloc[:n].reset_index(drop=True), self.source, self.kind, dict(self.excluded))
+        return self.with_jobs(self.jobs.iloc[:n].reset_index(drop=True))
 
     def scaled_load(self, factor: float) -> JobTrace:
         """Arrivals ``factor`` times as dense (offsets from the first submit divided by it); each
@@ -105,7 +152,7 @@ class JobTrace:
         submit = start + (jobs["submit_s"] - start) / factor
         jobs["deadline_s"] = submit + (jobs["deadline_s"] - jobs["submit_s"])
         jobs["submit_s"] = submit
-        return JobTrace(jobs, self.source, self.kind, dict(self.excluded))
+        return self.with_jobs(jobs)
 
 
 def require_columns(df: pd.DataFrame, needed: list[str], path: str | Path) -> None:
@@ -208,10 +255,73 @@ def canonical_types(values: pd.Series, path: str | Path, lines: np.ndarray, name
     return values.map(mapping)
 
 
-def finalize(df: pd.DataFrame, path: str | Path, kind: str, excluded: dict[str, int] | None = None) -> JobTrace:
+def whole_numbers(values: np.ndarray, path: str | Path, lines: np.ndarray, name: str, *,
+                  minimum: int = 1) -> pd.api.extensions.ExtensionArray:
+    """Nullable whole numbers >= ``minimum`` (NaN: not given) as an Int64 column; the first
+    fraction, or value below the minimum, raises TraceError naming its line and field."""
+    given = ~np.isnan(values)
+    bad = given & ((values < minimum) | (values != np.floor(values)) | (values >= INT64_LIMIT))
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise TraceError(path, f"must be a whole number >= {minimum}, got {values[i]:g}", line=int(lines[i]),
+                         field=name)
+    out = pd.array(np.where(given, values, 0).astype("int64"), dtype="Int64")
+    out[~given] = pd.NA
+    return out
+
+
+def check_type_column(column: str, prefix: str, path: str | Path) -> str:
+    """The canonical GPU type a ``runtime_s:``/``throughput:`` column names; TraceError (line 1,
+    the column) for an unknown type or a spelling other than the canonical one."""
+    name = column[len(prefix):]
+    try:
+        canon = canonical_gpu_type(name)
+    except UnknownGpuTypeError as exc:
+        raise TraceError(path, f"column names no known GPU type: {exc.brief}", line=1, field=column) from None
+    if canon != name:
+        raise TraceError(path, f"write the canonical GPU name: {prefix}{canon}", line=1, field=column)
+    return canon
+
+
+def _optional_columns(df: pd.DataFrame, path: str, lines: np.ndarray) -> list[str]:
+    """Check the optional columns present in ``df`` (in place); returns their names in table order."""
+    clock = dict(min_value=0.0, max_value=TIME_LIMIT_S, why=_TIME)
+    extra = []
+    for col in df.columns:
+        if col.startswith(RUNTIME_PREFIX):  # +inf: cannot run on that type; NaN: not known
+            check_type_column(col, RUNTIME_PREFIX, path)
+            df[col] = numeric(df[col], path, lines, col, allow_nan=True, allow_inf=True, **clock)
+        elif col.startswith(THROUGHPUT_PREFIX):  # 0: cannot run on that type
+            check_type_column(col, THROUGHPUT_PREFIX, path)
+            df[col] = numeric(df[col], path, lines, col, allow_nan=True, min_value=0.0)
+        elif col == CHECKPOINT_BYTES:
+            df[col] = numeric(df[col], path, lines, col, min_value=0.0, max_value=MAX_CHECKPOINT_BYTES, why="1 PB")
+        elif col in ("steps", "priority_weight"):
+            df[col] = numeric(df[col], path, lines, col, min_value=0.0)
+        elif col in ("batch", "input_size"):
+            df[col] = whole_numbers(numeric(df[col], path, lines, col, allow_nan=True), path, lines, col)
+        elif col in (ALLOWED_GPUS, "vc", "model", "dtype"):
+            df[col] = text_fields(df[col], path, lines, col, printable=False)
+        else:
+            continue
+        extra.append(col)
+    if ALLOWED_GPUS in df.columns:
+        parts = df[ALLOWED_GPUS].str.split(ALLOWED_SEPARATOR, regex=False)
+        empty = ((df[ALLOWED_GPUS] != "") & parts.map(lambda names: any(not n.strip() for n in names))).to_numpy()
+        if empty.any():
+            i = int(np.argmax(empty))
+            raise TraceError(path, f"an empty GPU type name in {short(df[ALLOWED_GPUS].iloc[i])} "
+                             f"(types are separated by {ALLOWED_SEPARATOR!r})", line=int(lines[i]), field=ALLOWED_GPUS)
+    return extra
+
+
+def finalize(df: pd.DataFrame, path: str | Path, kind: str, excluded: dict[str, int] | None = None, *,
+             deadlines_stated: bool = False, meta: dict[str, object] | None = None) -> JobTrace:
     """Check the assembled table (columns, ids, values), sort by submit time, and wrap it.
 
-    Loaders call this last; it is also the check applied to tables built in code.
+    Loaders call this last; it is also the check applied to tables built in code. The optional
+    columns of the module docstring are checked and kept; any other column is dropped.
+    ``deadlines_stated`` and ``meta``: see :class:`JobTrace`.
     """
     path = str(path)
     require_columns(df, list(JOB_COLUMNS), path)
@@ -231,11 +341,7 @@ def finalize(df: pd.DataFrame, path: str | Path, kind: str, excluded: dict[str, 
         raise TraceError(path, "deadline lies before the submit time", line=int(lines[i]), field="deadline_s")
     df["num_gpus"] = gpu_counts(numeric(df["num_gpus"], path, lines, "num_gpus"), path, lines, "num_gpus")
     df["gpu_type"] = canonical_types(df["gpu_type"], path, lines, "gpu_type")
-    for col in [c for c in df.columns if c.startswith(RUNTIME_PREFIX)]:
-        df[col] = numeric(df[col], path, lines, col, **clock)
-    if CHECKPOINT_BYTES in df.columns:
-        df[CHECKPOINT_BYTES] = numeric(df[CHECKPOINT_BYTES], path, lines, CHECKPOINT_BYTES, min_value=0.0,
-                                       max_value=MAX_CHECKPOINT_BYTES, why="1 PB")
+    extra = _optional_columns(df, path, lines)
     df["job_id"] = text_fields(df["job_id"].astype(str), path, lines, "job_id", printable=True)
     dup = df["job_id"].duplicated()
     if dup.any():
@@ -245,10 +351,10 @@ def finalize(df: pd.DataFrame, path: str | Path, kind: str, excluded: dict[str, 
                          line=int(lines[i]), field="job_id")
     for col in ("user", "workload"):
         df[col] = text_fields(df[col], path, lines, col, printable=False)
-    extra = [c for c in df.columns if c.startswith(RUNTIME_PREFIX) or c == CHECKPOINT_BYTES]
-    df = df[list(JOB_COLUMNS) + extra].astype({k: v for k, v in JOB_COLUMNS.items()})
+    df = df[list(JOB_COLUMNS) + extra].astype({k: v for k, v in JOB_COLUMNS.items()}
+                                              | {k: v for k, v in OPTIONAL_COLUMNS.items() if k in extra})
     df = df.sort_values(["submit_s", "line"], kind="stable").reset_index(drop=True)
-    return JobTrace(df, path, kind, dict(excluded or {}))
+    return JobTrace(df, path, kind, dict(excluded or {}), deadlines_stated, dict(meta or {}))
 
 
 def read_trace_bytes(path: str | Path) -> bytes:

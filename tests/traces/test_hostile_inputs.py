@@ -23,7 +23,7 @@ from traces.registry import load_trace
 from traces.schema import TraceError
 
 ITP_HEADER = "job_id,submission_time,duration,num_gpu\n"
-TRACE_KINDS = ("philly", "philly-json", "pai-sample", "itp", "hydra")
+TRACE_KINDS = ("philly", "philly-json", "pai-sample", "itp", "hydra", "csv", "gavel", "alibaba2023")
 MAX_LINE = 500  # characters: no refusal here may print more (the GPU type list alone is 200)
 
 
@@ -99,7 +99,7 @@ def test_a_file_over_the_size_limit_is_refused_before_it_is_read(kind, tmp_path,
 
 # -- wide headers and lines --------------------------------------------------------------------
 
-@pytest.mark.parametrize("kind", ["itp", "philly", "hydra", "pai-sample"])
+@pytest.mark.parametrize("kind", ["itp", "philly", "hydra", "pai-sample", "csv", "alibaba2023"])
 def test_a_million_column_header_is_refused_in_one_short_line(kind, tmp_path):
     path = tmp_path / "wide.csv"
     path.write_text(",".join(f"c{i}" for i in range(1_000_000)) + "\n" + "1," * 999_999 + "1\n")

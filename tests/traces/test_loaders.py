@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from traces import hydra_cases, itp, pai, philly
+from traces import alibaba2023, gavel, generic, hydra_cases, itp, pai, philly
 from traces.registry import KINDS, TraceFileNotFoundError, TraceSpecError, load_machine_table, load_trace, parse_spec
 from traces.schema import JOB_COLUMNS, JobTrace, TraceError
 
@@ -200,7 +200,9 @@ def test_hydra_fixture_keeps_file_order() -> None:
 # ---------------------------------------------------------------------------------------------
 # Registry.
 
-def test_registry_loads_every_kind() -> None:
+def test_registry_loads_every_kind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    throughputs = write(tmp_path / "throughputs.json", json.dumps({"v100": {"('A3C', 1)": {"null": 2.0}}}))
+    monkeypatch.setenv("ETS_GAVEL_THROUGHPUTS", str(throughputs))
     specs = {
         "philly": FIXTURES / "philly_jobs.csv",
         "philly-json": FIXTURES / "philly_jobs_subset.json",
@@ -208,6 +210,11 @@ def test_registry_loads_every_kind() -> None:
         "pai-sample": FIXTURES / "pai_sample.csv",
         "itp": FIXTURES / "itp_cluster.csv",
         "hydra": FIXTURES / "hydra_case.csv",
+        # the peers' formats: small files written here (tests/traces/test_{generic_trace,gavel_trace,alibaba2023}.py)
+        "csv": write(tmp_path / "jobs.csv", "job_id,submit_s,num_gpus,duration_s\na,0,1,10\n"),
+        "gavel": write(tmp_path / "jobs.trace", "A3C\tpython3 main.py\trl\t--max-steps\t0\t100\t1\t1\t-1\t0\n"),
+        "alibaba2023": write(tmp_path / "pods.csv", "name,num_gpu,gpu_milli,gpu_spec,pod_phase,creation_time,"
+                             "deletion_time,scheduled_time\np,1,1000,,Running,0,10,0\n"),
     }
     assert set(specs) == set(KINDS)
     for kind, path in specs.items():
@@ -219,8 +226,9 @@ def test_registry_loads_every_kind() -> None:
 
 
 def test_registry_errors(tmp_path: Path) -> None:
-    with pytest.raises(TraceSpecError, match="known: philly, philly-json, pai, pai-sample, itp, hydra"):
-        load_trace("gavel:/x.csv")
+    with pytest.raises(TraceSpecError, match="known: philly, philly-json, pai, pai-sample, itp, hydra, csv, gavel, "
+                                             "alibaba2023"):
+        load_trace("sia:/x.csv")
     with pytest.raises(TraceSpecError, match="KIND:PATH"):
         load_trace("philly")
     assert parse_spec("philly:/a:b.csv") == ("philly", "/a:b.csv")
@@ -234,7 +242,8 @@ def test_registry_errors(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("loader", [philly.load, philly.load_json, pai.load, pai.load_sample, itp.load,
-                                    hydra_cases.load, philly.load_machine_list, pai.load_machine_spec])
+                                    hydra_cases.load, philly.load_machine_list, pai.load_machine_spec,
+                                    generic.load, gavel.load, alibaba2023.load])
 def test_missing_file_names_path(loader: Callable, tmp_path: Path) -> None:
     missing = tmp_path / "absent.csv"
     with pytest.raises(TraceError) as info:
