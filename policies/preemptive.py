@@ -38,7 +38,8 @@ class PreemptivePolicy(Policy):
     preemptive = True
     # where round boundaries fall (simulator.preemption): "grid", every lease from the first
     # arrival; "work", as Gavel's simulator: when the round's leases end or its jobs all finish,
-    # and at an arrival while nothing runs
+    # and at an arrival while nothing runs; "event", as Tiresias' simulator: at every arrival and
+    # completion, and at the policy's own next_event
     rounds = "grid"
 
     def __init__(self, lease: float | str = 360.0, restart: float | str = 10.0,
@@ -50,6 +51,11 @@ class PreemptivePolicy(Policy):
     @abstractmethod
     def schedule(self, view: SchedulerView) -> list[Placement | Preemption]:
         """The jobs to suspend (at a round only) and to start now."""
+
+    def next_event(self, view: SchedulerView) -> float:
+        """``rounds = "event"`` only: when the policy next needs a round with no arrival or
+        completion (inf: never), asked after each of its calls."""
+        return float("inf")
 
     def on_finish(self, view: SchedulerView, job: int, now: float) -> None:  # noqa: B027 (a hook: doing nothing is the default)
         """``job`` finished at ``now`` (called as it ends, before the policy's next call)."""

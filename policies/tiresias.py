@@ -1,30 +1,49 @@
 """Tiresias: discretised two-dimensional least-attained-service (2D-LAS), preemptive, and blind
-to run times.
+to run times — as Tiresias' own simulator runs it.
 
 Why: Tiresias (Gu et al., NSDI'19) schedules without any run-time prediction, by the service a
 job has had so far (GPUs × seconds run: the "two dimensions"); it is the control that shows what
-a prediction adds to a preemptive scheduler. As the paper's discretised form: priority queues
-by attained GPU-seconds, split at ``thresholds`` (ascending, ``/``-separated: ``3200`` gives two
-queues, below and from 3,200 GPU-seconds), a job demoted to the next queue as its service
-crosses a threshold; first come first served within a queue (by submit time, then job index).
-``starve=S`` (the paper's starvation knob; 0: off): a job that has waited S times as long as it
-last ran goes back to the first queue.
+a prediction adds to a preemptive scheduler. This follows the authors' simulator
+(SymbioticLab/Tiresias, ``simulator/run_sim.py``, ``--schedule=dlas-gpu``, commit 959f9b0) rule
+by rule; experiments/peers.py runs it beside ours:
 
-At a round boundary (every lease) it reallocates: jobs in priority order; a running job keeps
-its GPUs if its type still has room after the jobs before it, else it is suspended; every other
-job takes the type with the most room left (Tiresias ignores GPU heterogeneity; ties: cluster
-type order). Between rounds it starts waiting jobs on free GPUs in the same order, skipping those
-that do not fit.
+* **Queues** by attained GPU-seconds, split at ``thresholds`` (ascending, ``/``-separated; the
+  simulator's ``3250/7200``: three queues). New jobs join the first queue at its end.
+* **Every event reschedules** (``rounds = "event"``): an arrival, a completion, and the next time
+  a running job's service reaches its queue's threshold. At each, running jobs whose service
+  reached their threshold move down one queue, to its end; then the queues are walked in order,
+  each in its own order, and a job runs (or keeps running) if GPUs are left for it, else is
+  skipped (a smaller job behind it may run: the walk goes on); a running job not reached with
+  room is preempted. After the walk each queue puts its running jobs before its waiting ones,
+  both in their order: a running job is never preempted for a waiting job of its own queue, and a
+  preempted job is the first waiting one of its queue.
+* **The demotion timer** (``timer=``): ``paper`` (the default) — the time the job's service
+  reaches the threshold, (threshold − service) / GPUs; ``simulator`` — the simulator's own line
+  (``run_sim.py:1226``), which subtracts the *seconds* run (not GPU-seconds) and divides with
+  Python 2's floor, so a multi-GPU job is checked late (an 8-GPU job at 406 s, then 761 s, instead
+  of 407 s) and one with no other event near stays in its queue for longer.
+* **Placement** ignores heterogeneity: the type with the most free GPUs the job can run on (the
+  simulator counts free GPUs over the whole cluster; on a one-type cluster they agree).
+* ``starve=S`` (the paper's starvation knob; 0: off, as in the simulator's default): a job in a
+  lower queue that has waited S times as long as it ran since it last joined the first queue goes
+  back to it.
+
+Where ours is not Tiresias' simulator: its clock is whole seconds (durations and submit times
+are integers in its traces, so the two agree on them); its ``yarn`` placement scheme is never
+called by ``dlas-gpu`` (the flag is ignored), ours neither.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from policies.base import Placement, PolicySpecError, Preemption
-from policies.options import number
+from policies.options import choice, number
 from policies.preemptive import PreemptivePolicy
-from policies.rounds import WaitingHeaps, ranked, reallocate
+
+TIMERS = ("paper", "simulator")
 
 
 def thresholds_option(value: str | tuple[float, ...]) -> tuple[float, ...]:
@@ -54,90 +73,135 @@ def most_room(room: list[int], n: int, able: np.ndarray | None = None) -> int | 
 
 class TiresiasPolicy(PreemptivePolicy):
     name = "tiresias"
+    rounds = "event"  # every arrival, completion and demotion reschedules
 
-    def __init__(self, thresholds: str | tuple[float, ...] = (3200.0,), starve: float | str = 0.0,
-                 lease: float | str = 360.0, restart: float | str = 10.0, storage_gbps: float | str = 2.0) -> None:
-        super().__init__(lease, restart, storage_gbps)
+    def __init__(self, thresholds: str | tuple[float, ...] = (3250.0, 7200.0), starve: float | str = 0.0,
+                 timer: str = "paper", restart: float | str = 10.0, storage_gbps: float | str = 2.0) -> None:
+        super().__init__(float("inf"), restart, storage_gbps)
         self.thresholds = np.asarray(thresholds_option(thresholds))
         self.starve = number("starve", starve, 0.0, np.inf, high_open=True)
-        self._last_ran: dict[int, tuple[float, float]] = {}  # job -> (seconds it last ran, when it stopped)
-        # waiting jobs by (queue, submit): a waiting job's service does not change, so its entry
-        # stays right until it starts (not so with ``starve``: a starving job's queue moves with the clock)
-        self._waiting = WaitingHeaps()
+        self.timer = choice("timer", timer, TIMERS)
+        self._run: _Run | None = None
 
     def on_arrival(self, view, jobs: list[int]) -> None:
-        for job in jobs:  # no service yet: the first queue
-            self._waiting.push(job, int(view.num_gpus[job]), (0, float(view.submit[job])))
-
-    def queue_of(self, view, jobs: np.ndarray) -> np.ndarray:
-        """Each job's queue: how many thresholds its attained service has reached; a starving job
-        (``starve``) is back in queue 0."""
-        queues = np.searchsorted(self.thresholds, view.attained[jobs], side="right")
-        if self.starve > 0:
-            for i, job in enumerate(jobs.tolist()):
-                ran = self._last_ran.get(job)
-                if ran is not None and job in view.waiting and view.now - ran[1] >= self.starve * ran[0]:
-                    queues[i] = 0
-        return queues
-
-    def _ranked(self, view, jobs) -> list[tuple[int, float, int]]:
-        """(queue, submit, job) of ``jobs``, in priority order."""
-        jobs = np.fromiter(jobs, dtype=np.int64)
-        return ranked(self.queue_of(view, jobs), view.submit[jobs], jobs)
+        if self._run is None or self._run.size != len(view.submit):
+            self._run = _Run(view.submit, len(self.thresholds) + 1)
+        self._run.queues[0].extend(jobs)
+        self._run.known[jobs] = True
 
     def schedule(self, view) -> list[Placement | Preemption]:
-        if not view.at_round:
-            return self._fill(view)
-        if not view.waiting:  # every running job has room where it runs: nothing would change
+        run, now = self._run, view.now
+        if run is None:
             return []
-
-        def choose(job: int, room: list[int]) -> int | None:
-            return most_room(room, int(view.num_gpus[job]), view.can_run(job))
-
-        if self.starve > 0:  # every job ranked afresh
-            out, suspended = reallocate(view, self._ranked(view, [*view.running, *view.waiting]), None, choose)
-        else:
-            out, suspended = reallocate(view, self._ranked(view, view.running), self._waiting, choose)
-        for job in suspended:
-            self._suspend(view, job)
+        run.drop_finished(view)
+        running = view.running
+        # demotion: running jobs whose service reached their queue's threshold, one queue down
+        service = view.attained - run.base
+        last = len(self.thresholds)
+        for job in sorted(running, key=run.order.__getitem__):
+            q = run.queue_of[job]
+            if q < last and service[job] >= self.thresholds[q]:
+                run.move(job, q + 1)
+        if self.starve > 0:
+            self._promote_starving(view, service)
+        run.checked = now
+        # the walk: each queue in its order; a job runs if GPUs are left for it, else is skipped
+        room = view.total_by_type.astype(np.int64).tolist()
+        keep: list[int] = []
+        place: list[tuple[int, int]] = []
+        for queue in run.queues:
+            for job in queue:
+                n = int(view.num_gpus[job])
+                now_on = running.get(job)
+                if now_on is not None and room[now_on[1]] >= n:
+                    room[now_on[1]] -= n
+                    keep.append(job)
+                    continue
+                k = most_room(room, n, view.can_run(job))
+                if k is not None:
+                    room[k] -= n
+                    place.append((job, k))
+        given = {job: k for job, k in place}
+        kept = set(keep)
+        out: list[Placement | Preemption] = [Preemption(job) for job in running if job not in given
+                                             and job not in kept]
+        moved = [job for job in given if job in running]  # reached, but its type had no room: moves
+        out += [Preemption(job) for job in moved]
+        out += [Placement(job, view.gpu_types[k]) for job, k in place]
+        runs = kept | set(given)
+        for queue in run.queues:  # running jobs first, then the waiting ones, each in their order
+            queue[:] = [j for j in queue if j in runs] + [j for j in queue if j not in runs]
+        run.running_after = runs
         return out
 
-    def _suspend(self, view, job: int) -> None:
-        """Bookkeeping of a job this round suspends without a new place: when it last ran, and its
-        entry in the queue its service has reached."""
-        self._last_ran[job] = (view.now - view.running[job][0], view.now)
-        queue = int(np.searchsorted(self.thresholds, view.attained[job], side="right"))
-        self._waiting.requeue(job, int(view.num_gpus[job]), (queue, float(view.submit[job])))
+    def _promote_starving(self, view, service: np.ndarray) -> None:
+        """Tiresias' starvation rule: a waiting job of a lower queue that has waited ``starve``
+        times as long as it ran (both since it last joined the first queue) goes back to it."""
+        run, now = self._run, view.now
+        ran = service / np.maximum(view.num_gpus, 1)
+        for job in sorted(view.waiting, key=run.order.__getitem__):
+            if ran[job] > 0:
+                run.pending[job] += now - run.checked
+                if run.queue_of[job] > 0 and run.pending[job] >= ran[job] * self.starve:
+                    run.base[job] = view.attained[job]
+                    run.pending[job] = 0.0
+                    run.move(job, 0)
+                    run.promotions += 1
 
-    def _fill(self, view) -> list[Placement]:
-        """Waiting jobs in priority order onto free GPUs, each on the type with the most free GPUs,
-        skipping those that do not fit; a fill costs the jobs it starts, not the whole queue."""
-        free = view.free_by_type.tolist()
-        out: list[Placement] = []
-        if self.starve > 0:  # a starving job's queue changes with the clock: order them afresh
-            if max(free) > 0:
-                for _, _, job in self._ranked(view, view.waiting):
-                    self._place(view, job, free, out)
-            return out
-        passed = []  # heads with room only on types they cannot run on: they stay queued
-        while (most := max(free)) > 0 and (head := self._waiting.head(view.waiting, most)) is not None:
-            self._waiting.pop(head[1])
-            if not self._place(view, head[0][2], free, out):
-                passed.append(head)
-        self._waiting.restore(passed)
-        return out
-
-    @staticmethod
-    def _place(view, job: int, free: list[int], out: list[Placement]) -> bool:
-        """``job`` on the type with the most free GPUs it can run on, if it fits there (``free``
-        is updated); whether it was placed."""
-        n = int(view.num_gpus[job])
-        k = most_room(free, n, view.can_run(job))
-        if k is None:
-            return False
-        free[k] -= n
-        out.append(Placement(job, view.gpu_types[k]))
-        return True
+    def next_event(self, view) -> float:
+        """The first time a running job's service reaches its queue's threshold (``timer``), or a
+        waiting one starves; inf if none."""
+        run, now = self._run, view.now
+        if run is None:
+            return math.inf
+        last = len(self.thresholds)
+        first = math.inf
+        for job in run.running_after:
+            q = run.queue_of[job]
+            if q >= last:
+                continue
+            n = int(view.num_gpus[job])
+            service = float(view.attained[job] - run.base[job])
+            if self.timer == "paper":
+                at = now + math.ceil((self.thresholds[q] - service) / n)
+            else:  # run_sim.py:1226: seconds run, not GPU-seconds, and Python 2's floor division
+                at = now + (int(self.thresholds[q]) - int(service / n)) // n
+            first = min(first, at)
+        if self.starve > 0:
+            for job in view.waiting:
+                ran = float(view.attained[job] - run.base[job]) / max(int(view.num_gpus[job]), 1)
+                if run.queue_of[job] > 0 and ran > 0:
+                    first = min(first, now + ran * self.starve - run.pending[job])
+        return first if first > now else math.inf
 
     def describe(self) -> dict:
-        return {**super().describe(), "thresholds": self.thresholds.tolist(), "starve": self.starve}
+        return {**super().describe(), "thresholds": self.thresholds.tolist(), "starve": self.starve,
+                "timer": self.timer, "promotions": self._run.promotions if self._run else 0}
+
+
+class _Run:
+    """One run's queues: each an ordered list of the jobs in it (running or waiting)."""
+
+    def __init__(self, submit: np.ndarray, queues: int) -> None:
+        size = self.size = len(submit)
+        self.queues: list[list[int]] = [[] for _ in range(queues)]
+        self.queue_of = np.zeros(size, dtype=np.int64)
+        self.known = np.zeros(size, dtype=bool)
+        self.base = np.zeros(size)  # attained service when the job last joined the first queue
+        self.pending = np.zeros(size)  # seconds waited since then, once it has run
+        self.order = np.empty(size, dtype=np.int64)  # the simulator's runnable list: arrival order (then index)
+        self.order[np.lexsort((np.arange(size), submit))] = np.arange(size)
+        self.checked = 0.0
+        self.running_after: set[int] = set()
+        self.promotions = 0
+
+    def drop_finished(self, view) -> None:
+        present = view.running.keys() | view.waiting.keys()
+        for queue in self.queues:
+            if any(j not in present for j in queue):
+                queue[:] = [j for j in queue if j in present]
+
+    def move(self, job: int, q: int) -> None:
+        self.queues[self.queue_of[job]].remove(job)
+        self.queues[q].append(job)
+        self.queue_of[job] = q

@@ -13,8 +13,10 @@ placement, and changes only what preemption changes:
   lease after the first arrival while jobs wait or run; ``"work"``, as Gavel's simulator runs
   them (``scheduler.py``, ``simulate``): a round lasts until its leases end, ``lease_seconds``
   after it began, or sooner once every job it ran has finished; with nothing running, the next
-  arrival begins one (the first round is at the first arrival). Finished jobs are reported to the
-  policy (``on_finish``) as they end.
+  arrival begins one (the first round is at the first arrival); ``"event"``, as Tiresias' simulator:
+  every arrival and completion is a round, and so is the time the policy names after each call
+  (``next_event``: a demotion, a promotion). Finished jobs are reported to the policy
+  (``on_finish``) as they end.
 * **Progress.** A job's work is its true run time on a type; on type k it advances its fraction
   done by elapsed / truth[job, k]. Suspended at time t, it keeps the fraction done at t (measured
   on the true clock, as a checkpoint of the iterations done) and may resume on any type, where the
@@ -150,6 +152,7 @@ class PreemptiveSimulation(Simulation):
         self.view.attained = read_only(self.attained)
         self._round_armed = False
         self._by_work = policy.rounds == "work"
+        self._by_event = policy.rounds == "event"
         self._round_token = 0  # "work" rounds: a queued round boundary is live while this is unchanged
         self._rounds = 0
         self._max_rounds = int(limit("rounds"))
@@ -176,7 +179,7 @@ class PreemptiveSimulation(Simulation):
     # -- rounds --------------------------------------------------------------------------------
     def _arm_round(self) -> None:
         """Queue the next round boundary (on the lease grid) if jobs wait, run or will arrive."""
-        if self._by_work or self._round_armed or not np.isfinite(self.lease):
+        if self._by_work or self._by_event or self._round_armed or not np.isfinite(self.lease):
             return
         view, now = self.view, self._env.now
         if not (view.waiting or view.running or self._arrival_batch < len(self._arrival_times)):
@@ -195,7 +198,8 @@ class PreemptiveSimulation(Simulation):
         self._arm_round()
 
     def _work_round_ends(self, ev) -> None:
-        """A "work" round's leases end (unless the round ended sooner: a stale boundary)."""
+        """A queued boundary: a "work" round's leases end, or an "event" policy's own next event
+        (stale if a round came since)."""
         if ev.value == self._round_token:
             self._begin_round()
             self._after_event()
@@ -216,8 +220,8 @@ class PreemptiveSimulation(Simulation):
         self._pending = True
 
     def _arrive(self, ev) -> None:
-        if self._by_work and not self.view.running and not self.view.at_round:
-            self._begin_round()  # nothing runs: the arrival begins a round (decided after every event of now)
+        if ((self._by_work and not self.view.running) or self._by_event) and not self.view.at_round:
+            self._begin_round()  # nothing runs, or every event is one: the arrival begins a round
         super()._arrive(ev)
         self._arm_round()
 
@@ -264,6 +268,10 @@ class PreemptiveSimulation(Simulation):
         self._start(placements, now)
         if at_round and self._by_work and view.running and np.isfinite(self.lease):
             self._env.timeout(self.lease, self._round_token).callbacks.append(self._work_round_ends)
+        if self._by_event:  # the policy's own next event (a demotion, a promotion), if any
+            wake = float(self.policy.next_event(view))
+            if np.isfinite(wake) and wake > now:
+                self._env.timeout(wake - now, self._round_token).callbacks.append(self._work_round_ends)
 
     def _suspend(self, job: int, now: float) -> None:
         running = self.view.running
@@ -311,8 +319,8 @@ class PreemptiveSimulation(Simulation):
                 self._bar.update(1)
             self._pending = True
             self.policy.on_finish(self.view, job, now)
-            if self._by_work and not self.view.running and not self.view.at_round:
-                self._begin_round()  # every job of the round has finished: the round ends now
+            if ((self._by_work and not self.view.running) or self._by_event) and not self.view.at_round:
+                self._begin_round()  # every job of the round has finished (or every event is a round)
         self._after_event()
 
     # -- driver ----------------------------------------------------------------------------------

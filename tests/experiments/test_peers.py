@@ -58,3 +58,20 @@ def test_clusters_are_read_as_gavels_driver_reads_them(spec, expected):
 def test_a_bad_cluster_is_one_line_naming_it(spec, message):
     with pytest.raises(ValueError, match=message):
         parse_cluster(spec)
+
+
+@pytest.mark.parametrize("timer", ["simulator", "paper"])
+def test_our_tiresias_reproduces_tiresias_simulator_per_job_size_class(timer):
+    """Tiresias' own simulator (stored runs, unmodified and with the paper's demotion timer) on
+    its 60-job trace and three harder cases made from it (smaller clusters, longer jobs: waits,
+    demotions, preemptions): ours within 2 % per job-size class, with the matching timer."""
+    from experiments.peers import tiresias_table
+
+    rows = tiresias_table(policy=f"tiresias:restart=0,timer={timer}", timer=timer)
+    assert len(rows) == 4 and sum(r["preemptions_peer"] for r in rows) > 0
+    for row in rows:
+        assert row["avg_jct_s_ratio"] == pytest.approx(1.0, abs=0.02), row["trace"]
+        for size, cell in row["by_gpus"].items():
+            assert cell["ratio"] == pytest.approx(1.0, abs=0.02), (row["trace"], size)
+        within = max(1, 0.05 * row["preemptions_peer"])
+        assert row["preemptions_ours"] == pytest.approx(row["preemptions_peer"], abs=within)

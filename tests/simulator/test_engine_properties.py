@@ -47,7 +47,7 @@ def simulate(trace, cluster, policy, predictor):
 
 
 # every policy, and the preemptive ones with leases short enough to preempt these small jobs
-POLICY_SPECS = sorted(POLICIES) + ["srtf:lease=20,restart=3", "tiresias:lease=20,thresholds=40/200,restart=3"]
+POLICY_SPECS = sorted(POLICIES) + ["srtf:lease=20,restart=3", "tiresias:thresholds=40/200,restart=3"]
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

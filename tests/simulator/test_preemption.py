@@ -48,19 +48,28 @@ def test_srtf_preempts_the_longer_job_at_the_next_round():
         ["A", 0.0, 300.0, 0.0], ["B", 300.0, 500.0, 0.0], ["A", 500.0, 1250.0, 50.0]]
 
 
-def test_tiresias_demotes_by_attained_service_and_serves_a_queue_first_come_first_served():
-    # 1 GPU, threshold 100 GPU-s, lease 50 s, no restart cost. A (1000 s) at 0, B (1000 s) at 10.
-    # t=100: A has 100 GPU-s -> queue 1; B (queue 0) preempts it. t=200: B has 100 -> queue 1 too;
-    # in one queue the earlier submit goes first: A resumes (900 s left) and ends at 1100; B resumes
-    # then with 900 s left and ends at 2000.
-    res = run([job("A", 1000.0), job("B", 1000.0, submit=10.0)], [("V100", 1, 1)],
-              "tiresias:thresholds=100,lease=50,restart=0")
+def test_tiresias_demotes_by_attained_service_and_serves_a_queue_running_jobs_first():
+    # 1 GPU, threshold 100 GPU-s, no restart cost. A (1000 s) at 0, B (1000 s) at 10 (waits: A runs).
+    # t=100: A has 100 GPU-s -> the second queue; B (first queue) preempts it. t=200: B has 100 ->
+    # the second queue too, behind A, which waits there first: A resumes (900 s left) and ends at
+    # 1100; B resumes then with 900 s left and ends at 2000.
+    res = run([job("A", 1000.0), job("B", 1000.0, submit=10.0)], [("V100", 1, 1)], "tiresias:thresholds=100,restart=0")
     r = by_job(res)
     assert (r.loc["A", "start"], r.loc["A", "end"], r.loc["A", "preemptions"]) == (0.0, 1100.0, 1)
     assert (r.loc["B", "start"], r.loc["B", "end"], r.loc["B", "preemptions"]) == (100.0, 2000.0, 1)
-    policy = make_policy("tiresias:thresholds=100/1000")
-    view = type("View", (), {"attained": np.array([0.0, 99.9, 100.0, 999.0, 1000.0]), "waiting": {}})()
-    assert policy.queue_of(view, np.arange(5)).tolist() == [0, 0, 1, 1, 2]
+
+
+@pytest.mark.parametrize("timer, demoted", [("paper", 50.0), ("simulator", 70.0)])
+def test_tiresias_demotion_timer_the_papers_rule_and_the_simulators_slip(timer, demoted):
+    # 2 GPUs. A (2 GPUs, 1000 s) at 0 holds both; B and C (1 GPU, 10 s) arrive at 1 and 40 and wait.
+    # A's service reaches the 100 GPU-s threshold at 50 s (the paper's rule). Tiresias' simulator
+    # sets its timer at each event to now + (100 - seconds run) // GPUs: at 40, 40 + 60 // 2 = 70.
+    # At the demotion B and C run for 10 s, then A resumes: it ends at 1010 either way.
+    jobs = [job("A", 1000.0, num_gpus=2), job("B", 10.0, submit=1.0), job("C", 10.0, submit=40.0)]
+    r = by_job(run(jobs, [("V100", 2, 1)], f"tiresias:thresholds=100,restart=0,timer={timer}"))
+    assert (r.loc["B", "start"], r.loc["B", "end"]) == (demoted, demoted + 10)
+    assert (r.loc["C", "start"], r.loc["C", "end"]) == (demoted, demoted + 10)
+    assert r.loc["A", "end"] == pytest.approx(1010.0) and r.loc["A", "preemptions"] == 1
 
 
 def test_restarts_are_charged_once_per_resume_never_at_a_first_start():
@@ -156,8 +165,8 @@ def test_tiresias_reads_no_prediction():
     rng = np.random.default_rng(2)
     jobs = [job(f"j{i}", float(rng.integers(10, 900)), submit=float(rng.integers(0, 2000)),
                 num_gpus=int(rng.choice([1, 2]))) for i in range(60)]
-    truth = run(jobs, [("V100", 2, 2)], "tiresias:lease=60,thresholds=200/2000")
-    noisy = run(jobs, [("V100", 2, 2)], "tiresias:lease=60,thresholds=200/2000", predictor="noisy:1.0")
+    truth = run(jobs, [("V100", 2, 2)], "tiresias:thresholds=200/2000")
+    noisy = run(jobs, [("V100", 2, 2)], "tiresias:thresholds=200/2000", predictor="noisy:1.0")
     assert truth.records.drop(columns="predicted_runtime").equals(noisy.records.drop(columns="predicted_runtime"))
     assert truth.records["preemptions"].sum() > 0
 
