@@ -176,6 +176,25 @@ def ablation_section(path: Path) -> str:
     return markdown(table[keep]) + f"\n\nHeat map: `{path / 'window_stride.png'}`"
 
 
+def peer_section(quick: bool) -> tuple[list[dict], str]:
+    """Ours beside Gavel's and Tiresias' own simulators (their stored runs on their own traces);
+    ``quick`` leaves out Gavel's 951-job trace. Skipped, with the reason, without Gavel's
+    throughputs file."""
+    from experiments import peers
+
+    gavel_cases = tuple(case[0] for case in peers.REFERENCE_CASES if not (quick and case[0] == "msr_seed0_ed69ec"))
+    try:
+        gavel = peers.gavel_table(gavel_cases)
+    except peers.PeerUnavailable as err:
+        gavel, gavel_text = [], f"(Gavel skipped: {err})"
+    else:
+        gavel_text = peers.table_markdown(gavel)
+    tiresias = [row for timer in ("simulator", "paper")
+                for row in peers.tiresias_table(policy=f"tiresias:restart=0,timer={timer}", timer=timer)]
+    rows = [{k: v for k, v in row.items() if k != "by_gpus"} for row in gavel + tiresias]
+    return rows, gavel_text + "\n\n" + peers.tiresias_table_markdown(tiresias)
+
+
 @click.command()
 @click.option("--quick", is_flag=True,
               help="A few minutes: 3 held-out configs per family, 120-job workloads, one seed.")
@@ -211,6 +230,7 @@ def main(quick: bool, out: Path, devices: str, ablations: Path, workers: int) ->
     jobs, seeds = (120, 1) if quick else (preemption.JOBS, 3)
     preemption_table, preemption_figures = preemption.run(out / "preemption", jobs, seeds, workers, quick)
     figures += preemption_figures
+    peers, peers_text = peer_section(quick)
     text = [f"# Reproduction ({'quick' if quick else 'full'})",
             f"Held-out configs: {sequences['config_id'].nunique()} (the workload catalog); devices: emulated "
             f"{', '.join(gpus)}.",
@@ -231,13 +251,16 @@ def main(quick: bool, out: Path, devices: str, ablations: Path, workers: int) ->
             markdown(risk_table), "### Change against the point estimate", markdown(risk_change),
             "## 8. What prediction error costs preemptive and non-preemptive schedulers "
             "(`python -m experiments.preemption`)", markdown(preemption_table),
+            "## 9. Our Gavel and Tiresias beside the peers' own simulators (`python -m experiments.peers`)",
+            peers_text,
             "## Figures", "\n".join(f"- `{f}`" for f in figures if str(f).endswith(".png"))]
     (out / "README.md").write_text("\n\n".join(text) + "\n")
     (out / "results.json").write_text(json.dumps({"accuracy": rows, "convergence": curves.to_dict("records"),
                                                   "scheduling": predictors.to_dict("records"),
                                                   "error_sweep": error_sweep.to_dict("records"),
                                                   "risk": risk_table.to_dict("records"),
-                                                  "preemption": preemption_table.to_dict("records")},
+                                                  "preemption": preemption_table.to_dict("records"),
+                                                  "peers": peers},
                                                  indent=1, default=float) + "\n")
     click.echo(f"wrote {out / 'README.md'} and {len(figures)} figure files")
 

@@ -24,7 +24,8 @@ def test_quick_reproduction_writes_every_section(tmp_path, monkeypatch):
     text = (out / "README.md").read_text()
     for section in ("Predictor accuracy", "Error by op count", "Convergence", "Window / stride",
                     "Scheduling with predicted run times", "Error sweep", "Reliability of the prediction intervals",
-                    "Risk-aware deadline planning", "What prediction error costs preemptive"):
+                    "Risk-aware deadline planning", "What prediction error costs preemptive",
+                    "beside the peers' own simulators"):
         assert section in text
     body = json.loads((out / "results.json").read_text())
     assert {(r["method"], r["device"]) for r in body["accuracy"]} == {
@@ -50,6 +51,9 @@ def test_quick_reproduction_writes_every_section(tmp_path, monkeypatch):
                                                     "noisy:0.4"}
     assert all(r["jct_mean_ratio"] == 1.0 for r in preemption if r["policy"] == "tiresias" or r["predictor"] == "truth")
     assert (out / "preemption" / "preemption.png").exists()
+    # the peers' own simulators: Tiresias always (its runs and inputs ship), Gavel where its throughputs are
+    assert {r["peer"].split("@")[0] for r in body["peers"]} >= {"tiresias"}
+    assert all(abs(r["avg_jct_s_ratio"] - 1) < 0.02 for r in body["peers"])
 
 
 def test_the_scheduling_table_pools_over_seeds_as_the_sweep_table_and_plots():

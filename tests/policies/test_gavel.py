@@ -239,3 +239,29 @@ def test_an_lp_the_solver_cannot_solve_falls_back_to_the_equal_share_and_is_coun
                           make_predictor("truth")).run()
     assert (res.records["status"] == "completed").all()
     assert policy.describe()["equal_share_rounds"] >= 1  # said in the run's manifest
+
+
+def test_gavels_perf_normalisation_on_a_hand_case():
+    """Gavel's max_min_perf: each job's throughput over its throughput on the proportional share
+    (each type in proportion to its GPUs: here half of each), times its GPUs. Job 0 does 2 and 1
+    steps/s on the two one-GPU types (1.5 on the share), job 1 1 and 1 (1.0). Job 1's normalised
+    throughput is at most its row's sum, 1, reached with job 0 still at >= 1 (job 0 on type 0
+    alone gives it 2 / 1.5): the max-min value is 1, by ECOS (Gavel's solver) and by HiGHS."""
+    from policies.gavel import max_min_perf_ecos, proportional_throughput
+
+    t, s, g = np.array([[2.0, 1.0], [1.0, 1.0]]), np.array([1, 1]), np.array([1, 1])
+    assert proportional_throughput(t, g).tolist() == [1.5, 1.0]
+    prop = proportional_throughput(t, g)
+
+    def worst(x):
+        return float(((t * x).sum(axis=1) * s / prop).min())
+
+    x = max_min_perf_ecos(t, s, g)
+    assert worst(x) == pytest.approx(1.0, abs=1e-6)
+    assert (x.sum(axis=1) <= 1 + 1e-6).all() and ((x * s[:, None]).sum(axis=0) <= g + 1e-6).all()
+    highs = Allocation(t, s, g).max_min_weighted(s / prop)
+    assert worst(highs) == pytest.approx(1.0, abs=1e-6)
+    # the GPU count multiplies: a 1-GPU and a 2-GPU job of equal throughput on one 2-GPU type are
+    # equal at 1 X_small = 2 X_big, and X_small + 2 X_big <= 2 (and X <= 1): X_small = 1, X_big = 1/2
+    x = max_min_perf_ecos(np.array([[1.0], [1.0]]), np.array([1, 2]), np.array([2]))
+    assert x[:, 0] == pytest.approx([1.0, 0.5], abs=1e-6)
