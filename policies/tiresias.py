@@ -5,7 +5,7 @@ Why: Tiresias (Gu et al., NSDI'19) schedules without any run-time prediction, by
 job has had so far (GPUs × seconds run: the "two dimensions"); it is the control that shows what
 a prediction adds to a preemptive scheduler. This follows the authors' simulator
 (SymbioticLab/Tiresias, ``simulator/run_sim.py``, ``--schedule=dlas-gpu``, commit 959f9b0) rule
-by rule; experiments/peers.py runs it beside ours:
+by rule; experiments/peers/tiresias.py runs it beside ours:
 
 * **Queues** by attained GPU-seconds, split at ``thresholds`` (ascending, ``/``-separated; the
   simulator's ``3250/7200``: three queues). New jobs join the first queue at its end.

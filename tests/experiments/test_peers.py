@@ -1,4 +1,4 @@
-"""Our Gavel beside Gavel's own simulator (experiments/peers.py): the stored reference runs of
+"""Our Gavel beside Gavel's own simulator (experiments/peers/): the stored reference runs of
 Gavel at its pinned commit on its own traces, and ours on the same files, within issue 51's
 targets (avg JCT and makespan within 1 %, preemptions within 5 %)."""
 
