@@ -86,14 +86,16 @@ class TiresiasPolicy(PreemptivePolicy):
     def on_arrival(self, view, jobs: list[int]) -> None:
         if self._run is None or self._run.size != len(view.submit):
             self._run = _Run(view.submit, len(self.thresholds) + 1)
-        self._run.queues[0].extend(jobs)
-        self._run.known[jobs] = True
+        self._run.queues[0].joined.extend(jobs)
+
+    def on_finish(self, view, job: int, now: float) -> None:
+        if self._run is not None:
+            self._run.queues[self._run.queue_of[job]].running.remove(job)
 
     def schedule(self, view) -> list[Placement | Preemption]:
         run, now = self._run, view.now
         if run is None:
             return []
-        run.drop_finished(view)
         running = view.running
         # demotion: running jobs whose service reached their queue's threshold, one queue down
         service = view.attained - run.base
@@ -101,38 +103,63 @@ class TiresiasPolicy(PreemptivePolicy):
         for job in sorted(running, key=run.order.__getitem__):
             q = run.queue_of[job]
             if q < last and service[job] >= self.thresholds[q]:
-                run.move(job, q + 1)
+                run.queues[q].running.remove(job)
+                run.queues[q + 1].joined.append(job)
+                run.queue_of[job] = q + 1
         if self.starve > 0:
             self._promote_starving(view, service)
         run.checked = now
-        # the walk: each queue in its order; a job runs if GPUs are left for it, else is skipped
+        # the walk: each queue in its order (running, waiting, joined at this event); a job runs if
+        # GPUs are left for it, else is skipped; once no GPU is left the rest keep their state,
+        # but for the running jobs among them, which are preempted
         room = view.total_by_type.astype(np.int64).tolist()
-        keep: list[int] = []
-        place: list[tuple[int, int]] = []
+        most = max(room)
+        num_gpus, gpu_types = view.num_gpus, view.gpu_types
+        out: list[Placement | Preemption] = []
+        place: list[Placement] = []
+        runs: set[int] = set()
         for queue in run.queues:
-            for job in queue:
-                n = int(view.num_gpus[job])
-                now_on = running.get(job)
-                if now_on is not None and room[now_on[1]] >= n:
-                    room[now_on[1]] -= n
-                    keep.append(job)
-                    continue
-                k = most_room(room, n, view.can_run(job))
-                if k is not None:
+            stay: list[int] = []  # running jobs that keep running, then those started, in order
+            started: set[int] = set()
+            scanned = 0
+            for part in (queue.running, queue.waiting, queue.joined):
+                for i, job in enumerate(part):
+                    if most == 0:
+                        break
+                    if part is queue.waiting:
+                        scanned = i + 1
+                    n = int(num_gpus[job])
+                    now_on = running.get(job)
+                    if now_on is not None and room[now_on[1]] >= n:
+                        room[now_on[1]] -= n
+                        most = max(room)
+                        stay.append(job)
+                        continue
+                    if n > most:
+                        continue
+                    k = most_room(room, n, view.can_run(job))
+                    if k is None:
+                        continue
                     room[k] -= n
-                    place.append((job, k))
-        given = {job: k for job, k in place}
-        kept = set(keep)
-        out: list[Placement | Preemption] = [Preemption(job) for job in running if job not in given
-                                             and job not in kept]
-        moved = [job for job in given if job in running]  # reached, but its type had no room: moves
-        out += [Preemption(job) for job in moved]
-        out += [Placement(job, view.gpu_types[k]) for job, k in place]
-        runs = kept | set(given)
-        for queue in run.queues:  # running jobs first, then the waiting ones, each in their order
-            queue[:] = [j for j in queue if j in runs] + [j for j in queue if j not in runs]
+                    most = max(room)
+                    stay.append(job)
+                    started.add(job)
+                    if now_on is not None:  # reached, but its type had no room: it moves
+                        out.append(Preemption(job))
+                    place.append(Placement(job, gpu_types[k]))
+            # running jobs not given GPUs (skipped, or not reached once none was left) are
+            # preempted; then the queue is running jobs first, waiting ones after, each in order
+            kept = set(stay)
+            stopped = [j for j in queue.running if j not in kept]
+            joined = [j for j in queue.joined if j not in kept]
+            out += [Preemption(j) for j in stopped + joined if j in running]
+            waiting = [j for j in queue.waiting[:scanned] if j not in started] + queue.waiting[scanned:]
+            queue.running = stay
+            queue.waiting = stopped + waiting + joined
+            queue.joined = []
+            runs.update(stay)
         run.running_after = runs
-        return out
+        return out + place
 
     def _promote_starving(self, view, service: np.ndarray) -> None:
         """Tiresias' starvation rule: a waiting job of a lower queue that has waited ``starve``
@@ -145,7 +172,9 @@ class TiresiasPolicy(PreemptivePolicy):
                 if run.queue_of[job] > 0 and run.pending[job] >= ran[job] * self.starve:
                     run.base[job] = view.attained[job]
                     run.pending[job] = 0.0
-                    run.move(job, 0)
+                    run.queues[run.queue_of[job]].waiting.remove(job)
+                    run.queues[0].joined.append(job)
+                    run.queue_of[job] = 0
                     run.promotions += 1
 
     def next_event(self, view) -> float:
@@ -179,14 +208,25 @@ class TiresiasPolicy(PreemptivePolicy):
                 "timer": self.timer, "promotions": self._run.promotions if self._run else 0}
 
 
+class _Queue:
+    """One queue in Tiresias' order: its running jobs, then its waiting ones, then the jobs that
+    joined it at this event (new, demoted or promoted), each part in order."""
+
+    __slots__ = ("running", "waiting", "joined")
+
+    def __init__(self) -> None:
+        self.running: list[int] = []
+        self.waiting: list[int] = []
+        self.joined: list[int] = []
+
+
 class _Run:
-    """One run's queues: each an ordered list of the jobs in it (running or waiting)."""
+    """One run's queues and per-job state."""
 
     def __init__(self, submit: np.ndarray, queues: int) -> None:
         size = self.size = len(submit)
-        self.queues: list[list[int]] = [[] for _ in range(queues)]
+        self.queues = [_Queue() for _ in range(queues)]
         self.queue_of = np.zeros(size, dtype=np.int64)
-        self.known = np.zeros(size, dtype=bool)
         self.base = np.zeros(size)  # attained service when the job last joined the first queue
         self.pending = np.zeros(size)  # seconds waited since then, once it has run
         self.order = np.empty(size, dtype=np.int64)  # the simulator's runnable list: arrival order (then index)
@@ -194,14 +234,3 @@ class _Run:
         self.checked = 0.0
         self.running_after: set[int] = set()
         self.promotions = 0
-
-    def drop_finished(self, view) -> None:
-        present = view.running.keys() | view.waiting.keys()
-        for queue in self.queues:
-            if any(j not in present for j in queue):
-                queue[:] = [j for j in queue if j in present]
-
-    def move(self, job: int, q: int) -> None:
-        self.queues[self.queue_of[job]].remove(job)
-        self.queues[q].append(job)
-        self.queue_of[job] = q
