@@ -57,6 +57,8 @@ def resolve(line: str) -> tuple[click.Command, str]:
         from predictor.cli import main as command
     else:
         module = importlib.import_module(program.removeprefix("python -m "))
+        if hasattr(module, "__path__"):  # a package run with -m: its commands are in its cli module
+            module = importlib.import_module(module.__name__ + ".cli")
         found = [v for v in vars(module).values() if isinstance(v, click.Command)
                  and getattr(v.callback, "__module__", None) == module.__name__]
         inner = {id(sub) for v in found if isinstance(v, click.Group) for sub in v.commands.values()}
