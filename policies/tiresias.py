@@ -85,7 +85,8 @@ class TiresiasPolicy(PreemptivePolicy):
 
     def on_arrival(self, view, jobs: list[int]) -> None:
         if self._run is None or self._run.size != len(view.submit):
-            self._run = _Run(view.submit, len(self.thresholds) + 1)
+            self._run = _Run(view.submit, view.num_gpus, len(self.thresholds) + 1)
+            self._run.limits = np.append(self.thresholds, np.inf)  # per queue: the service that demotes
         self._run.queues[0].joined.extend(jobs)
 
     def on_finish(self, view, job: int, now: float) -> None:
@@ -99,22 +100,31 @@ class TiresiasPolicy(PreemptivePolicy):
         running = view.running
         # demotion: running jobs whose service reached their queue's threshold, one queue down
         service = view.attained - run.base
-        last = len(self.thresholds)
-        for job in sorted(running, key=run.order.__getitem__):
-            q = run.queue_of[job]
-            if q < last and service[job] >= self.thresholds[q]:
+        if running:
+            jobs = np.fromiter(running, dtype=np.int64, count=len(running))
+            q = run.queue_of[jobs]
+            due = jobs[service[jobs] >= run.limits[q]]  # the last queue's limit is inf
+            for job in sorted(due.tolist(), key=run.order.__getitem__):
+                q = run.queue_of[job]
                 run.queues[q].running.remove(job)
                 run.queues[q + 1].joined.append(job)
                 run.queue_of[job] = q + 1
         if self.starve > 0:
             self._promote_starving(view, service)
         run.checked = now
+        if all(not queue.waiting and all(j in running for j in queue.joined) for queue in run.queues):
+            # nobody waits: every running job keeps its GPUs (the demoted ones, at their new queue's end)
+            for queue in run.queues:
+                queue.running += queue.joined
+                queue.joined = []
+            run.running_after = set(running)
+            return []
         # the walk: each queue in its order (running, waiting, joined at this event); a job runs if
         # GPUs are left for it, else is skipped; once no GPU is left the rest keep their state,
         # but for the running jobs among them, which are preempted
         room = view.total_by_type.astype(np.int64).tolist()
         most = max(room)
-        num_gpus, gpu_types = view.num_gpus, view.gpu_types
+        num_gpus, gpu_types = run.need, view.gpu_types
         out: list[Placement | Preemption] = []
         place: list[Placement] = []
         runs: set[int] = set()
@@ -128,7 +138,7 @@ class TiresiasPolicy(PreemptivePolicy):
                         break
                     if part is queue.waiting:
                         scanned = i + 1
-                    n = int(num_gpus[job])
+                    n = num_gpus[job]
                     now_on = running.get(job)
                     if now_on is not None and room[now_on[1]] >= n:
                         room[now_on[1]] -= n
@@ -183,19 +193,18 @@ class TiresiasPolicy(PreemptivePolicy):
         run, now = self._run, view.now
         if run is None:
             return math.inf
-        last = len(self.thresholds)
         first = math.inf
-        for job in run.running_after:
-            q = run.queue_of[job]
-            if q >= last:
-                continue
-            n = int(view.num_gpus[job])
-            service = float(view.attained[job] - run.base[job])
+        jobs = np.fromiter(run.running_after, dtype=np.int64, count=len(run.running_after))
+        jobs = jobs[run.queue_of[jobs] < len(self.thresholds)]  # the last queue has no threshold
+        if len(jobs):
+            limit = self.thresholds[run.queue_of[jobs]]
+            n = view.num_gpus[jobs].astype(np.float64)
+            service = view.attained[jobs] - run.base[jobs]
             if self.timer == "paper":
-                at = now + math.ceil((self.thresholds[q] - service) / n)
+                at = np.ceil((limit - service) / n)
             else:  # run_sim.py:1226: seconds run, not GPU-seconds, and Python 2's floor division
-                at = now + (int(self.thresholds[q]) - int(service / n)) // n
-            first = min(first, at)
+                at = np.floor((np.floor(limit) - np.floor(service / n)) / n)
+            first = now + float(at.min())
         if self.starve > 0:
             for job in view.waiting:
                 ran = float(view.attained[job] - run.base[job]) / max(int(view.num_gpus[job]), 1)
@@ -223,8 +232,9 @@ class _Queue:
 class _Run:
     """One run's queues and per-job state."""
 
-    def __init__(self, submit: np.ndarray, queues: int) -> None:
+    def __init__(self, submit: np.ndarray, num_gpus: np.ndarray, queues: int) -> None:
         size = self.size = len(submit)
+        self.need: list[int] = num_gpus.tolist()  # GPUs per job, as Python ints (read at every step of a walk)
         self.queues = [_Queue() for _ in range(queues)]
         self.queue_of = np.zeros(size, dtype=np.int64)
         self.base = np.zeros(size)  # attained service when the job last joined the first queue
@@ -233,4 +243,5 @@ class _Run:
         self.order[np.lexsort((np.arange(size), submit))] = np.arange(size)
         self.checked = 0.0
         self.running_after: set[int] = set()
+        self.limits = np.array([np.inf])  # per queue: the service that demotes (set by the policy)
         self.promotions = 0
