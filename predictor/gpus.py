@@ -62,6 +62,38 @@ class GpuSpeed:
     source: str
 
 
+# Per-direction bandwidth of one PCIe lane by generation, GB/s (signalling rate × line-code
+# efficiency ÷ 8: 8b/10b for Gen 1–2, 128b/130b for Gen 3–5, 242/256-byte FLITs for Gen 6).
+PCIE_LANE_GBS = {1: 0.25, 2: 0.5, 3: 8 * 128 / 130 / 8, 4: 16 * 128 / 130 / 8, 5: 32 * 128 / 130 / 8,
+                 6: 64 * 242 / 256 / 8}
+NVLINK_TOPOLOGIES = ("all", "pairs", "none")
+
+
+@dataclass(frozen=True)
+class Interconnect:
+    """How a GPU reaches the other GPUs of its server, from its spec sheet; the communication
+    model (:mod:`predictor.devices.collectives`) prices collectives on these links.
+
+    ``nvlink_gbs``: NVLink bandwidth of one GPU per direction, all its links together (half the
+    "bidirectional" figure datasheets print); 0 without NVLink. ``nvlink_topology``: ``all`` (every
+    GPU of the board reaches the others over NVLink: NVSwitch, or DGX-1's hybrid cube-mesh, whose
+    rings NCCL runs over NVLink), ``pairs`` (2-GPU bridges: a third GPU is reached over PCIe) or
+    ``none``. ``pcie_p2p``: whether the driver lets GPUs copy to each other over PCIe directly;
+    without it NCCL stages every byte through host memory."""
+
+    pcie_generation: int
+    pcie_lanes: int
+    nvlink_gbs: float
+    nvlink_topology: str
+    pcie_p2p: bool
+    source: str
+
+    @property
+    def pcie_gbs(self) -> float:
+        """PCIe bandwidth per direction, GB/s (the link's raw data rate, before protocol overhead)."""
+        return PCIE_LANE_GBS[self.pcie_generation] * self.pcie_lanes
+
+
 @dataclass(frozen=True)
 class GpuEntry:
     """One catalogue file: a GPU's spec sheet and the names it goes by."""
@@ -89,6 +121,7 @@ class GpuEntry:
     notes: str
     measured_speed: GpuSpeed | None
     file: Path
+    interconnect: Interconnect | None = None  # None: the entry does not say (no communication model)
 
     @property
     def speed(self) -> GpuSpeed:
@@ -169,7 +202,38 @@ def read_entry(path: Path) -> GpuEntry:
     return GpuEntry(name=body["name"], vendor=body["vendor"], marketing_name=body["marketing_name"],
                     aliases=tuple(aliases), architecture=body["architecture"],
                     compute_capability=str(body["compute_capability"]), form_factor=body["form_factor"],
-                    source=body["source"], notes=notes, measured_speed=speed, file=path, **numbers)
+                    source=body["source"], notes=notes, measured_speed=speed, file=path,
+                    interconnect=_interconnect(path, body["interconnect"]) if "interconnect" in body else None,
+                    **numbers)
+
+
+_INTERCONNECT_KEYS = {"pcie_generation", "pcie_lanes", "nvlink_gbs", "nvlink_topology", "source"}
+
+
+def _interconnect(path: Path, table: object) -> Interconnect:
+    """The optional ``[interconnect]`` table; a wrong field names the file and the field."""
+    if not isinstance(table, dict) or not _INTERCONNECT_KEYS <= set(table) <= _INTERCONNECT_KEYS | {"pcie_p2p"}:
+        raise GpuCatalogError(f"{path}: table [interconnect] must hold {', '.join(sorted(_INTERCONNECT_KEYS))} "
+                              "and optionally pcie_p2p")
+    where = path / "[interconnect]"
+    generation = table["pcie_generation"]
+    if isinstance(generation, bool) or generation not in PCIE_LANE_GBS:
+        raise GpuCatalogError(f"{where}: field 'pcie_generation' must be one of {', '.join(map(str, PCIE_LANE_GBS))}, "
+                              f"got {short(generation)}")
+    lanes = table["pcie_lanes"]
+    if isinstance(lanes, bool) or lanes not in (1, 2, 4, 8, 16):
+        raise GpuCatalogError(f"{where}: field 'pcie_lanes' must be 1, 2, 4, 8 or 16, got {short(lanes)}")
+    nvlink = _number(where, table, "nvlink_gbs", False)
+    topology = table["nvlink_topology"]
+    if topology not in NVLINK_TOPOLOGIES or (topology == "none") != (nvlink == 0):
+        raise GpuCatalogError(f"{where}: field 'nvlink_topology' must be one of {', '.join(NVLINK_TOPOLOGIES)}, "
+                              f"'none' exactly when nvlink_gbs is 0; got {short(topology)} with nvlink_gbs {nvlink:g}")
+    p2p = table.get("pcie_p2p", True)
+    if not isinstance(p2p, bool):
+        raise GpuCatalogError(f"{where}: field 'pcie_p2p' must be true or false, got {short(p2p)}")
+    if not isinstance(table["source"], str) or not table["source"].strip():
+        raise GpuCatalogError(f"{where}: field 'source' must be a non-empty string")
+    return Interconnect(int(generation), int(lanes), float(nvlink), topology, p2p, table["source"])
 
 
 def catalog_dir() -> Path:

@@ -53,6 +53,12 @@ def devices_list(aliases: bool) -> None:
         click.echo(f"{'':<{width}} relative time {gpu.speed.relative_time:g} (V100 = 1; {gpu.speed.source}); "
                    f"fitted on {spec.fitted}: {fitted}")
         click.echo(f"{'':<{width}} spec: {gpu.source} ({gpu.file.name})")
+        if gpu.interconnect is not None:
+            link = gpu.interconnect
+            nvlink = (f"NVLink {link.nvlink_gbs:g} GB/s per direction ({link.nvlink_topology})" if link.nvlink_gbs
+                      else "no NVLink")
+            click.echo(f"{'':<{width}} links: {nvlink}, PCIe Gen{link.pcie_generation} x{link.pcie_lanes}"
+                       f"{'' if link.pcie_p2p else ' without peer-to-peer'}")
         if aliases and gpu.aliases:
             click.echo(f"{'':<{width}} also: {', '.join(gpu.aliases)}")
 
@@ -136,6 +142,70 @@ def devices_time(model: str | None, model_files: tuple[str, ...], inference: boo
         click.echo(json.dumps(result))
         return
     _print_step_time(result)
+
+
+_BYTE_UNITS = {"": 1, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+
+
+def parse_bytes(text: str) -> float:
+    """'100000000', '1e8', '25MB', '25 MiB' -> bytes; anything else (negative, not a number, an
+    unknown unit) is one line naming the value."""
+    raw = str(text).strip()
+    number = raw.rstrip("BbKkMmGgIi ")
+    unit = raw[len(number):].strip().upper()
+    try:
+        value = float(number) * _BYTE_UNITS[unit]
+    except (ValueError, KeyError):
+        raise click.BadParameter(f"{printable(raw)!r} is not a number of bytes (e.g. 1e8, 25MB, 25MiB)",
+                                 param_hint="--bytes") from None
+    if not value >= 0 or value == float("inf"):
+        raise click.BadParameter(f"{printable(raw)!r} must be a finite number ≥ 0", param_hint="--bytes")
+    return value
+
+
+@devices.command("comm")
+@click.option("--bytes", "nbytes", required=True, metavar="B",
+              help="Message size in bytes (1e8, or with a unit: 25MB, 25MiB), e.g. a gradient bucket.")
+@click.option("--gpus", required=True, type=int, help="GPUs taking part (N).")
+@click.option("--per-node", type=int, help="GPUs per node (K, dividing N) [default: all N on one node up to a "
+              "server's 8 GPUs; 8 per node beyond].")
+@click.option("--device", required=True, help="emulated:<GPU> (`ets devices list`), e.g. emulated:A100-SXM4; "
+              + names_help() + ".")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (ms, gpus, per_node, nodes, link, label).")
+def devices_comm(nbytes: str, gpus: int, per_node: int | None, device: str, as_json: bool) -> None:
+    """How long one NCCL ring all-reduce of B bytes takes on N GPUs of a type, K per node: the
+    communication model (docs/gpus.md) over the slowest link the placement uses (NVLink, PCIe,
+    the network), with link parameters fitted on real collectives (Vidur, DeepBench). Spec-derived:
+    the GPU's links come from its catalogue entry."""
+    from predictor.devices.collectives import CollectiveError, Placement, allreduce, default_per_node, shipped_params
+    from predictor.devices.specs import DeviceParamsError, device_key
+    from predictor.gpus import entry
+
+    size = parse_bytes(nbytes)
+    if gpus < 1:
+        raise click.BadParameter(f"{gpus} must be ≥ 1 (the GPUs taking part)", param_hint="--gpus")
+    if per_node is not None and (per_node < 1 or per_node > gpus or gpus % per_node):
+        raise click.BadParameter(f"{per_node} must divide --gpus {gpus} (GPUs per node × nodes = GPUs)",
+                                 param_hint="--per-node")
+    if per_node is None and gpus % default_per_node(gpus):
+        raise click.BadParameter(f"{gpus} GPUs do not fill 8-GPU nodes: give --per-node", param_hint="--gpus")
+    try:
+        gpu = entry(device_key(device))
+    except DeviceParamsError as exc:
+        raise click.BadParameter(str(exc), param_hint="--device") from None
+    try:
+        result = allreduce(size, Placement(gpus, per_node or default_per_node(gpus)), gpu, shipped_params())
+    except CollectiveError as exc:
+        raise click.ClickException(str(exc)) from None
+    out = {"ms": result["seconds"] * 1e3, "gpus": result["gpus"], "per_node": result["per_node"],
+           "nodes": result["nodes"], "link": result["link"], "bytes": size, "device": f"emulated:{gpu.name}",
+           "label": result["label"]}
+    if as_json:
+        click.echo(json.dumps(out))
+        return
+    click.echo(f"all-reduce of {size:,.0f} bytes on {gpus} × {gpu.name} ({out['nodes']} node(s) × {out['per_node']} "
+               f"GPU(s)): {out['ms']:.3f} ms, bottleneck {out['link']} ({out['label']}: the GPU's catalogue links, "
+               "link parameters fitted on real all-reduces)")
 
 
 def check_model_or_files(target: str | None, model_files: tuple[str, ...], name: str, inference: bool) -> None:
