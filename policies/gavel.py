@@ -256,6 +256,7 @@ class GavelPolicy(PreemptivePolicy):
         self.solver = choice("solver", solver, SOLVERS)
         self._book: GavelRounds | None = None
         self._walk: list[int] = []
+        self._admitted: np.ndarray | None = None
         self.equal_share_rounds = 0  # resets whose LP could not be solved: the equal share instead
 
     # -- the allocation ------------------------------------------------------------------------
@@ -298,6 +299,9 @@ class GavelPolicy(PreemptivePolicy):
     def _start_run(self, view) -> None:
         self._book = GavelRounds(self.lease_seconds, self.min_reset_s, len(view.submit), len(view.gpu_types))
         self._walk = fastest_first(view.predicted)
+        # jobs some type can hold and run: the others are rejected and never arrive
+        holds = view.num_gpus[:, None] <= view.total_by_type[None, :]
+        self._admitted = (holds & np.isfinite(view.predicted)).any(axis=1)
         self.equal_share_rounds = 0
 
     def schedule(self, view) -> list[Placement | Preemption]:
@@ -307,7 +311,7 @@ class GavelPolicy(PreemptivePolicy):
             self._start_run(view)
         book, now = self._book, view.now
         present = np.sort(np.fromiter([*view.running, *view.waiting], dtype=np.int64))
-        arrivals_left = bool(np.any(view.submit > now))
+        arrivals_left = bool(np.any((view.submit > now) & self._admitted))
         can_run = np.isfinite(view.predicted)
         for _ in range(2):  # a round that runs nothing with every job in: Gavel resets and goes again
             book.begin(now, present, arrivals_left)

@@ -123,3 +123,15 @@ def test_an_arrival_during_a_round_waits_for_its_end_and_a_round_ends_when_its_j
     assert records.loc["a", "start"] == 0.0
     assert records.loc["b", "start"] == 360.0  # not 100: it waits for the round to end
     assert policy.describe()["allocation_resets"] >= 1
+
+
+def test_a_job_that_is_never_admitted_is_not_waited_for():
+    """Found by the engine's property test: after a reset at 1 s, job c arrives at 2 s with no
+    allocation (the next reset is 1,920 s away) while job d, too large for the cluster, is
+    rejected and never arrives. Waiting for d's arrival left c waiting forever; every job that
+    can arrive has arrived, so Gavel resets at once and runs c."""
+    jobs = [_job("a", 0.0, V100=0.0), _job("b", 0.0, V100=1.0), _job("c", 2.0, V100=5.0),
+            {**_job("d", 3.0, V100=1.0), "num_gpus": 2}]
+    records, _ = _run(jobs, [("V100", 1, 1)], "gavel:restart=0")
+    assert records.loc["c", "start"] == 2.0 and records.loc["c", "end"] == 7.0
+    assert records.loc["d", "status"] == "rejected"
