@@ -15,15 +15,13 @@ limit may still fail: it is for the gross cases, which it does not miss.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from predictor.inputs import load_json
+from predictor.trace_table import ELEMENT_BYTES, first_input_elements
 
-ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
 OPTIMIZER_STATES = {"sgd": 1, "adam": 2, "adamw": 2}  # tensors kept per parameter (SGD: its momentum)
 
 
@@ -36,21 +34,6 @@ class MemoryEstimate:
     @property
     def total_gb(self) -> float:
         return (self.activation_bytes + self.state_bytes) / 1e9
-
-
-def first_input_elements(shapes: str) -> int:
-    """Elements of an op's first input tensor (0 when the capture recorded none or no JSON list);
-    InputError for a field nested past the JSON limits (Python's parser would recurse and crash)."""
-    if not isinstance(shapes, str):
-        return 0
-    try:
-        parsed = load_json(shapes, "input_shapes")
-    except json.JSONDecodeError:
-        return 0
-    first = parsed[0] if isinstance(parsed, list) and parsed else None
-    if not isinstance(first, list) or not all(isinstance(d, int) for d in first):
-        return 0
-    return int(np.prod(first, dtype=np.float64)) if first else 1
 
 
 def activation_bytes(trace: pd.DataFrame) -> float:

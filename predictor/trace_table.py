@@ -426,3 +426,24 @@ def dataset_info(df: pd.DataFrame) -> dict:
         "overhead_share": {f"p{int(k * 100)}": float(v) for k, v in q.items()},
         "iteration_ms_median": float(total.median() / 1000.0),
     }
+
+
+# Bytes per element of the dtypes a trace row may name (gradients, activations, checkpoints).
+ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
+
+
+def first_input_elements(shapes: str) -> int:
+    """Elements of an op's first input tensor (0 when the capture recorded none or no JSON list);
+    InputError for a field nested past the JSON limits (Python's parser would recurse and crash)."""
+    if not isinstance(shapes, str):
+        return 0
+    from predictor.inputs import load_json
+
+    try:
+        parsed = load_json(shapes, "input_shapes")
+    except json.JSONDecodeError:
+        return 0
+    first = parsed[0] if isinstance(parsed, list) and parsed else None
+    if not isinstance(first, list) or not all(isinstance(d, int) for d in first):
+        return 0
+    return int(np.prod(first, dtype=np.float64)) if first else 1
