@@ -21,7 +21,8 @@ Gavel's own simulator, so this follows ``scheduler/scheduler.py`` of stanford-fu
   time; 0 for a job outside the allocation, for X = 0, and where the job cannot run.
 * **The walk** [``_schedule_jobs_on_workers_helper``]: type by type in a fixed order (Gavel's
   ``*_perf`` policies: V100, P100, K80 — here the fastest type first, by each job's speed
-  relative to its fastest type, averaged: :func:`policies.gavel.fastest_first`), each type's jobs by (priority, deficit, X) from the highest, in arrival order on
+  relative to its fastest type, averaged: :func:`policies.gavel.fastest_first`), each type's
+  jobs by (priority, deficit, X) from the highest, in arrival order on
   ties; a job is taken if it has no type yet, can run there and fits in what is left (zero
   priorities last, so GPUs that X leaves idle are filled). A job taken while outside the
   allocation holds its GPUs idle for the round [``_schedule_jobs_on_workers``].
