@@ -99,16 +99,24 @@ INFERENCE_HELP = "--model-file: time the forward alone under torch.no_grad() (wh
 @click.option("--optimizer", type=click.Choice(["sgd", "adam"]), help="[default: sgd; adam for LLMs]")
 @click.option("--regime", type=click.Choice(["plain", "nsys"]), default="plain", show_default=True,
               help="Host times of a plain run, or under Nsight Systems with per-op NVTX ranges.")
+@click.option("--gpus", type=int, default=1, show_default=True,
+              help="Data-parallel (DDP) step on N GPUs at this per-GPU batch: adds compute, all-reduce, exposed "
+                   "communication, total and scaling efficiency (communication spec-derived; docs/gpus.md).")
+@click.option("--per-node", type=int, help="GPUs per node (K, dividing N) [default: all N on one node up to a "
+              "server's 8 GPUs; 8 per node beyond].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (one line per model file).")
 def devices_time(model: str | None, model_files: tuple[str, ...], inference: bool, device: str, batch: int | None,
                  size: int | None, dtype: str | None, allow_tf32: bool, optimizer: str | None, regime: str,
-                 as_json: bool) -> None:
+                 gpus: int, per_node: int | None, as_json: bool) -> None:
     """How long one training step of MODEL takes on an emulated GPU: the config's op sequence
     (meta device) timed by the emulator without noise, split into forward, backward and update.
     MODEL: a zoo model name (resnet50, mobilenet_v2, transformer_encoder[_tiny|_base...], lstm_lm,
     gpt2_medium, ...) or a zoo config id. Or, instead of MODEL, --model-file FILE|DIR: each file's
     model (its training step, or its forward with --inference); a file that fails is named in one
-    line on stderr, the others are still timed, and the exit status is 1."""
+    line on stderr, the others are still timed, and the exit status is 1. --gpus N > 1 adds the
+    data-parallel step on N GPUs, K per node (--per-node): the gradient all-reduces of the
+    config's own gradients in DDP's buckets, the part backward does not hide, and the scaling
+    efficiency (single-GPU step ÷ N-GPU step at the same per-GPU batch)."""
     from predictor.devices.kernels import KernelModelError
     from predictor.devices.specs import DeviceParamsError, load_params
     from predictor.devices.step_time import UnknownModelError, resolve_config, step_time
@@ -117,6 +125,9 @@ def devices_time(model: str | None, model_files: tuple[str, ...], inference: boo
     check_model_or_files(model, model_files, "MODEL", inference)
     if model_files and (batch is not None or size is not None):
         raise click.UsageError("--batch and --size apply to a zoo MODEL; a model file sets its sizes in get_inputs()")
+    per_node = check_placement(gpus, per_node)
+    if model_files and gpus > 1:
+        raise click.UsageError("--gpus applies to a zoo MODEL; --model-file is timed on one GPU")
     try:
         params = load_params()
         params.device(device)
@@ -133,7 +144,10 @@ def devices_time(model: str | None, model_files: tuple[str, ...], inference: boo
     except (UnknownModelError, ModelBuildError) as exc:
         raise click.UsageError(str(exc)) from None
     try:
-        result = step_time(config, device, params, regime, allow_tf32=allow_tf32)
+        if gpus == 1:
+            result = step_time(config, device, params, regime, allow_tf32=allow_tf32)
+        else:
+            result = _data_parallel_time(config, device, params, regime, allow_tf32, gpus, per_node)
     except ModelBuildError as exc:
         raise click.UsageError(str(exc)) from None
     except KernelModelError as exc:  # a broken kernel-model file: one line, not a traceback
@@ -141,7 +155,61 @@ def devices_time(model: str | None, model_files: tuple[str, ...], inference: boo
     if as_json:
         click.echo(json.dumps(result))
         return
-    _print_step_time(result)
+    if gpus == 1:
+        _print_step_time(result)
+        return
+    _print_step_time(result | {"total_ms": result["compute_ms"]})  # the single-GPU step, then the N-GPU one
+    _print_data_parallel(result)
+
+
+def check_placement(gpus: int, per_node: int | None) -> int:
+    """GPUs per node for --gpus N / --per-node K (K defaults to all N on one node up to a server's
+    8 GPUs, 8 per node beyond); a bad value is one line naming it."""
+    from predictor.devices.collectives import default_per_node
+
+    if gpus < 1:
+        raise click.BadParameter(f"{gpus} must be ≥ 1 (the GPUs taking part)", param_hint="--gpus")
+    if per_node is not None and (per_node < 1 or per_node > gpus or gpus % per_node):
+        raise click.BadParameter(f"{per_node} must divide --gpus {gpus} (GPUs per node × nodes = GPUs)",
+                                 param_hint="--per-node")
+    if per_node is None and gpus % default_per_node(gpus):
+        raise click.BadParameter(f"{gpus} GPUs do not fill 8-GPU nodes: give --per-node", param_hint="--gpus")
+    return per_node or default_per_node(gpus)
+
+
+def _data_parallel_time(config, device: str, params, regime: str, allow_tf32: bool, gpus: int,
+                        per_node: int) -> dict:
+    """The single-GPU step of ``config`` (as `ets devices time` prints it) plus its data-parallel
+    step on ``gpus`` GPUs, ``per_node`` per node: backward = the backward phase, other = forward +
+    update; ``total_ms`` becomes the N-GPU step, ``compute_ms`` the single-GPU one."""
+    from predictor.capture.quiet import capture_quietly
+    from predictor.devices.collectives import CollectiveError
+    from predictor.devices.data_parallel import data_parallel_step, gradient_buckets
+    from predictor.devices.specs import DeviceParamsError, regime_host_factor
+    from predictor.devices.step_time import step_time_of_trace
+
+    regime_host_factor(params, regime)
+    trace = capture_quietly(config)
+    result = step_time_of_trace(trace, device, params, regime, allow_tf32)
+    try:
+        step = data_parallel_step(result["backward_ms"] / 1e3, (result["forward_ms"] + result["update_ms"]) / 1e3,
+                                  gradient_buckets(trace), gpus, per_node, device)
+    except (CollectiveError, DeviceParamsError) as exc:
+        raise click.ClickException(f"--gpus {gpus}: {exc}") from None
+    # compute_ms: the single-GPU step as printed (the phases' sum, equal to step's up to rounding)
+    return result | {key: step[key] for key in ("total_ms", "allreduce_ms", "communication_ms", "gpus", "per_node",
+                                                "nodes", "scaling_efficiency", "link", "buckets")} \
+        | {"compute_ms": result["total_ms"], "communication_label": step["label"]}
+
+
+def _print_data_parallel(r: dict) -> None:
+    click.echo(f"  on {r['gpus']} GPUs ({r['nodes']} node(s) × {r['per_node']} GPU(s), data-parallel; "
+               f"communication {r['communication_label']}, bottleneck {r['link']})")
+    click.echo(f"    compute               {r['compute_ms']:>10.3f} ms   (the step above, per GPU)")
+    click.echo(f"    all-reduce            {r['allreduce_ms']:>10.3f} ms   ({r['buckets']} bucket(s))")
+    click.echo(f"    exposed communication {r['communication_ms']:>10.3f} ms")
+    click.echo(f"    total                 {r['total_ms']:>10.3f} ms   scaling efficiency "
+               f"{r['scaling_efficiency']:.3f}")
 
 
 _BYTE_UNITS = {"": 1, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
@@ -177,24 +245,18 @@ def devices_comm(nbytes: str, gpus: int, per_node: int | None, device: str, as_j
     communication model (docs/gpus.md) over the slowest link the placement uses (NVLink, PCIe,
     the network), with link parameters fitted on real collectives (Vidur, DeepBench). Spec-derived:
     the GPU's links come from its catalogue entry."""
-    from predictor.devices.collectives import CollectiveError, Placement, allreduce, default_per_node, shipped_params
+    from predictor.devices.collectives import CollectiveError, Placement, allreduce, shipped_params
     from predictor.devices.specs import DeviceParamsError, device_key
     from predictor.gpus import entry
 
     size = parse_bytes(nbytes)
-    if gpus < 1:
-        raise click.BadParameter(f"{gpus} must be ≥ 1 (the GPUs taking part)", param_hint="--gpus")
-    if per_node is not None and (per_node < 1 or per_node > gpus or gpus % per_node):
-        raise click.BadParameter(f"{per_node} must divide --gpus {gpus} (GPUs per node × nodes = GPUs)",
-                                 param_hint="--per-node")
-    if per_node is None and gpus % default_per_node(gpus):
-        raise click.BadParameter(f"{gpus} GPUs do not fill 8-GPU nodes: give --per-node", param_hint="--gpus")
+    per_node = check_placement(gpus, per_node)
     try:
         gpu = entry(device_key(device))
     except DeviceParamsError as exc:
         raise click.BadParameter(str(exc), param_hint="--device") from None
     try:
-        result = allreduce(size, Placement(gpus, per_node or default_per_node(gpus)), gpu, shipped_params())
+        result = allreduce(size, Placement(gpus, per_node), gpu, shipped_params())
     except CollectiveError as exc:
         raise click.ClickException(str(exc)) from None
     out = {"ms": result["seconds"] * 1e3, "gpus": result["gpus"], "per_node": result["per_node"],

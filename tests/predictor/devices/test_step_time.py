@@ -158,3 +158,53 @@ def test_precision_choices_are_visible_and_amp_runs_on_tensor_cores():
     assert tf32["kernel_math"] == {"conv": "tf32", "matmul": "tf32"} and tf32["allow_tf32"] is True
     assert amp["kernel_math"] == {"conv": "fp16", "matmul": "fp16"} and amp["config_id"].split(":")[3] == "amp"
     assert amp["forward_kernel_ms"] < fp32["forward_kernel_ms"]
+
+
+DP_KEYS = {"total_ms", "compute_ms", "allreduce_ms", "communication_ms", "gpus", "nodes", "scaling_efficiency"}
+
+
+def _time(*args):
+    result = CliRunner().invoke(ets, ["devices", "time", *TINY, "--device", "emulated:A100-SXM4", *args])
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def test_one_gpu_output_is_unchanged_by_gpus_1():
+    assert _time("--gpus", "1") == _time()
+    assert _time("--gpus", "1", "--json") == _time("--json")
+    assert not (DP_KEYS - {"total_ms"}) & set(json.loads(_time("--json")))
+
+
+def test_gpus_adds_the_data_parallel_step():
+    one = json.loads(_time("--json"))
+    packed = json.loads(_time("--gpus", "8", "--json"))
+    spread = json.loads(_time("--gpus", "8", "--per-node", "1", "--json"))
+    assert DP_KEYS <= set(packed) and DP_KEYS <= set(spread)
+    assert (packed["gpus"], packed["nodes"], spread["nodes"]) == (8, 1, 8)
+    assert packed["compute_ms"] == spread["compute_ms"] == one["total_ms"]
+    for r in (packed, spread):
+        assert r["total_ms"] >= r["compute_ms"] and 0 < r["scaling_efficiency"] <= 1
+        assert r["allreduce_ms"] > 0 and r["communication_label"] == "spec-derived"
+        assert r["total_ms"] == pytest.approx(r["compute_ms"] + r["communication_ms"], rel=1e-9)
+    # resnet18: 11.7 M float32 parameters, 47 MB of gradients a step; 8 nodes × 1 is network-bound
+    assert spread["total_ms"] > packed["total_ms"] and spread["link"] == "network"
+    text = _time("--gpus", "8")
+    assert "on 8 GPUs (1 node(s) × 8 GPU(s)" in text and "scaling efficiency" in text
+    assert "exposed communication" in text and "spec-derived" in text
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--gpus", "0"], "--gpus: 0 must be ≥ 1"),
+    (["--gpus", "4", "--per-node", "8"], "--per-node: 8 must divide --gpus 4"),
+    (["--gpus", "4", "--per-node", "3"], "--per-node: 3 must divide --gpus 4"),
+    (["--gpus", "12"], "--gpus: 12 GPUs do not fill 8-GPU nodes"),
+])
+def test_bad_placements_are_one_line_naming_the_value(args, message):
+    result = CliRunner().invoke(ets, ["devices", "time", *TINY, "--device", "emulated:A100-SXM4", *args])
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
+
+
+def test_gpus_with_a_model_file_is_refused_in_one_line(tmp_path):
+    result = CliRunner().invoke(ets, ["devices", "time", "--model-file", str(tmp_path / "m.py"),
+                                      "--device", "emulated:T4", "--gpus", "2"])
+    assert result.exit_code == 2 and "--gpus applies to a zoo MODEL" in result.output
