@@ -208,6 +208,12 @@ class PreemptiveSimulation(Simulation):
         """This timestamp's policy call is a round boundary (counted against the rounds limit)."""
         self._round_token += 1
         self._rounds += 1
+        if self._rounds > self._max_rounds and self._by_event:  # a round per event: no lease to raise
+            view = self.view
+            raise RoundLimitError(
+                f"policy {self.policy.name!r} passed {self._max_rounds:,} rounds (one at every arrival, completion "
+                f"and demotion) at simulated time {self._env.now:.4g} s with {len(view.waiting) + len(view.running):,} "
+                f"job(s) unfinished; raise the limit with {LIMITS['rounds'].variable}=N")
         if self._rounds > self._max_rounds:
             view = self.view
             raise RoundLimitError(

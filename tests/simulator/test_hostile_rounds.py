@@ -75,6 +75,17 @@ def test_a_run_that_passes_the_round_limit_stops_naming_the_lease(monkeypatch):
     assert sim._rounds == 51  # counted, then stopped: not one round more
 
 
+def test_a_policy_with_a_round_per_event_stops_at_the_limit_naming_it_not_a_lease(monkeypatch):
+    # Tiresias reschedules at every arrival and completion: five jobs arriving one second apart on
+    # one GPU make more than 3 rounds; there is no lease to raise, so the message names the limit.
+    monkeypatch.setenv("ETS_SIM_MAX_ROUNDS", "3")
+    sim = simulation([job(f"j{i}", 10.0, submit=float(i)) for i in range(5)], "tiresias:restart=0")
+    with pytest.raises(RoundLimitError, match=r"policy 'tiresias' passed 3 rounds \(one at every arrival, "
+                                              r"completion and demotion\)") as info:
+        sim.run()
+    assert "lease" not in str(info.value) and "ETS_SIM_MAX_ROUNDS=N" in str(info.value)
+
+
 def test_the_hand_case_at_a_one_second_lease_is_unchanged():
     # lease=1 is the smallest accepted; B arrives at 100 and takes A's GPU at once (100 is on the grid)
     result = simulation([job("A", 1000.0), job("B", 200.0, submit=100.0)], "srtf:lease=1,restart=10").run()
