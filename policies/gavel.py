@@ -258,6 +258,7 @@ class GavelPolicy(PreemptivePolicy):
         self._walk: list[int] = []
         self._admitted: np.ndarray | None = None
         self.equal_share_rounds = 0  # resets whose LP could not be solved: the equal share instead
+        self.ecos_fallbacks = 0  # resets ECOS could not solve, solved with HiGHS instead
 
     # -- the allocation ------------------------------------------------------------------------
     def allocation(self, view, jobs: np.ndarray) -> np.ndarray:
@@ -271,6 +272,7 @@ class GavelPolicy(PreemptivePolicy):
                 out = np.empty_like(x)
                 out[:, names] = x
                 return out
+            self.ecos_fallbacks += 1  # ECOS reported no optimum: HiGHS below, said in the manifest
         lp = Allocation(throughput, view.num_gpus[jobs], view.total_by_type)
         if self.objective == "max_min":
             if self.share == "perf":
@@ -302,7 +304,7 @@ class GavelPolicy(PreemptivePolicy):
         # jobs some type can hold and run: the others are rejected and never arrive
         holds = view.num_gpus[:, None] <= view.total_by_type[None, :]
         self._admitted = (holds & np.isfinite(view.predicted)).any(axis=1)
-        self.equal_share_rounds = 0
+        self.equal_share_rounds = self.ecos_fallbacks = 0
 
     def schedule(self, view) -> list[Placement | Preemption]:
         if not view.at_round:
@@ -334,4 +336,5 @@ class GavelPolicy(PreemptivePolicy):
     def describe(self) -> dict:
         return {**super().describe(), "objective": self.objective, "reset_s": self.min_reset_s,
                 "share": self.share, "solver": self.solver, "equal_share_rounds": self.equal_share_rounds,
+                "ecos_fallbacks": self.ecos_fallbacks,
                 "allocation_resets": self._book.resets if self._book is not None else 0}

@@ -14,6 +14,7 @@ import fcntl
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -57,6 +58,21 @@ def _git(*args: str, cwd: Path | None = None, timeout: float = 600) -> subproces
         raise PeerUnavailable("git is not installed") from err
     except subprocess.TimeoutExpired as err:
         raise PeerUnavailable(f"git {args[0]} timed out after {timeout:.0f} s") from err
+
+
+def clone_at(source: str, dest: Path, commit: str, peer: str, variable: str) -> None:
+    """A fresh clone of ``source`` into ``dest`` (no checkout) holding ``commit`` (fetched if the
+    clone lacks it); PeerUnavailable naming ``peer`` and ``variable`` when it cannot be had."""
+    shutil.rmtree(dest, ignore_errors=True)
+    if "://" not in source and not Path(source).exists():
+        raise PeerUnavailable(f"no {peer} repository at {source} ({variable} / --repo)")
+    done = _git("clone", "--quiet", "--no-checkout", source, str(dest))
+    if done.returncode != 0:
+        raise PeerUnavailable(f"cannot clone {source}: {done.stderr.strip()[-400:]}")
+    if _git("cat-file", "-e", f"{commit}^{{commit}}", cwd=dest).returncode != 0:
+        done = _git("fetch", "--quiet", "origin", commit, cwd=dest)
+        if done.returncode != 0:
+            raise PeerUnavailable(f"commit {commit} is not in {source}: {done.stderr.strip()[-300:]}")
 
 
 def _sha256(path: Path) -> str:

@@ -49,7 +49,16 @@ import sys
 import time
 from pathlib import Path
 
-from experiments.peers.common import DATA, PeerFailed, PeerUnavailable, _git, _locked, _sha256, scratch_dir
+from experiments.peers.common import (
+    DATA,
+    PeerFailed,
+    PeerUnavailable,
+    _git,
+    _locked,
+    _sha256,
+    clone_at,
+    scratch_dir,
+)
 
 GAVEL_URL = "https://github.com/stanford-futuredata/gavel"
 GAVEL_COMMIT = "c4fa40097339e9608ab71fd64c8bdea96a5e4a4c"
@@ -94,16 +103,7 @@ def gavel_checkout(repo: str | os.PathLike | None = None, scratch: str | os.Path
     with _locked(root / "gavel-checkout.lock"):
         if (dest / ".ets-ready").exists():
             return dest
-        shutil.rmtree(dest, ignore_errors=True)
-        if "://" not in source and not Path(source).exists():
-            raise PeerUnavailable(f"no Gavel repository at {source} (ETS_PEER_GAVEL_REPO / --repo)")
-        done = _git("clone", "--quiet", "--no-checkout", source, str(dest))
-        if done.returncode != 0:
-            raise PeerUnavailable(f"cannot clone {source}: {done.stderr.strip()[-400:]}")
-        if _git("cat-file", "-e", f"{commit}^{{commit}}", cwd=dest).returncode != 0:
-            done = _git("fetch", "--quiet", "origin", commit, cwd=dest)
-            if done.returncode != 0:
-                raise PeerUnavailable(f"commit {commit} is not in {source}: {done.stderr.strip()[-300:]}")
+        clone_at(source, dest, commit, "Gavel", "ETS_PEER_GAVEL_REPO")
         # A mirror may lack some blobs (the snapshot we were given lacks files of 4 MiB and more):
         # leave those paths out of a sparse checkout rather than fail the whole checkout.
         listing = _git("ls-tree", "-r", commit, "scheduler", cwd=dest).stdout.splitlines()

@@ -38,7 +38,16 @@ import sys
 import time
 from pathlib import Path
 
-from experiments.peers.common import DATA, PeerFailed, PeerUnavailable, _git, _locked, _sha256, scratch_dir
+from experiments.peers.common import (
+    DATA,
+    PeerFailed,
+    PeerUnavailable,
+    _git,
+    _locked,
+    _sha256,
+    clone_at,
+    scratch_dir,
+)
 
 TIRESIAS_URL = "https://github.com/SymbioticLab/Tiresias"
 TIRESIAS_COMMIT = "959f9b08f44fa1b4f2b3aed79b01e4d439264a94"  # "add Apache license", 2020-05-06 (HEAD)
@@ -112,16 +121,7 @@ def tiresias_checkout(repo: str | os.PathLike | None = None, scratch: str | os.P
     with _locked(root / "tiresias-checkout.lock"):
         if (dest / ".ets-ready").exists():
             return dest
-        shutil.rmtree(dest, ignore_errors=True)
-        if "://" not in source and not Path(source).exists():
-            raise PeerUnavailable(f"no Tiresias repository at {source} (ETS_PEER_TIRESIAS_REPO / --repo)")
-        done = _git("clone", "--quiet", "--no-checkout", source, str(dest))
-        if done.returncode != 0:
-            raise PeerUnavailable(f"cannot clone {source}: {done.stderr.strip()[-400:]}")
-        if _git("cat-file", "-e", f"{commit}^{{commit}}", cwd=dest).returncode != 0:
-            done = _git("fetch", "--quiet", "origin", commit, cwd=dest)
-            if done.returncode != 0:
-                raise PeerUnavailable(f"commit {commit} is not in {source}: {done.stderr.strip()[-300:]}")
+        clone_at(source, dest, commit, "Tiresias", "ETS_PEER_TIRESIAS_REPO")
         done = _git("checkout", "--quiet", "--detach", commit, cwd=dest)
         head = _git("rev-parse", "HEAD", cwd=dest).stdout.strip()
         if head != commit or not (dest / "simulator" / TIRESIAS_DRIVER).exists():
