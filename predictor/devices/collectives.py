@@ -26,7 +26,7 @@ links fitted on other machines), never measured.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -172,12 +172,35 @@ def gpu_interconnect(gpu: GpuEntry) -> Interconnect:
     return gpu.interconnect
 
 
+# What a cluster file's node may say its GPUs are joined by (``interconnect``), overriding the GPU
+# catalogue: NVLink topology and whether PCIe peer-to-peer works.
+INTERCONNECT_KINDS = {"nvlink": ("all", True), "nvlink-pairs": ("pairs", True), "pcie": ("none", True),
+                      "pcie-no-p2p": ("none", False)}
+
+
+def override_interconnect(gpu: GpuEntry, kind: str) -> Interconnect:
+    """The GPU's catalogue links as a node that says ``interconnect: kind`` has them; NVLink on a
+    GPU whose catalogue entry has none is refused (its bandwidth would be a guess)."""
+    if kind not in INTERCONNECT_KINDS:
+        raise CollectiveError(f"unknown interconnect {kind!r}; known: {', '.join(INTERCONNECT_KINDS)}")
+    base = gpu_interconnect(gpu)
+    topology, p2p = INTERCONNECT_KINDS[kind]
+    if topology != "none" and base.nvlink_gbs <= 0:
+        raise CollectiveError(f"interconnect {kind!r}: GPU {gpu.name} has no NVLink in its catalogue entry "
+                              f"({gpu.file.name}); use pcie or pcie-no-p2p")
+    return replace(base, nvlink_topology=topology, pcie_p2p=p2p, nvlink_gbs=base.nvlink_gbs if topology != "none" else 0.0,
+                   source=f"{base.source}; overridden by the cluster file: {kind}")
+
+
 def ring_seconds(nbytes, gpus, per_node, intra: str | np.ndarray, intra_bps, streams,
-                 params: CommParams) -> np.ndarray:
+                 params: CommParams, network_bps=np.inf) -> np.ndarray:
     """The model, vectorised over rows (numpy arrays or scalars): seconds of one all-reduce.
 
     ``intra``: the link class within a node ('' for one GPU per node); ``intra_bps``: its spec
-    bandwidth per direction; ``streams``: network streams a node drives (0: the fitted default)."""
+    bandwidth per direction; ``streams``: network streams a node drives (0: the fitted default);
+    ``per_node``: GPUs on the node with the fewest (it drives the fewest streams); ``network_bps``:
+    a node's network line rate (bytes/s; a cluster file's ``network_gbps``), which caps what its
+    streams move."""
     nbytes, gpus, per_node = (np.asarray(x, dtype=float) for x in (nbytes, gpus, per_node))
     intra, intra_bps, streams = np.asarray(intra), np.asarray(intra_bps, dtype=float), np.asarray(streams)
     alpha = np.zeros(np.broadcast(nbytes, gpus, intra).shape)
@@ -190,7 +213,8 @@ def ring_seconds(nbytes, gpus, per_node, intra: str | np.ndarray, intra_bps, str
     across = gpus > per_node
     node_streams = np.minimum(per_node, np.where(streams > 0, streams, net.streams))
     alpha = np.where(across, np.maximum(alpha, net.alpha_s), alpha)
-    bandwidth = np.where(across, np.minimum(bandwidth, net.stream_bps * node_streams), bandwidth)
+    node_bps = np.minimum(net.stream_bps * node_streams, np.asarray(network_bps, dtype=float))
+    bandwidth = np.where(across, np.minimum(bandwidth, node_bps), bandwidth)
     steps = 2 * (gpus - 1)
     moved = steps / np.maximum(gpus, 1) * nbytes
     best = np.full(alpha.shape, np.inf)
@@ -225,3 +249,19 @@ def allreduce(nbytes: float, placement: Placement, gpu: GpuEntry, params: CommPa
                                  intra[1] if intra else 0.0, 0, params))
     return {"seconds": seconds, "gpus": placement.gpus, "per_node": placement.per_node, "nodes": placement.nodes,
             "link": bottleneck(interconnect, placement, params), "label": LABEL}
+
+
+def allreduce_on_nodes(nbytes, counts: tuple[int, ...], interconnect: Interconnect, params: CommParams | None = None,
+                       network_bps: float = np.inf) -> np.ndarray:
+    """Seconds of all-reduces of ``nbytes`` (an array: one per bucket) over GPUs spread as
+    ``counts`` (GPUs on each node the job holds, e.g. (6, 2)): the simulator's placements, which
+    need not be even. The ring's slowest links: within a node, the largest node's link class (a
+    third GPU over PCIe on a bridged pair); between nodes, the node with the fewest GPUs, which
+    drives the fewest network streams."""
+    gpus = int(sum(counts))
+    if gpus <= 1:
+        return np.zeros(np.shape(nbytes))
+    params = params or shipped_params()
+    intra = intra_link(interconnect, max(counts))
+    return ring_seconds(np.asarray(nbytes, dtype=float), gpus, min(counts), intra[0] if intra else "",
+                        intra[1] if intra else 0.0, 0, params, network_bps)

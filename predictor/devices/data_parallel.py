@@ -96,6 +96,20 @@ def gradient_buckets(rows: pd.DataFrame) -> list[int]:
     return pack_buckets(gradients(rows))
 
 
+def overlapped_step(backward_s: float, other_s: float, bucket_bytes, bucket_seconds) -> float:
+    """Seconds of one step whose buckets (bytes, in the order their all-reduces start) take
+    ``bucket_seconds`` each: bucket i is ready when backward has produced that share of the
+    gradient bytes, all-reduces run one after another, and the step ends with the update after
+    both backward and the last all-reduce: other + max(backward, last all-reduce's end)."""
+    total = float(sum(bucket_bytes))
+    cumulative = end = 0.0
+    for size, seconds in zip(bucket_bytes, bucket_seconds):
+        cumulative += size
+        ready = backward_s * (cumulative / total if total > 0 else 1.0)
+        end = max(ready, end) + seconds
+    return other_s + max(backward_s, end)
+
+
 def data_parallel_step(compute_backward_s: float, compute_other_s: float, buckets: list[int] | list[float],
                        gpus: int, per_node: int, device: GpuEntry | str,
                        params: CommParams | None = None) -> dict:
@@ -120,20 +134,13 @@ def data_parallel_step(compute_backward_s: float, compute_other_s: float, bucket
     if any(not np.isfinite(b) or b < 0 for b in sizes):
         raise CollectiveError(f"bucket sizes must be finite numbers ≥ 0, got {buckets!r}")
     compute_s = float(compute_backward_s) + float(compute_other_s)
-    backward_end = float(compute_backward_s)
-    allreduce_s, end, link = 0.0, 0.0, "none"
+    allreduce_s, total_s, link = 0.0, compute_s, "none"
     if placement.gpus > 1 and sizes:
         params = params or shipped_params()
-        total_bytes = sum(sizes)
-        cumulative = 0.0
-        for size in sizes:
-            cumulative += size
-            ready = backward_end * (cumulative / total_bytes if total_bytes > 0 else 1.0)
-            one = allreduce(size, placement, device, params)
-            allreduce_s += one["seconds"]
-            end = max(ready, end) + one["seconds"]
-            link = one["link"]
-    total_s = float(compute_other_s) + max(backward_end, end)
+        seconds = [allreduce(size, placement, device, params)["seconds"] for size in sizes]
+        link = allreduce(sizes[-1], placement, device, params)["link"]
+        total_s = overlapped_step(float(compute_backward_s), float(compute_other_s), sizes, seconds)
+        allreduce_s = float(sum(seconds))
     return {"compute_ms": compute_s * 1e3, "allreduce_ms": allreduce_s * 1e3,
             "communication_ms": (total_s - compute_s) * 1e3, "total_ms": total_s * 1e3,
             "scaling_efficiency": compute_s / total_s if total_s > 0 else 1.0,
