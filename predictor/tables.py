@@ -259,6 +259,9 @@ def _cache_secret(path: Path) -> bytes:
     return secret
 
 
+TRUTH_PHASES = ("iteration", "backward")
+
+
 def _digest(*parts: object) -> str:
     h = hashlib.sha1()
     for part in parts:
@@ -297,8 +300,6 @@ def _cached(key: str, build, source: str, warn: Callable[[str], None] | None = N
     written with it; else (no hash, another hash, a truncated or unreadable file, a table that
     fails its checks) ``warn`` gets one line and the table is rebuilt and rewritten. ``warn``
     defaults to a ``warning:`` line on stderr; the table's ``warnings`` keep the line too."""
-    from predictor.outputs import OutputError, atomic_file
-
     folder, secret = open_cache()
     path = folder / f"{key}.parquet"
     problem = None
@@ -310,17 +311,24 @@ def _cached(key: str, build, source: str, warn: Callable[[str], None] | None = N
             except ValueError as exc:  # signed, yet not a valid table: written by a broken version
                 problem = short(str(exc), 200)
     table = build()
-    try:
-        with atomic_file(path) as tmp:  # the rename replaces a planted link; never writes through it
-            write_table(table, tmp, signed=(secret, key))
-    except OutputError as exc:
-        raise TableError(f"table cache: {exc}") from None
+    _store(folder, secret, key, table)
     result = IterationTimeTable(table, source)
     if problem is not None:
         line = f"cache table {path} does not match its hash: rebuilt ({problem})"
         result.warnings.append(line)
         (warn or stderr_warning)(line)
     return result
+
+
+def _store(folder: Path, secret: bytes, key: str, table: pd.DataFrame) -> None:
+    """Write ``table`` into the cache under ``key``, signed."""
+    from predictor.outputs import OutputError, atomic_file
+
+    try:
+        with atomic_file(folder / f"{key}.parquet") as tmp:  # the rename replaces a planted link
+            write_table(table, tmp, signed=(secret, key))
+    except OutputError as exc:
+        raise TableError(f"table cache: {exc}") from None
 
 
 def stderr_warning(line: str) -> None:
@@ -338,31 +346,46 @@ def _gpu_key(gpu: str) -> str:
 
 
 def truth_table(sequences: pd.DataFrame, gpu_types: list[str], *, progress: bool = False,
-                warn: Callable[[str], None] | None = None) -> IterationTimeTable:
-    """True seconds per iteration: each config's trace on each (emulated) GPU type.
+                warn: Callable[[str], None] | None = None, phase: str = "iteration") -> IterationTimeTable:
+    """True seconds per iteration: each config's trace on each (emulated) GPU type; with
+    ``phase="backward"``, the seconds of its backward ops alone (what a data-parallel step can
+    overlap its gradient all-reduces with). One emulation builds both tables; each is cached.
     ``progress``: a bar on stderr while it is built (the cached table loads at once).
     ``warn``: gets the line saying a cache table was rebuilt (:func:`_cached`)."""
     from predictor.devices.specs import load_params
     from predictor.evaluate import iteration_truth
 
+    if phase not in TRUTH_PHASES:
+        raise TableError(f"unknown truth phase {short(phase)}; known: {', '.join(TRUTH_PHASES)}")
     params = load_params()
     types = sorted(set(gpu_types))
     keys = {g: _gpu_key(g) for g in types}
     configs = sorted(sequences["config_id"].unique())
+    from predictor.devices.timing import emulator_fingerprint
+
+    digest = _digest(configs, keys, emulator_fingerprint(params), len(sequences))
+    names = {"iteration": f"truth-{digest}", "backward": f"backward-{digest}"}
 
     def build() -> pd.DataFrame:
-        parts = []
+        parts: dict[str, list[pd.DataFrame]] = {"iteration": [], "backward": []}
         with _bar(len(types) * len(configs), f"true iteration times on {', '.join(types)} (cached after)",
                   "config", progress) as bar:
             traces = emulated_traces(sequences, [keys[gpu] for gpu in types], params, bar)
             for gpu in types:
-                parts.append(_seconds(iteration_truth(traces[keys[gpu]]), gpu, "true_us"))
-        return pd.concat(parts, ignore_index=True)
+                trace = traces[keys[gpu]]
+                parts["iteration"].append(_seconds(iteration_truth(trace), gpu, "true_us"))
+                backward = trace[trace["phase"] == "backward"]
+                sums = (backward["duration_us"] + backward["gap_us"]).groupby(backward["config_id"]).sum()
+                parts["backward"].append(_seconds(pd.DataFrame({"config_id": configs,
+                                                                "us": sums.reindex(configs).fillna(0.0).to_numpy()}),
+                                                  gpu, "us"))
+        frames = {name: pd.concat(frame, ignore_index=True) for name, frame in parts.items()}
+        other = "backward" if phase == "iteration" else "iteration"
+        _store(*open_cache(), names[other], frames[other])  # the sibling of the same emulation
+        return frames[phase]
 
-    from predictor.devices.timing import emulator_fingerprint
-
-    return _cached(f"truth-{_digest(configs, keys, emulator_fingerprint(params), len(sequences))}", build,
-                   f"truth: emulated {', '.join(types)} (params {params.version})", warn)
+    what = "truth" if phase == "iteration" else "backward seconds of the truth"
+    return _cached(names[phase], build, f"{what}: emulated {', '.join(types)} (params {params.version})", warn)
 
 
 def method_table(method: str, sequences: pd.DataFrame, gpu_types: list[str],

@@ -88,6 +88,41 @@ class ClusterState:
             del pool[-take:]
         return self._taken(type_k, chosen, ids)
 
+    def allocate_first_fit(self, type_k: int, n: int) -> tuple[int, ...]:
+        """n GPUs of the type taken in node order, every free GPU of a node before the next: the
+        placement of a scheduler that does not consolidate (Tiresias' rule for jobs it need not)."""
+        return self._take_over(type_k, n, [node for node in self.type_nodes[type_k].tolist() if self.node_free[node]],
+                               per_node=None)
+
+    def allocate_spread(self, type_k: int, n: int) -> tuple[int, ...]:
+        """n GPUs of the type on as many nodes as possible: one per node, the nodes with the most
+        free GPUs first (lower id among equals), round after round until n are taken."""
+        nodes = sorted((node for node in self.type_nodes[type_k].tolist() if self.node_free[node]),
+                       key=lambda node: (-self.node_free[node], node))
+        return self._take_over(type_k, n, nodes, per_node=1)
+
+    def _take_over(self, type_k: int, n: int, nodes: list[int], per_node: int | None) -> tuple[int, ...]:
+        """Take n GPUs walking ``nodes`` in order, ``per_node`` at a time (None: all a node has)."""
+        if self.free_by_type[type_k] < n:
+            raise PolicyError(f"not enough free {self.types[type_k]} GPUs for a {n}-GPU job")
+        taken = dict.fromkeys(nodes, 0)
+        need = n
+        while need:
+            for node in nodes:
+                room = self.node_free[node] - taken[node]
+                take = min(room, need, per_node or room)
+                taken[node] += take
+                need -= take
+                if not need:
+                    break
+        chosen = [(node, count) for node, count in taken.items() if count]
+        ids: list[int] = []
+        for node, take in chosen:
+            pool = self.free_ids[node]
+            ids.extend(pool[:-take - 1:-1])
+            del pool[-take:]
+        return self._taken(type_k, chosen, ids)
+
     def claim(self, type_k: int, gpu_ids: tuple[int, ...]) -> tuple[int, ...]:
         for g in gpu_ids:
             if not 0 <= g < len(self.gpu_node_list) or self.node_type_list[self.gpu_node_list[g]] != type_k:

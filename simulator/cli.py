@@ -17,6 +17,7 @@ import click
 from policies.base import PolicySpecError
 from policies.registry import policy_help
 from predictor.cli.errors import UserErrorGroup
+from predictor.devices.collectives import CollectiveError
 from predictor.gpus import UnknownGpuTypeError, names_help
 from predictor.inputs import printable
 from predictor.outputs import (
@@ -30,6 +31,7 @@ from predictor.outputs import (
 )
 from predictor.tables import TableError, open_cache
 from simulator.cluster import PRESETS, ClusterError
+from simulator.communication import PLACEMENTS, PlacementError
 from simulator.run import DEFAULT_CLUSTER, DEFAULT_WORKLOAD, RunConfig, RunOutput, WorkloadSpecError, execute, readable
 from simulator.timing import PREDICTOR_HELP, PredictorSpecError
 from traces.binding import BindingError
@@ -38,7 +40,8 @@ from traces.schema import TraceError
 from traces.synthetic import KINDS as SYNTHETIC_KINDS
 
 USER_ERRORS = (TraceError, TraceSpecError, ClusterError, PolicySpecError, PredictorSpecError,
-               WorkloadSpecError, UnknownGpuTypeError, BindingError, TableError, OutputError)
+               WorkloadSpecError, UnknownGpuTypeError, BindingError, TableError, OutputError, PlacementError,
+               CollectiveError)
 
 
 def format_summary(summary: dict) -> str:
@@ -202,6 +205,14 @@ def write_results(out_dir: Path, output: RunOutput, truth: RunOutput | None, *, 
 @click.option("--observe-after", type=click.IntRange(1), metavar="K",
               help="Online feedback: once a job has run K iterations on a GPU type, the policy's estimate "
                    "for it on that type becomes the measured truth (binds the workload).")
+@click.option("--placement", type=click.Choice(PLACEMENTS), default="consolidate", show_default=True,
+              help="Where a multi-GPU job's GPUs go: consolidate (fewest nodes, best fit), spread (as many "
+                   "nodes as possible), tiresias (consolidate only models with a skewed gradient; others "
+                   "first fit; needs a bound workload).")
+@click.option("--communication/--no-communication", default=True, show_default=True,
+              help="In a bound run, multi-GPU jobs take a data-parallel step at the GPUs they get: compute plus "
+                   "the gradient all-reduces backward does not hide (spec-derived). --no-communication times "
+                   "them as one GPU, as before.")
 @click.option("--compare-truth", is_flag=True,
               help="Also run the truth predictor on the same workload and print the ratios.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
@@ -214,7 +225,8 @@ def write_results(out_dir: Path, output: RunOutput, truth: RunOutput | None, *, 
               help="No progress bars; print only the output directory (warnings still go to stderr).")
 @click.pass_context
 def main(ctx: click.Context, policy, predictor, trace, workload, limit, cluster, seed, deadline_fraction,
-         reference_gpu, load_scale, bind, observe_after, compare_truth, out, overwrite, quiet) -> None:
+         reference_gpu, load_scale, bind, observe_after, placement, communication, compare_truth, out, overwrite,
+         quiet) -> None:
     """Simulate a heterogeneous GPU cluster replaying a job trace under a scheduling policy.
 
     Policies plan with PREDICTED run times; jobs finish after their TRUE run times. With only
@@ -233,7 +245,8 @@ def main(ctx: click.Context, policy, predictor, trace, workload, limit, cluster,
         raise click.UsageError("--policy and --predictor are required (see --help)")
     config = RunConfig(policy=policy, predictor=predictor, trace=trace, workload=workload, limit=limit,
                        cluster=cluster, seed=seed, deadline_fraction=deadline_fraction,
-                       reference_gpu=reference_gpu, load_scale=load_scale, bind=bind, observe_after=observe_after)
+                       reference_gpu=reference_gpu, load_scale=load_scale, bind=bind, observe_after=observe_after,
+                       placement=placement, communication=communication)
     try:
         fresh = out is None or not out.exists()  # a folder this run creates is removed if it fails
         out_dir = out if out is not None else default_out_dir(policy, predictor)

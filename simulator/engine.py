@@ -21,6 +21,7 @@ from tqdm import tqdm
 from policies.base import Placement, Policy, PolicyError, SchedulerView
 from simulator.allocation import ClusterState
 from simulator.cluster import Cluster
+from simulator.communication import PlacementTiming, check_placement
 from simulator.timing import RuntimePredictor, true_runtimes
 from traces.schema import ALLOWED_GPUS, ALLOWED_SEPARATOR, JobTrace
 
@@ -69,12 +70,21 @@ class Simulation:
     PREEMPTIVE = False  # this engine never suspends a job
 
     def __init__(self, trace: JobTrace, cluster: Cluster, policy: Policy, predictor: RuntimePredictor,
-                 *, reference_type: str | None = None, progress: bool = False, observe_after: int | None = None):
+                 *, reference_type: str | None = None, progress: bool = False, observe_after: int | None = None,
+                 timing: PlacementTiming | None = None, placement: str = "consolidate"):
         if policy.preemptive and not self.PREEMPTIVE:
             raise TypeError(f"policy {policy.name!r} is preemptive: run it with simulator.preemption.make_simulation")
         self.trace, self.cluster, self.policy, self.predictor = trace, cluster, policy, predictor
         self.state = ClusterState(cluster)
         jobs = trace.jobs
+        # Where a multi-GPU job runs changes its run time (simulator.communication): None keeps
+        # every job at its truth-matrix time, wherever its GPUs are.
+        self.timing = timing
+        self.placement = check_placement(placement)
+        self.slowdown = np.ones(len(jobs))  # each job's step at its GPUs ÷ packed (1: one GPU, or no timing)
+        self._spread = (np.zeros(len(jobs), dtype=bool) if placement == "consolidate" else
+                        np.ones(len(jobs), dtype=bool) if placement == "spread" else
+                        ~self._skewed(jobs))
         self.reference_type = reference_type or cluster.reference_type()
         self.truth = true_runtimes(jobs, cluster.gpu_types, self.reference_type)
         runnable = np.isfinite(self.truth)  # +inf: the trace says the job cannot run on that type
@@ -192,13 +202,15 @@ class Simulation:
         placements = self._decide(view)
         if not placements:
             return
-        env, occupy, start = self._env, self._occupy, self.start
+        env, occupy, start, timing = self._env, self._occupy, self.start, self.timing
         truth, num_types = self._truth, self._num_types
         ending, observe = self._ending, self.observe_time
         for p in placements:
             job, k = occupy(p, now)
             start[job] = now
             duration = truth[job * num_types + k]
+            if timing is not None and self._num[job] > 1:
+                duration *= self._charge(job, k)
             end = now + duration  # the time simpy gives the timeout below
             if end in ending:
                 ending[end].append(job)
@@ -244,6 +256,8 @@ class Simulation:
         elif state.free_by_type[k] < n:
             raise PolicyError(f"policy {self.policy.name!r} placed job {job} ({n} GPUs) on "
                               f"{p.gpu_type} with only {state.free_by_type[k]} free")
+        elif self._spread[job] and n > 1:
+            ids = state.allocate_spread(k, n) if self.placement == "spread" else state.allocate_first_fit(k, n)
         else:
             ids = state.allocate(k, n)
         gpu_job = state.gpu_job
@@ -254,6 +268,18 @@ class Simulation:
         self.type_of[job] = k
         self.gpus_of[job] = ids
         return job, k
+
+    def _charge(self, job: int, k: int) -> float:
+        """The job's step at the GPUs it got ÷ its step packed on type k, kept for its records."""
+        factor = self.timing.slowdown(job, k, self.gpus_of[job])
+        self.slowdown[job] = factor
+        return factor
+
+    def _skewed(self, jobs: pd.DataFrame) -> np.ndarray:
+        """Tiresias' rule: which jobs must be consolidated (a skewed model, one large gradient)."""
+        if self.timing is None:
+            raise SimulationError("placement 'tiresias' needs jobs bound to model configs (their gradients)")
+        return self.timing.skewed()
 
     def _observe(self, job: int, k: int) -> None:
         """The job has run K iterations on type k: its measured time replaces the prediction."""
@@ -349,7 +375,7 @@ class Simulation:
         rows = np.arange(len(jobs))
         placed = k >= 0
         pred = np.where(placed, self.initial_predicted[rows, np.where(placed, k, 0)], np.nan)
-        true = np.where(placed, self.truth[rows, np.where(placed, k, 0)], np.nan)
+        true = np.where(placed, self.truth[rows, np.where(placed, k, 0)] * self.slowdown, np.nan)
         deadline = jobs["deadline_s"].to_numpy()
         end = self.end
         with np.errstate(invalid="ignore"):
@@ -362,7 +388,7 @@ class Simulation:
         for i in np.flatnonzero(self.rejected):
             reason_codes[i] = reasons.setdefault(self.reject_reason[i], len(reasons))
         ids = jobs["job_id"]
-        return pd.DataFrame({
+        records = pd.DataFrame({
             "job_id": (ids.astype(TEXT) if pd.api.types.is_string_dtype(ids) else ids.to_numpy(dtype=object)),
             "status": text_column(["completed", "rejected"], self.rejected.astype(np.intp)),
             "submit": jobs["submit_s"].to_numpy(),
@@ -380,6 +406,10 @@ class Simulation:
             "reason": text_column(list(reasons), reason_codes),
             "line": jobs["line"].to_numpy(),
         }, index=pd.RangeIndex(len(jobs)))
+        if self.timing is not None:  # seconds a job's GPUs spent on exposed communication
+            records["communication_s"] = true - np.where(placed, self.timing.compute_runtime(np.where(placed, k, 0)),
+                                                         np.nan)
+        return records
 
 
 # The dtype pandas gives a column of Python or numpy strings (``str`` from pandas 3, object before).

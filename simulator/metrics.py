@@ -89,4 +89,12 @@ def summarize(records: pd.DataFrame, cluster: Cluster, *, policy_seconds: float,
         "events": int(events),
         "events_per_second": float(events / wall_seconds) if wall_seconds > 0 else 0.0,
         **({} if rounds is None else {"rounds": int(rounds)}),
+        **(communication(done, total_busy) if "communication_s" in done else {}),
     }
+
+
+def communication(done: pd.DataFrame, total_busy: float) -> dict:
+    """GPU-seconds multi-GPU jobs spent on exposed gradient communication (a bound run with its
+    communication model), and their share of all GPU-seconds held."""
+    spent = float((done["communication_s"].fillna(0.0) * done["num_gpus"]).sum())
+    return {"communication_gpu_seconds": spent, "communication_share": spent / total_busy if total_busy > 0 else 0.0}

@@ -140,6 +140,7 @@ class PreemptiveSimulation(Simulation):
         self.fraction = np.zeros(n)  # the view's progress: fraction done now
         self.attained = np.zeros(n)  # GPU-seconds of service (restarts included)
         self.worked = np.zeros(n)  # seconds trained on GPUs, all segments
+        self.communicated = np.zeros(n)  # of them, seconds of exposed communication (placement timing)
         self.preemptions = np.zeros(n, dtype=np.int64)
         self.work_start = np.full(n, np.nan)  # when the current segment's work began (after its restart)
         self.segment_start = np.full(n, np.nan)
@@ -234,7 +235,7 @@ class PreemptiveSimulation(Simulation):
     # -- progress ------------------------------------------------------------------------------
     def _fraction_done(self, jobs: np.ndarray, now: float) -> np.ndarray:
         """The fraction of each running job's work done at ``now`` (none during its restart)."""
-        truth = self.truth[jobs, self.type_of[jobs]]
+        truth = self.truth[jobs, self.type_of[jobs]] * self.slowdown[jobs]  # at the GPUs each holds now
         worked = np.maximum(0.0, now - self.work_start[jobs])
         started = now >= self.work_start[jobs]
         with np.errstate(divide="ignore", invalid="ignore"):  # a job of no work: done once it starts working
@@ -296,6 +297,10 @@ class PreemptiveSimulation(Simulation):
         self._segments.add(job, k, self.gpus_of[job], float(self.segment_start[job]), now,
                            float(self.work_start[job] - self.segment_start[job]), worked)
         self.worked[job] += worked
+        if self.timing is not None and worked > 0:  # its exposed communication, at this segment's GPUs
+            packed = self.truth[job, k] * self.slowdown[job]
+            compute = self.timing.compute_runtime_of(job, k)
+            self.communicated[job] += worked * max(0.0, 1.0 - compute / packed) if packed > 0 else 0.0
         self.attained[job] = self._attained_before[job] = self._attained_before[job] + held * self._num[job]
         self.held_by_type[k] += held * self._num[job]
 
@@ -307,7 +312,9 @@ class PreemptiveSimulation(Simulation):
                 self.start[job] = now
             self.segment_start[job] = now
             self.work_start[job] = now + delay
-            duration = delay + (1.0 - self.done[job]) * self.truth[job, k]
+            if self.timing is not None and self._num[job] > 1:
+                self._charge(job, k)  # this segment's GPUs: a resumed job may land elsewhere
+            duration = delay + (1.0 - self.done[job]) * self.truth[job, k] * self.slowdown[job]
             self._env.timeout(duration, (job, int(self.epoch[job]))).callbacks.append(self._finish)
 
     def _finish(self, ev: simpy.Event) -> None:
@@ -316,7 +323,7 @@ class PreemptiveSimulation(Simulation):
         if epoch == self.epoch[job] and job in self.view.running:
             now = self._env.now
             _, k = self.view.running.pop(job)
-            self._close_segment(job, k, now, (1.0 - self.done[job]) * self.truth[job, k])
+            self._close_segment(job, k, now, (1.0 - self.done[job]) * self.truth[job, k] * self.slowdown[job])
             self.state.release(k, self.gpus_of[job])
             self.done[job] = self.fraction[job] = 1.0
             self.end[job] = now
@@ -349,6 +356,8 @@ class PreemptiveSimulation(Simulation):
         records = super()._records()
         placed = self.type_of >= 0
         records["true_runtime"] = np.where(placed, self.worked, np.nan)
+        if self.timing is not None:
+            records["communication_s"] = np.where(placed, self.communicated, np.nan)
         records["preemptions"] = self.preemptions
         records["restart_overhead_s"] = self.preemptions * self.restart_s  # each suspension, one resume
         return records

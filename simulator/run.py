@@ -26,6 +26,8 @@ from predictor.inputs import InputError, short
 from predictor.outputs import atomic_file, inside
 from predictor.tables import stderr_warning
 from simulator.cluster import Cluster, resolve
+from simulator.communication import LABEL as COMMUNICATION_LABEL
+from simulator.communication import PlacementTiming, check_placement
 from simulator.metrics import summarize
 from simulator.preemption import make_simulation
 from simulator.timing import MODEL_PREDICTORS, ModelPredictor, make_predictor
@@ -63,6 +65,8 @@ class RunConfig:
     load_scale: float = 1.0           # >1 compresses inter-arrival times (more load), <1 stretches them
     bind: bool = False                # bind jobs to model configs (automatic for model-based predictors)
     observe_after: int | None = None  # K: after K iterations on a type the policy sees the true time
+    placement: str = "consolidate"    # where a multi-GPU job's GPUs go (simulator.communication.PLACEMENTS)
+    communication: bool = True        # bound multi-GPU jobs pay for their gradient all-reduces where they run
 
     @property
     def bound(self) -> bool:
@@ -251,6 +255,35 @@ def bind(trace: JobTrace, gpu_types: list[str], reference: str, seed: int, *, se
                    "reference_gpu_for_untyped_jobs": reference}
 
 
+def distribute(trace: JobTrace, cluster: Cluster, reference: str, sequences: pd.DataFrame, *,
+               progress: bool = False, warn: Callable[[str], None] | None = None) -> tuple[JobTrace, PlacementTiming]:
+    """The bound trace with its multi-GPU jobs timed as data-parallel steps (their iterations at
+    their original placement, their per-type run times packed), and the timing the engine charges
+    placements with (:mod:`simulator.communication`)."""
+    from predictor.tables import truth_table
+
+    jobs = trace.jobs
+    multi = jobs.loc[jobs["num_gpus"] > 1, "config_id"].unique()
+    types = sorted(set(cluster.gpu_types) | set(jobs["gpu_type"]) - {""} | {reference})
+    chosen = sequences[sequences["config_id"].isin(set(jobs["config_id"]))]
+    # the same configs as the binding's truth table, so both come from one cached emulation
+    truth = truth_table(chosen, types, progress=progress, warn=warn)
+    backward = truth_table(chosen, types, progress=progress, warn=warn, phase="backward")
+    timing = PlacementTiming(jobs, cluster, sequences[sequences["config_id"].isin(set(multi))], backward, truth)
+    return timing.charge(trace, reference), timing
+
+
+def timing_manifest(trace: JobTrace, timing: PlacementTiming) -> dict:
+    """What the manifest records of the communication model."""
+    jobs = trace.jobs
+    multi = jobs["num_gpus"].to_numpy() > 1
+    return {"model": "data-parallel step: DDP buckets, ring all-reduce (predictor.devices.collectives)",
+            "label": COMMUNICATION_LABEL, "multi_gpu_jobs": int(multi.sum()),
+            "jobs_at_their_recorded_shape": int((multi & (jobs["shape"].fillna("").astype(str) != "").to_numpy()).sum())
+            if "shape" in jobs else 0,
+            "gpu_types_without_links": sorted(timing.unpriced)}
+
+
 YEAR_S = 365.25 * 86400
 OVERLOAD_FACTOR = 10.0        # offered load above this many times the cluster's GPUs: warn
 EXTREME_LOAD_SCALE = 100.0    # --load-scale above this, or below its inverse: warn
@@ -395,7 +428,8 @@ def execute(config: RunConfig, *, trace: JobTrace | None = None, cluster: Cluste
     reference = canonical_gpu_type(config.reference_gpu) if config.reference_gpu else None
     if isinstance(predictor, ModelPredictor):
         predictor.check_devices(cluster.gpu_types)
-    binding = None
+    binding, timing = None, None
+    check_placement(config.placement)
     if config.bound:
         if config.observe_after is not None:
             check_observe_after(config.observe_after)
@@ -407,8 +441,15 @@ def execute(config: RunConfig, *, trace: JobTrace | None = None, cluster: Cluste
             predictor.catalog = sequences
         trace, binding = bind(trace, cluster.gpu_types, reference, config.seed, sequences=sequences,
                               progress=progress, warn=note)
+        if config.communication:
+            trace, timing = distribute(trace, cluster, reference, sequences, progress=progress, warn=note)
+            binding["communication"] = timing_manifest(trace, timing)
+            predictor.distributed = timing.packed_steps
+    elif config.placement == "tiresias":
+        raise WorkloadSpecError("--placement tiresias reads each job's gradients: it needs a bound workload "
+                                "(a model-based predictor, or --bind)")
     sim = make_simulation(trace, cluster, policy, predictor, reference_type=reference, progress=progress,
-                          observe_after=config.observe_after)
+                          observe_after=config.observe_after, timing=timing, placement=config.placement)
     result = sim.run()
     summary = summarize(result.records, cluster, policy_seconds=result.policy_seconds,
                         policy_calls=result.policy_calls, wall_seconds=result.wall_seconds,

@@ -89,6 +89,10 @@ class RuntimePredictor(ABC):
     turns into run times through an iteration-time table."""
 
     name: str
+    # Per-iteration compute (job, type) → seconds of a step on each type, packed: a bound run's
+    # communication model (simulator.communication), set by the run; predictors that start from
+    # the truth (truth, noisy) have it already.
+    distributed: Callable[[np.ndarray], np.ndarray] | None = None
 
     @abstractmethod
     def runtimes(self, jobs: pd.DataFrame, gpu_types: list[str], truth: np.ndarray) -> np.ndarray:
@@ -156,6 +160,7 @@ class TablePredictor(RuntimePredictor):
 
     def __init__(self, name: str, table: IterationTimeTable):
         self.name, self.table = name, table
+        self.distributed = None
 
     def runtimes(self, jobs, gpu_types, truth):
         for col in ("config_id", "iterations"):
@@ -163,6 +168,8 @@ class TablePredictor(RuntimePredictor):
                 raise PredictorSpecError(f"predictor {self.name!r} needs a workload bound to model configs "
                                          f"(column {col!r} is missing)")
         per_iter = self.table.matrix(jobs["config_id"], gpu_types)
+        if self.distributed is not None:  # a multi-GPU job's step: the predicted compute plus communication
+            per_iter = self.distributed(per_iter)
         return per_iter * jobs["iterations"].to_numpy(dtype="float64")[:, None]
 
 
@@ -213,7 +220,9 @@ class ModelPredictor(RuntimePredictor):
         catalog = self.sequences()
         sequences = catalog[catalog["config_id"].isin(set(jobs["config_id"]))]
         self.table = method_table(self.method, sequences, gpu_types, progress=self.progress, warn=self.warn)
-        return TablePredictor(self.name, self.table).runtimes(jobs, gpu_types, truth)
+        table = TablePredictor(self.name, self.table)
+        table.distributed = self.distributed
+        return table.runtimes(jobs, gpu_types, truth)
 
     def quantile_factors(self, q, jobs, gpu_types):
         """From each GPU type's checkpoint calibration (:mod:`predictor.intervals`), by the family

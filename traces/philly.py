@@ -37,7 +37,8 @@ from traces.schema import (
 PHILLY_EPOCH = pd.Timestamp("2017-08-14 23:27:00")
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 # RFold's header is "#job id, arrival time (sec), topology, shape, size, duration (sec)";
-# topology (always CLOS) and shape (per-server split such as "8+8", sums to size) are not used.
+# topology (always CLOS) is not used; shape (per-server split such as "8+8", sums to size) is kept:
+# a multi-GPU job's work is counted at the placement it had (simulator.communication).
 CSV_REQUIRED = ["job id", "arrival time (sec)", "size", "duration (sec)"]
 MACHINE_COLUMNS = ["machineId", "number of GPUs", "single GPU mem"]
 # Philly lists only GPU memory. The common assumption (used by Helios, Hu et al. 2024 and others)
@@ -71,6 +72,8 @@ def load(path: str | Path) -> JobTrace:
         "workload": "",
         "line": lines,
     })
+    if "shape" in rows.columns:
+        df["shape"] = rows["shape"].fillna("").astype(str).to_numpy()
     return finalize(df, path, "philly")
 
 

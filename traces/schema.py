@@ -36,6 +36,10 @@ Optional columns (a loader adds those its format has; :func:`finalize` checks an
   integer steps and measured throughputs (``runtime_s:<GPU>`` = steps / throughput), kept
   because Gavel's own simulator works in steps.
 * ``priority_weight`` (float): Gavel's per-job weight.
+* ``shape`` (str): how the job's GPUs were spread over servers when the trace recorded it, GPUs
+  per server joined by ``+`` (Philly's ``8+8``; "" = not recorded); it must add up to
+  ``num_gpus``. A bound multi-GPU job's work is counted at this placement
+  (:mod:`simulator.communication`).
 
 A trace **states its deadlines** (:attr:`JobTrace.deadlines_stated`) when its format has a
 deadline field or says it has none (Hydra's cases, Gavel's traces, a generic ``csv:`` trace):
@@ -81,6 +85,7 @@ THROUGHPUT_PREFIX = "throughput:"  # Gavel's steps per second on a type (0: cann
 CHECKPOINT_BYTES = "checkpoint_bytes"  # optional: what resuming the job reads back (preemptive policies)
 ALLOWED_GPUS = "allowed_gpus"  # optional: "|"-separated types the job may run on ("" = any)
 ALLOWED_SEPARATOR = "|"
+SHAPE = "shape"  # optional: GPUs per server of the recorded run, "8+8" ("" = not recorded)
 # Optional columns besides the prefixed ones, with their dtypes (see the module docstring).
 OPTIONAL_COLUMNS: dict[str, str] = {
     CHECKPOINT_BYTES: "float64",
@@ -92,6 +97,7 @@ OPTIONAL_COLUMNS: dict[str, str] = {
     "dtype": "string",
     "steps": "float64",
     "priority_weight": "float64",
+    SHAPE: "string",
 }
 OPTIONAL_PREFIXES = (RUNTIME_PREFIX, THROUGHPUT_PREFIX)
 
@@ -283,6 +289,29 @@ def check_type_column(column: str, prefix: str, path: str | Path) -> str:
     return canon
 
 
+def parse_shape(text: str) -> tuple[int, ...]:
+    """GPUs per server of a ``shape`` such as ``8+8`` (ValueError naming the text if malformed)."""
+    parts = str(text).split("+")
+    if not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+        raise ValueError(f"shape {short(text)} is not GPUs per server joined by '+' (e.g. 8+8)")
+    return tuple(int(p) for p in parts)
+
+
+def _check_shapes(df: pd.DataFrame, path: str, lines: np.ndarray) -> None:
+    """Each non-empty ``shape`` parses and adds up to the job's ``num_gpus``."""
+    shapes = df[SHAPE].fillna("").astype(str).str.strip()
+    df[SHAPE] = shapes
+    gpus = df["num_gpus"].to_numpy()
+    for i in np.flatnonzero((shapes != "").to_numpy()):
+        try:
+            total = sum(parse_shape(shapes.iloc[i]))
+        except ValueError as exc:
+            raise TraceError(path, str(exc), line=int(lines[i]), field=SHAPE) from None
+        if total != gpus[i]:
+            raise TraceError(path, f"shape {short(shapes.iloc[i])} adds up to {total} GPUs, but the job asks for "
+                             f"{int(gpus[i])}", line=int(lines[i]), field=SHAPE)
+
+
 def _optional_columns(df: pd.DataFrame, path: str, lines: np.ndarray) -> list[str]:
     """Check the optional columns present in ``df`` (in place); returns their names in table order."""
     clock = dict(min_value=0.0, max_value=TIME_LIMIT_S, why=_TIME)
@@ -300,11 +329,13 @@ def _optional_columns(df: pd.DataFrame, path: str, lines: np.ndarray) -> list[st
             df[col] = numeric(df[col], path, lines, col, min_value=0.0)
         elif col in ("batch", "input_size"):
             df[col] = whole_numbers(numeric(df[col], path, lines, col, allow_nan=True), path, lines, col)
-        elif col in (ALLOWED_GPUS, "vc", "model", "dtype"):
+        elif col in (ALLOWED_GPUS, "vc", "model", "dtype", SHAPE):
             df[col] = text_fields(df[col], path, lines, col, printable=False)
         else:
             continue
         extra.append(col)
+    if SHAPE in df.columns:
+        _check_shapes(df, path, lines)
     if ALLOWED_GPUS in df.columns:
         parts = df[ALLOWED_GPUS].str.split(ALLOWED_SEPARATOR, regex=False)
         empty = ((df[ALLOWED_GPUS] != "") & parts.map(lambda names: any(not n.strip() for n in names))).to_numpy()

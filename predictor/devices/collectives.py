@@ -188,7 +188,8 @@ def override_interconnect(gpu: GpuEntry, kind: str) -> Interconnect:
     if topology != "none" and base.nvlink_gbs <= 0:
         raise CollectiveError(f"interconnect {kind!r}: GPU {gpu.name} has no NVLink in its catalogue entry "
                               f"({gpu.file.name}); use pcie or pcie-no-p2p")
-    return replace(base, nvlink_topology=topology, pcie_p2p=p2p, nvlink_gbs=base.nvlink_gbs if topology != "none" else 0.0,
+    return replace(base, nvlink_topology=topology, pcie_p2p=p2p,
+                   nvlink_gbs=base.nvlink_gbs if topology != "none" else 0.0,
                    source=f"{base.source}; overridden by the cluster file: {kind}")
 
 
