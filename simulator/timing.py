@@ -155,6 +155,39 @@ class NoisyPredictor(RuntimePredictor):
                 "distribution": "truth * exp(sigma * z), z ~ N(0,1) hashed from (seed, gpu_type, job_id)"}
 
 
+class NoisyPartPredictor(NoisyPredictor):
+    """The truth with the error on one part only: ``compute`` (the per-GPU compute of a step) or
+    ``comm`` (its exposed communication), each × exp(σz) as :class:`NoisyPredictor`'s; for
+    bound runs with their communication model (the ``compute_s:<GPU>`` columns split the truth)."""
+
+    PARTS = ("compute", "comm")
+
+    def __init__(self, part: str, mre: float, seed: int = 0):
+        super().__init__(mre, seed)
+        self.part = part
+        self.name = f"noisy-{part}:{mre:g}"
+
+    def runtimes(self, jobs, gpu_types, truth):
+        from simulator.communication import COMPUTE_PREFIX
+
+        missing = [g for g in gpu_types if COMPUTE_PREFIX + g not in jobs.columns]
+        if missing:
+            raise PredictorSpecError(f"predictor {self.name!r} needs a bound run with its communication model "
+                                     "(--bind, without --no-communication)")
+        factors = super().runtimes(jobs, gpu_types, np.ones_like(truth))
+        compute = np.column_stack([jobs[COMPUTE_PREFIX + g].to_numpy(dtype="float64") for g in gpu_types])
+        with np.errstate(invalid="ignore"):  # inf - inf where the job cannot run: +inf stays
+            comm = np.where(np.isfinite(truth), np.maximum(0.0, truth - compute), 0.0)
+        compute = np.where(np.isfinite(truth), compute, truth)
+        return compute * factors + comm if self.part == "compute" else compute + comm * factors
+
+    def quantile_factors(self, q, jobs, gpu_types):
+        raise PredictorSpecError(f"predictor {self.name!r} states no uncertainty (no quantiles)")
+
+    def describe(self) -> dict:
+        return {**super().describe(), "part": self.part}
+
+
 class TablePredictor(RuntimePredictor):
     """Run time = iterations x table seconds, for workloads bound to model configs."""
 
@@ -250,7 +283,9 @@ class ModelPredictor(RuntimePredictor):
 
 
 MODEL_PREDICTORS = tuple(METHODS)
-PREDICTOR_HELP = " | ".join(["truth", "noisy:<MRE> (e.g. noisy:0.1)", *MODEL_PREDICTORS])
+PREDICTOR_HELP = " | ".join(["truth", "noisy:<MRE> (e.g. noisy:0.1)",
+                             "noisy-compute:<MRE> | noisy-comm:<MRE> (the error on one part of a bound step)",
+                             *MODEL_PREDICTORS])
 
 
 def make_predictor(spec: str, seed: int = 0, *, progress: bool = False,
@@ -262,11 +297,12 @@ def make_predictor(spec: str, seed: int = 0, *, progress: bool = False,
         return TruthPredictor()
     if name in MODEL_PREDICTORS and not arg:
         return ModelPredictor(name, progress=progress, warn=warn)
-    if name == "noisy":
+    if name in ("noisy", "noisy-compute", "noisy-comm"):
         try:
-            return NoisyPredictor(float(arg), seed)
+            mre = float(arg)
+            return NoisyPredictor(mre, seed) if name == "noisy" else NoisyPartPredictor(name[6:], mre, seed)
         except ValueError as exc:
             if isinstance(exc, PredictorSpecError):
                 raise
-            raise PredictorSpecError(f"noisy:<MRE> needs a number, got {arg!r}") from None
+            raise PredictorSpecError(f"{name}:<MRE> needs a number, got {arg!r}") from None
     raise PredictorSpecError(f"unknown predictor {spec!r}; available: {PREDICTOR_HELP}")

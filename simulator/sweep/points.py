@@ -380,5 +380,7 @@ def config_of(row: Any) -> RunConfig:
     values["load_scale"] = float(values["load_scale"])
     values["deadline_fraction"] = float(values["deadline_fraction"])
     values["bind"] = bool(values["bind"])
+    values["communication"] = bool(values["communication"]) if values.get("communication") is not None else True
+    values["placement"] = values.get("placement") or "consolidate"
     values["observe_after"] = None if values["observe_after"] is None else int(values["observe_after"])
     return RunConfig(**values)

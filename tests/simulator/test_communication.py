@@ -1,0 +1,178 @@
+"""Multi-GPU jobs charged for where they run (simulator/communication.py and the engines): the
+data-parallel step by hand on a two-bucket toy, the engine charging the placement a job got by an
+exact amount, the placement rules, the trace's ``shape``, and single-GPU jobs untouched."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from policies.registry import make_policy
+from predictor.devices.collectives import load_params
+from predictor.gpus import PCIE_LANE_GBS
+from predictor.tables import IterationTimeTable
+from simulator.allocation import ClusterState
+from simulator.cluster import Cluster, Node
+from simulator.communication import PlacementError, PlacementTiming, check_placement, packed_counts
+from simulator.engine import Simulation
+from simulator.preemption import make_simulation
+from simulator.timing import TruthPredictor
+from traces.schema import TraceError, finalize
+
+MIB = 1024 * 1024
+CONFIG = "toy:b1:s1:float32:sgd:c0"
+
+
+def _sequences(grad_elements: list[int], config: str = CONFIG) -> pd.DataFrame:
+    """A config whose backward produces gradients of these element counts (float32), in order."""
+    rows = [{"config_id": config, "idx": i, "op": "AccumulateGrad", "input_shapes": f"[[{n}]]", "dtype": "float32",
+             "phase": "backward"} for i, n in enumerate(grad_elements)]
+    return pd.DataFrame(rows)
+
+
+def _cluster(nodes: int = 2, per_node: int = 2, gpu: str = "V100") -> Cluster:
+    return Cluster("toy", tuple(Node(f"n{i}", gpu, per_node) for i in range(nodes)))
+
+
+def _trace(jobs: list[dict]):
+    frame = pd.DataFrame([{"job_id": str(i), "submit_s": 0.0, "gpu_type": "", "deadline_s": np.nan, "user": "",
+                           "workload": "", "line": i + 2, **job} for i, job in enumerate(jobs)])
+    return finalize(frame, "toy.csv", "csv")
+
+
+def _timing(cluster: Cluster, trace, grads=(MIB, MIB), seconds=1.0, backward=0.5):
+    truth = IterationTimeTable(pd.DataFrame({"config_id": [CONFIG], "device": ["V100"], "seconds": [seconds]}))
+    back = IterationTimeTable(pd.DataFrame({"config_id": [CONFIG], "device": ["V100"], "seconds": [backward]}))
+    jobs = trace.jobs.assign(config_id=CONFIG, iterations=trace.jobs["duration_s"] / seconds,
+                             **{"runtime_s:V100": trace.jobs["duration_s"]})
+    bound = trace.with_jobs(jobs)
+    timing = PlacementTiming(bound.jobs, cluster, _sequences(list(grads)), back, truth)
+    return timing.charge(bound, "V100"), timing
+
+
+def _ring(nbytes: float, gpus: int, alpha: float, bandwidth: float) -> float:
+    """NCCL's ring all-reduce, the faster protocol, written out from the formula."""
+    p = load_params()
+    steps = 2 * (gpus - 1)
+    return min(proto.call_s + alpha * steps + steps / gpus * nbytes / (proto.share * bandwidth)
+               for proto in p.protocols.values())
+
+
+def _hand_step(backward: float, other: float, seconds: list[float], sizes: list[float]) -> float:
+    """The two-bucket overlap by hand: bucket i ready at its share of backward, one after another."""
+    ready1 = backward * sizes[0] / sum(sizes)
+    end1 = ready1 + seconds[0]
+    end2 = max(backward, end1) + seconds[1]
+    return other + max(backward, end2)
+
+
+def _links():
+    p = load_params()
+    pcie = (p.links["pcie"].alpha_s, p.links["pcie"].efficiency * PCIE_LANE_GBS[3] * 16 * 1e9)
+    network = (p.network.alpha_s, p.network.stream_bps * 1)  # one GPU per node: one stream
+    return pcie, network
+
+
+def test_packed_counts_fill_whole_nodes_first():
+    assert packed_counts(16, 8) == (8, 8)
+    assert packed_counts(12, 8) == (8, 4)
+    assert packed_counts(3, 8) == (3,)
+    assert packed_counts(1, 2) == (1,)
+
+
+def test_a_two_bucket_step_matches_the_hand_computation():
+    trace = _trace([{"num_gpus": 2, "duration_s": 100.0}])
+    cluster = _cluster()
+    _, timing = _timing(cluster, trace)
+    sizes = [4.0 * MIB, 4.0 * MIB]  # 4 MiB gradients: the first bucket closes at 1 MiB, the second stays open
+    assert list(timing.buckets[CONFIG]) == sizes
+    pcie, network = _links()
+    packed = _hand_step(0.5, 0.5, [_ring(s, 2, *pcie) for s in sizes], sizes)
+    spread = _hand_step(0.5, 0.5, [_ring(s, 2, *network) for s in sizes], sizes)
+    links = [timing.typical_links["V100"]]
+    assert timing.step(1.0, CONFIG, "V100", (2,), links) == pytest.approx(packed, rel=1e-12)
+    assert timing.step(1.0, CONFIG, "V100", (1, 1), links * 2) == pytest.approx(spread, rel=1e-12)
+    assert spread > packed > 1.0  # the network is slower than PCIe; both cost something
+    assert timing.step(1.0, CONFIG, "V100", (1,), links) == 1.0  # one GPU: no communication
+
+
+def test_the_engine_charges_the_placement_the_job_got_exactly():
+    """A 2-GPU job observed packed runs its trace duration packed; spread over two nodes its run
+    time is the duration × step(spread) ÷ step(packed), and its JCT moves by exactly that much."""
+    trace = _trace([{"num_gpus": 2, "duration_s": 1000.0}])
+    cluster = _cluster()
+    bound, timing = _timing(cluster, trace)
+    sizes = [4.0 * MIB, 4.0 * MIB]
+    pcie, network = _links()
+    ratio = (_hand_step(0.5, 0.5, [_ring(s, 2, *network) for s in sizes], sizes)
+             / _hand_step(0.5, 0.5, [_ring(s, 2, *pcie) for s in sizes], sizes))
+    jct = {}
+    for placement in ("consolidate", "spread"):
+        for policy in ("fifo", "srtf"):
+            sim = make_simulation(bound, cluster, make_policy(policy), TruthPredictor(), timing=timing,
+                                  placement=placement)
+            records = sim.run().records
+            jct[placement, policy] = float(records["jct"].iloc[0])
+            nodes = {int(g) // 2 for g in records["gpu_ids"].iloc[0].split(",")}
+            assert len(nodes) == (1 if placement == "consolidate" else 2)
+            assert records["communication_s"].iloc[0] == pytest.approx(
+                records["true_runtime"].iloc[0] - 1000.0 / _hand_step(0.5, 0.5, [_ring(s, 2, *pcie) for s in sizes],
+                                                                      sizes), rel=1e-9)
+    for policy in ("fifo", "srtf"):
+        assert jct["consolidate", policy] == pytest.approx(1000.0, rel=1e-12)
+        assert jct["spread", policy] == pytest.approx(1000.0 * ratio, rel=1e-12)
+
+
+def test_a_recorded_shape_sets_the_work():
+    """Observed spread (1+1) for 1000 s, the job does fewer iterations than one observed packed,
+    and packed it finishes sooner than its trace duration."""
+    cluster = _cluster()
+    packed, _ = _timing(cluster, _trace([{"num_gpus": 2, "duration_s": 1000.0}]))
+    spread, timing = _timing(cluster, _trace([{"num_gpus": 2, "duration_s": 1000.0, "shape": "1+1"}]))
+    assert spread.jobs["iterations"].iloc[0] < packed.jobs["iterations"].iloc[0]
+    records = Simulation(spread, cluster, make_policy("fifo"), TruthPredictor(), timing=timing).run().records
+    assert records["jct"].iloc[0] < 1000.0
+
+
+@pytest.mark.parametrize("shape, problem", [("8+4", "adds up to 12"), ("8x", "not GPUs per server"),
+                                            ("4+0+4", "not GPUs per server")])
+def test_a_shape_that_does_not_add_up_is_refused_naming_it(shape, problem):
+    with pytest.raises(TraceError, match=problem) as caught:
+        _trace([{"num_gpus": 8, "duration_s": 10.0, "shape": shape}])
+    assert "shape" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_single_gpu_jobs_are_untouched_to_the_bit():
+    trace = _trace([{"num_gpus": 1, "duration_s": d} for d in (10.0, 20.0, 30.0, 40.0, 50.0)])
+    cluster = _cluster(nodes=1, per_node=2)
+    bound, timing = _timing(cluster, trace)
+    pd.testing.assert_frame_equal(bound.jobs.drop(columns=["compute_s:V100"]),
+                                  trace.jobs.assign(config_id=CONFIG, iterations=trace.jobs["duration_s"],
+                                                    **{"runtime_s:V100": trace.jobs["duration_s"]}))
+    blind = Simulation(bound, cluster, make_policy("fifo"), TruthPredictor()).run().records
+    timed = Simulation(bound, cluster, make_policy("fifo"), TruthPredictor(), timing=timing).run().records
+    pd.testing.assert_frame_equal(timed.drop(columns=["communication_s"]), blind)
+    assert (timed["communication_s"] == 0).all()
+
+
+def test_spread_takes_one_gpu_per_node_and_first_fit_fills_nodes_in_order():
+    cluster = Cluster("c", tuple(Node(f"n{i}", "V100", 4) for i in range(3)))
+    state = ClusterState(cluster)
+    assert state.allocate_spread(0, 3) == (0, 4, 8)
+    assert state.allocate_first_fit(0, 5) == (1, 2, 3, 5, 6)
+    assert state.allocate(0, 2) == (9, 10)  # best fit: the node with the fewest free that holds it
+    assert int(state.free_by_type[0]) == 2
+
+
+def test_tiresias_consolidates_skewed_models_only():
+    cluster = _cluster()
+    trace = _trace([{"num_gpus": 2, "duration_s": 10.0}])
+    _, balanced = _timing(cluster, trace, grads=(MIB, MIB, MIB, MIB, MIB))
+    _, skewed = _timing(cluster, trace, grads=(8 * MIB, MIB, MIB))
+    assert not balanced.skewed()[0] and skewed.skewed()[0]
+
+
+def test_an_unknown_placement_is_refused_naming_it():
+    with pytest.raises(PlacementError, match="'packed'.*consolidate, spread, tiresias"):
+        check_placement("packed")
