@@ -85,6 +85,44 @@ def predictions(model, ckpt: Path, subject: Subject, level: float = DEFAULT_LEVE
     return records
 
 
+def data_parallel_steps(records: list[dict], subject: Subject, device: str, gpus: int, per_node: int) -> list[dict]:
+    """Per record of :func:`predictions`, its data-parallel (DDP) step on ``gpus`` GPUs of
+    ``device`` (the checkpoint's), ``per_node`` per node:
+    :func:`predictor.devices.data_parallel.data_parallel_step`'s result plus ``overlap``.
+
+    Compute is the checkpoint's prediction at the same per-GPU batch (labelled as the record
+    says): backward = its predicted backward phase, the rest = the prediction less that (forward
+    + update); ``overlap`` is "backward". A method that predicts no phase breakdown
+    (DNNPerf-style: one number per graph) gives no backward to hide the all-reduces behind: they
+    are all exposed, an upper bound, and ``overlap`` is "none". Communication is spec-derived:
+    ``device``'s catalogue links and the gradient buckets of the config's own op sequence in
+    ``subject``. A config with no gradients recorded (no ``AccumulateGrad`` op with its shape)
+    cannot be priced: CollectiveError, as for a placement or device the model cannot price."""
+    from predictor.devices.collectives import CollectiveError
+    from predictor.devices.data_parallel import data_parallel_step, gradient_buckets
+
+    buckets: dict[str, list[int]] = {}
+    out = []
+    for r in records:
+        config_id = r["config_id"]
+        if config_id not in buckets:
+            rows = subject.traces[subject.traces["config_id"] == config_id]
+            if rows["device"].nunique() > 1:  # one config timed on several devices: the same gradients
+                rows = rows[rows["device"] == (r["trace_device"] if r["trace_device"] in set(rows["device"])
+                                               else rows["device"].iloc[0])]
+            buckets[config_id] = gradient_buckets(rows)
+            if not buckets[config_id]:
+                raise CollectiveError(f"{config_id} in {subject.origin} records no gradients (AccumulateGrad ops "
+                                      "with their shapes): its all-reduces cannot be priced")
+        backward = r.get("pred_backward_us", math.nan)
+        overlap = "none" if backward is None or math.isnan(backward) else "backward"
+        backward = 0.0 if overlap == "none" else min(float(backward), float(r["pred_us"]))
+        step = data_parallel_step(backward / 1e6, (float(r["pred_us"]) - backward) / 1e6, buckets[config_id], gpus,
+                                  per_node, device)
+        out.append(step | {"overlap": overlap})
+    return out
+
+
 class UnusablePrediction(ValueError):
     """A checkpoint predicted a number that is no iteration time (NaN, infinite, zero or negative):
     its weights or calibration are broken, whatever the subject; the message names it."""

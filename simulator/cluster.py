@@ -63,9 +63,27 @@ def check_name(name: str, where: str) -> str:
 
 @dataclass(frozen=True)
 class Node:
+    """A machine: ``num_gpus`` GPUs of ``gpu_type``. ``interconnect``: what joins its GPUs when a
+    cluster file says so (a key of :data:`predictor.devices.collectives.INTERCONNECT_KINDS`;
+    "" = the GPU catalogue's links); ``network_gbps``: its network line rate in Gbit/s when
+    stated (0 = not stated: the collective model's fitted network)."""
+
     name: str
     gpu_type: str
     num_gpus: int
+    interconnect: str = ""
+    network_gbps: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.interconnect:
+            from predictor.devices.collectives import INTERCONNECT_KINDS
+
+            if self.interconnect not in INTERCONNECT_KINDS:
+                raise ClusterError(f"node {short(self.name)}: unknown interconnect {short(self.interconnect)}; "
+                                   f"known: {', '.join(INTERCONNECT_KINDS)}")
+        if self.network_gbps and not (0 < self.network_gbps < math.inf):
+            raise ClusterError(f"node {short(self.name)}: network_gbps must be a finite number > 0, "
+                               f"got {short(self.network_gbps)}")
 
 
 @dataclass(frozen=True)
@@ -107,12 +125,25 @@ class Cluster:
         return sum(n.num_gpus for n in self.nodes)
 
     def describe(self) -> dict:
-        return {
+        """Name, size and GPUs per type; and, only when some node states its links (a cluster
+        file's ``interconnect`` / ``network_gbps``), ``node_links``: every node counted by (GPU
+        type, interconnect, network_gbps), in order of first appearance, null where the node
+        states nothing (the catalogue's links, the fitted network)."""
+        out = {
             "name": self.name,
             "nodes": len(self.nodes),
             "gpus": self.total_gpus,
             "gpus_by_type": {t: self.gpus_of_type(t) for t in self.gpu_types},
         }
+        if any(n.interconnect or n.network_gbps for n in self.nodes):
+            groups: dict[tuple[str, str, float], int] = {}
+            for n in self.nodes:
+                key = (n.gpu_type, n.interconnect, n.network_gbps)
+                groups[key] = groups.get(key, 0) + 1
+            out["node_links"] = [{"gpu_type": gpu_type, "interconnect": interconnect or None,
+                                  "network_gbps": network_gbps or None, "nodes": count}
+                                 for (gpu_type, interconnect, network_gbps), count in groups.items()]
+        return out
 
 
 def homogeneous_groups(groups: list[tuple[str, int, int]], name: str) -> Cluster:
@@ -270,12 +301,45 @@ def _scalar_text(value: object, where: str, key: str) -> str:
     return str(value)
 
 
-def _node_entry(entry: object, i: int, path: Path) -> tuple[str, int, int, str]:
-    """One ``nodes`` entry checked: (canonical GPU type, GPUs per node, count, base name)."""
+NODE_FIELDS = ("gpu_type", "num_gpus", "count", "name", "interconnect", "network_gbps")
+
+
+def _interconnect(entry: dict, gpu_type: str, where: str) -> str:
+    """A node entry's ``interconnect`` ("" when absent): a known kind the GPU can have (NVLink
+    only on a GPU whose catalogue entry has NVLink; none on a GPU without catalogue links)."""
+    if "interconnect" not in entry:
+        return ""
+    from predictor.devices.collectives import INTERCONNECT_KINDS, CollectiveError, override_interconnect
+    from predictor.gpus import entry as gpu_entry
+
+    kind = entry["interconnect"]
+    if not isinstance(kind, str) or kind not in INTERCONNECT_KINDS:
+        raise ClusterError(f"{where}: field 'interconnect': unknown interconnect {short(kind)}; "
+                           f"known: {', '.join(INTERCONNECT_KINDS)}")
+    try:
+        override_interconnect(gpu_entry(gpu_type), kind)
+    except CollectiveError as exc:
+        raise ClusterError(f"{where}: field 'interconnect': {exc}") from None
+    return kind
+
+
+def _network_gbps(entry: dict, where: str) -> float:
+    """A node entry's ``network_gbps`` (0.0 when absent): a finite number of Gbit/s > 0."""
+    if "network_gbps" not in entry:
+        return 0.0
+    value = entry["network_gbps"]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise ClusterError(f"{where}: field 'network_gbps' must be a finite number of Gbit/s > 0, got {short(value)}")
+    return float(value)
+
+
+def _node_entry(entry: object, i: int, path: Path) -> tuple[str, int, int, str, str, float]:
+    """One ``nodes`` entry checked: (canonical GPU type, GPUs per node, count, base name,
+    interconnect, network_gbps)."""
     where = f"{path}: nodes[{i}]"
     if not isinstance(entry, dict):
         raise ClusterError(f"{where}: expected a mapping, got {short(entry)}")
-    unknown = set(entry) - {"gpu_type", "num_gpus", "count", "name"}
+    unknown = set(entry) - set(NODE_FIELDS)
     if unknown:
         raise ClusterError(f"{where}: unknown field(s) [{names(sorted(unknown, key=str))}]")
     if "gpu_type" not in entry:
@@ -291,7 +355,8 @@ def _node_entry(entry: object, i: int, path: Path) -> tuple[str, int, int, str]:
                                f"got {short(value)}")
     base = _scalar_text(entry.get("name", f"{gpu_type.lower()}-{i}"), where, "name")
     check_name(base, f"{where}: field 'name'")
-    return gpu_type, entry["num_gpus"], entry.get("count", 1), base
+    return (gpu_type, entry["num_gpus"], entry.get("count", 1), base, _interconnect(entry, gpu_type, where),
+            _network_gbps(entry, where))
 
 
 def load_file(path: str | Path) -> Cluster:
@@ -303,6 +368,14 @@ def load_file(path: str | Path) -> Cluster:
         nodes:
           - {gpu_type: V100, num_gpus: 8, count: 4}     # count: how many such nodes (default 1)
           - {gpu_type: T4,   num_gpus: 2, count: 10, name: t4-rack}
+          - {gpu_type: A100, num_gpus: 8, interconnect: nvlink, network_gbps: 200}
+
+    ``interconnect`` (optional): what joins a node's GPUs, overriding the GPU catalogue's links:
+    ``nvlink`` (every pair over NVLink/NVSwitch), ``nvlink-pairs`` (bridged pairs, PCIe beyond),
+    ``pcie`` or ``pcie-no-p2p`` (PCIe without peer-to-peer, through host memory); the NVLink
+    kinds only for a GPU whose catalogue entry has NVLink, any of them only for a GPU whose entry
+    has an ``[interconnect]``. ``network_gbps`` (optional): the node's network line rate in
+    Gbit/s, a finite number > 0 (absent: the collective model's fitted network).
 
     A file from a stranger is safe: only a regular file within the size limit is read, its nesting
     and (YAML) alias expansion are bounded before it is built, and a value quoted in an error is
@@ -322,8 +395,8 @@ def load_file(path: str | Path) -> Cluster:
     name = path.stem  # the file's own name, kept once: not bounded (the CLI escapes what it echoes)
     if "name" in doc:
         name = check_name(_scalar_text(doc["name"], str(path), "name"), f"{path}: field 'name'")
-    nodes = [Node(f"{base}-{k}" if count > 1 else base, gpu_type, per_node)
-             for gpu_type, per_node, count, base in entries for k in range(count)]
+    nodes = [Node(f"{base}-{k}" if count > 1 else base, gpu_type, per_node, interconnect, network_gbps)
+             for gpu_type, per_node, count, base, interconnect, network_gbps in entries for k in range(count)]
     return Cluster(name, tuple(nodes))
 
 

@@ -78,9 +78,9 @@ class NodeLinks:
 def node_links(node: Node, gpu: GpuEntry) -> NodeLinks:
     """A node's links: its cluster file's ``interconnect``/``network_gbps`` over the catalogue's."""
     interconnect = gpu.interconnect
-    if getattr(node, "interconnect", ""):
+    if node.interconnect:
         interconnect = override_interconnect(gpu, node.interconnect)
-    gbps = float(getattr(node, "network_gbps", 0.0) or 0.0)
+    gbps = float(node.network_gbps)
     return NodeLinks(interconnect, gbps * 1e9 / 8 if gbps > 0 else np.inf)
 
 

@@ -117,6 +117,7 @@ def devices_time(model: str | None, model_files: tuple[str, ...], inference: boo
     data-parallel step on N GPUs, K per node (--per-node): the gradient all-reduces of the
     config's own gradients in DDP's buckets, the part backward does not hide, and the scaling
     efficiency (single-GPU step ÷ N-GPU step at the same per-GPU batch)."""
+    from predictor.cli.data_parallel import print_data_parallel
     from predictor.devices.kernels import KernelModelError
     from predictor.devices.specs import DeviceParamsError, load_params
     from predictor.devices.step_time import UnknownModelError, resolve_config, step_time
@@ -159,7 +160,7 @@ def devices_time(model: str | None, model_files: tuple[str, ...], inference: boo
         _print_step_time(result)
         return
     _print_step_time(result | {"total_ms": result["compute_ms"]})  # the single-GPU step, then the N-GPU one
-    _print_data_parallel(result)
+    print_data_parallel(result)
 
 
 def check_placement(gpus: int, per_node: int | None) -> int:
@@ -183,6 +184,7 @@ def _data_parallel_time(config, device: str, params, regime: str, allow_tf32: bo
     step on ``gpus`` GPUs, ``per_node`` per node: backward = the backward phase, other = forward +
     update; ``total_ms`` becomes the N-GPU step, ``compute_ms`` the single-GPU one."""
     from predictor.capture.quiet import capture_quietly
+    from predictor.cli.data_parallel import data_parallel_fields
     from predictor.devices.collectives import CollectiveError
     from predictor.devices.data_parallel import data_parallel_step, gradient_buckets
     from predictor.devices.specs import DeviceParamsError, regime_host_factor
@@ -197,19 +199,7 @@ def _data_parallel_time(config, device: str, params, regime: str, allow_tf32: bo
     except (CollectiveError, DeviceParamsError) as exc:
         raise click.ClickException(f"--gpus {gpus}: {exc}") from None
     # compute_ms: the single-GPU step as printed (the phases' sum, equal to step's up to rounding)
-    return result | {key: step[key] for key in ("total_ms", "allreduce_ms", "communication_ms", "gpus", "per_node",
-                                                "nodes", "scaling_efficiency", "link", "buckets")} \
-        | {"compute_ms": result["total_ms"], "communication_label": step["label"]}
-
-
-def _print_data_parallel(r: dict) -> None:
-    click.echo(f"  on {r['gpus']} GPUs ({r['nodes']} node(s) × {r['per_node']} GPU(s), data-parallel; "
-               f"communication {r['communication_label']}, bottleneck {r['link']})")
-    click.echo(f"    compute               {r['compute_ms']:>10.3f} ms   (the step above, per GPU)")
-    click.echo(f"    all-reduce            {r['allreduce_ms']:>10.3f} ms   ({r['buckets']} bucket(s))")
-    click.echo(f"    exposed communication {r['communication_ms']:>10.3f} ms")
-    click.echo(f"    total                 {r['total_ms']:>10.3f} ms   scaling efficiency "
-               f"{r['scaling_efficiency']:.3f}")
+    return result | data_parallel_fields(step, result["total_ms"])
 
 
 _BYTE_UNITS = {"": 1, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}

@@ -435,10 +435,17 @@ def _calibration_line(calibration) -> str:
               help="Image size or sequence length, for a model name.")
 @click.option("--level", type=float, default=DEFAULT_LEVEL, show_default=True, callback=_level_option,
               help="Level of the prediction interval (low_ms, high_ms), for a checkpoint with calibrated intervals.")
+@click.option("--gpus", type=int, default=1, show_default=True,
+              help="Data-parallel (DDP) step on N GPUs of the checkpoint's device at this per-GPU batch: adds "
+                   "compute (the prediction), all-reduce, exposed communication, total and scaling efficiency "
+                   "(communication spec-derived; docs/gpus.md).")
+@click.option("--per-node", type=int, help="GPUs per node (K, dividing N) [default: all N on one node up to a "
+              "server's 8 GPUs; 8 per node beyond].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (one line per model file).")
 @click.pass_context
 def predict_cmd(ctx: click.Context, ckpt: Path, target: str | None, model_files: tuple[str, ...], inference: bool,
-                dtype: str | None, batch: int, size: int, level: float, as_json: bool) -> None:
+                dtype: str | None, batch: int, size: int, level: float, gpus: int, per_node: int | None,
+                as_json: bool) -> None:
     """Predict the iteration time of TARGET: a zoo config id (resnet50:b32:s224:float32:sgd:c1000),
     a model name (resnet50, with --batch/--size), or a trace file (.parquet, ETS .csv, Kineto
     .json[.gz], nsys .sqlite). A model name or config id is captured on the meta device (op
@@ -446,11 +453,17 @@ def predict_cmd(ctx: click.Context, ckpt: Path, target: str | None, model_files:
     gets the capture timed on that emulated GPU, as the simulator does. Every number printed
     says what it is: the checkpoint's prediction, or a timing the trace file (or emulator) holds.
     Or, instead of TARGET, --model-file FILE|DIR: each file's model; a file that fails is named in
-    one line on stderr, the others are still predicted, and the exit status is 1."""
-    from predictor.cli.devices import check_model_or_files
+    one line on stderr, the others are still predicted, and the exit status is 1. --gpus N > 1
+    adds the data-parallel step on N GPUs of the checkpoint's device, K per node (--per-node), as
+    `ets devices time --gpus` prints it: the prediction as per-GPU compute (its backward phase
+    overlapping the all-reduces), the all-reduces of the config's own gradients, spec-derived."""
+    from predictor.cli.devices import check_model_or_files, check_placement
     from predictor.memory import estimate, too_big_warning
 
     check_model_or_files(target, model_files, "TARGET", inference)
+    per_node = check_placement(gpus, per_node)
+    if model_files and gpus > 1:
+        raise click.UsageError("--gpus applies to TARGET; --model-file is predicted on one GPU")
     if model_files:
         explicit = [f"--{n}" for n in ("batch", "size")
                     if ctx.get_parameter_source(n) is not click.core.ParameterSource.DEFAULT]
@@ -474,6 +487,8 @@ def predict_cmd(ctx: click.Context, ckpt: Path, target: str | None, model_files:
         rows = predictions(model, ckpt, subject, level)
     except (TraceFormatError, ValueError) as exc:  # e.g. a Habitat-style model given no trace of its source
         raise click.ClickException(str(exc)) from None
+    if gpus > 1:
+        rows = _with_data_parallel(rows, subject, model, gpus, per_node)
     if as_json:
         intervals = model.intervals.describe() if model.intervals is not None else None
         click.echo(json_text({"device": model.device, "method": model.method, "checkpoint": str(ckpt),
@@ -481,6 +496,33 @@ def predict_cmd(ctx: click.Context, ckpt: Path, target: str | None, model_files:
         return
     for r in rows:
         click.echo(printable(_prediction_line(r)))
+        if gpus > 1:
+            _print_data_parallel(r, model.method)
+
+
+def _with_data_parallel(rows: list[dict], subject: Subject, model, gpus: int, per_node: int) -> list[dict]:
+    """Each prediction record with its data-parallel step's fields (as `ets devices time --gpus`
+    gives them; ``compute_ms`` = the prediction) and ``overlap``."""
+    from predictor.cli.data_parallel import data_parallel_fields
+    from predictor.devices.collectives import CollectiveError
+    from predictor.devices.specs import DeviceParamsError
+    from predictor.prediction import data_parallel_steps
+
+    try:
+        steps = data_parallel_steps(rows, subject, model.device, gpus, per_node)
+    except (CollectiveError, DeviceParamsError) as exc:
+        raise click.ClickException(f"--gpus {gpus}: {exc}") from None
+    return [r | data_parallel_fields(step, r["iteration_ms"]) | {"overlap": step["overlap"]}
+            for r, step in zip(rows, steps)]
+
+
+def _print_data_parallel(r: dict, method: str) -> None:
+    from predictor.cli.data_parallel import print_data_parallel
+
+    print_data_parallel(r, "the prediction above")
+    if r["overlap"] == "none":
+        click.echo(f"    ({method} predicts no backward phase for the all-reduces to overlap: all of them are "
+                   "counted as exposed, an upper bound)")
 
 
 def _predict_model_files(ckpt: Path, model_files: tuple[str, ...], inference: bool, dtype: str, level: float,

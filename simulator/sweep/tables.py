@@ -47,8 +47,9 @@ def normalise_to_truth(results: pd.DataFrame, metrics: Sequence[str] = ("jct_mea
         for m in metrics:
             ok[f"{m}_ratio"] = []
         return ok
-    keys = ["_m_" + c for c in MATCH_COLUMNS]
-    for c, k in zip(MATCH_COLUMNS, keys):  # NaN/None never compare equal: match on text
+    columns = [c for c in MATCH_COLUMNS if c in ok.columns]  # results written before a field existed lack it
+    keys = ["_m_" + c for c in columns]
+    for c, k in zip(columns, keys):  # NaN/None never compare equal: match on text
         ok[k] = ok[c].astype(object).where(ok[c].notna(), "<none>").astype(str)
     truth = ok[ok["predictor"] == "truth"][keys + list(metrics)].drop_duplicates(keys)
     merged = ok.merge(truth, on=keys, how="left", suffixes=("", "_truth"))

@@ -176,3 +176,24 @@ def test_tiresias_consolidates_skewed_models_only():
 def test_an_unknown_placement_is_refused_naming_it():
     with pytest.raises(PlacementError, match="'packed'.*consolidate, spread, tiresias"):
         check_placement("packed")
+
+
+def test_a_node_network_line_rate_and_interconnect_from_the_cluster_file_are_charged():
+    """10 Gbit/s between nodes (1.25 GB/s, below the fitted 4.6 GB/s stream) makes the spread
+    step slower; PCIe without peer-to-peer makes the packed one slower."""
+    trace = _trace([{"num_gpus": 2, "duration_s": 100.0}])
+    _, fast = _timing(_cluster(), trace)
+    slow_net = Cluster("slow", tuple(Node(f"n{i}", "V100", 2, network_gbps=10.0) for i in range(2)))
+    _, slow = _timing(slow_net, trace)
+    host = Cluster("host", tuple(Node(f"n{i}", "V100", 2, interconnect="pcie-no-p2p") for i in range(2)))
+    _, staged = _timing(host, trace)
+    spread = {name: t.step(1.0, CONFIG, "V100", (1, 1), [t.links[0], t.links[1]])
+              for name, t in (("fast", fast), ("slow", slow))}
+    assert spread["slow"] > spread["fast"]
+    assert staged.step(1.0, CONFIG, "V100", (2,), [staged.links[0]]) > fast.step(1.0, CONFIG, "V100", (2,),
+                                                                                  [fast.links[0]])
+    pcie, _ = _links()
+    sizes = [4.0 * MIB, 4.0 * MIB]
+    p = load_params()
+    expected = _hand_step(0.5, 0.5, [_ring(s, 2, p.network.alpha_s, 10e9 / 8) for s in sizes], sizes)
+    assert spread["slow"] == pytest.approx(expected, rel=1e-12)
