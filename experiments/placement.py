@@ -118,10 +118,10 @@ def figure(summary: pd.DataFrame, out: Path) -> list[Path]:
 
 def run(out: Path, jobs: int, seeds: int, workers: int, quick: bool = False) -> tuple[pd.DataFrame, list[Path]]:
     """The sweep (resumable), its table and figure; ``quick``: FIFO (reads no prediction: the
-    control) and Hydra, truth and the compute/communication errors, on the modern cluster only."""
+    control) and Hydra, truth and the error on communication, on the modern cluster only."""
     from experiments.sweeps import completed_sweep
 
-    configs = (grid(jobs, seeds, ("fifo", "hydra"), ("truth", "noisy-compute:0.2", "noisy-comm:0.2"),
+    configs = (grid(jobs, seeds, ("fifo", "hydra"), ("truth", "noisy-comm:0.2"),
                     SETTINGS[:1]) if quick else grid(jobs, seeds))
     summary = table(completed_sweep(configs, out / "sweep", workers))
     return summary, figure(summary, out)

@@ -104,6 +104,11 @@ class SchedulerView:
     progress: np.ndarray | None = None
     attained: np.ndarray | None = None
     at_round: bool = False
+    # Where a multi-GPU job's GPUs are changes its run time (a bound run with its communication
+    # model): (job, type index) -> its predicted run time at the placement it would get now, and
+    # the predicted time a packed placement frees (None: placement does not matter, or the job
+    # does not fit now). ``predicted`` holds the packed run times.
+    placement_estimate: Callable[[int, int], tuple[float, float] | None] | None = None
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():
@@ -130,6 +135,20 @@ class SchedulerView:
 
     def estimate(self, job: int, gpu_type: str) -> float:
         return float(self.predicted[job, self.type_index[gpu_type]])
+
+    def starts_now(self, job: int, k: int) -> bool:
+        """Whether to start ``job`` on type k now rather than wait for a packed placement, by the
+        predictions: now + its predicted run time at the GPUs it would get now ≤ when a packed
+        placement is predicted to free + its packed run time. True where placement does not
+        matter (one GPU, a blind run, packed already) — so a policy that asks changes nothing there.
+        A policy's own earlier placements of the same call are not seen (the engine books them after)."""
+        if self.placement_estimate is None:
+            return True
+        estimate = self.placement_estimate(job, k)
+        if estimate is None:
+            return True
+        placed, packed_free = estimate
+        return self.now + placed <= packed_free + float(self.predicted[job, k])
 
     def predicted_end(self, job: int) -> float:
         """When a running job is expected to finish by the prediction, never earlier than now: a job

@@ -91,6 +91,9 @@ class EdfPolicy(Policy):
             else:  # the first of least quantile tardiness, then fastest
                 late = view.now + quantile[job] - deadline
                 k = min(room, key=lambda k: (max(0.0, late[k]), predicted[k]))
+            if first_need > 1 and not view.starts_now(job, k):  # waits for a packed placement
+                passed.append((first_need, first))
+                continue
             free[k] -= first_need
             most = max(free)
             out.append(Placement(job, view.gpu_types[k]))

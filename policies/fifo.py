@@ -58,8 +58,8 @@ class FifoPolicy(Policy):
             else:  # the first of the types it can run on with the most free GPUs
                 k = max(types, key=free.__getitem__)
                 most = free[k]
-            if most < need:
-                break  # strict FIFO: nothing overtakes the head
+            if most < need or (need > 1 and not view.starts_now(job, k)):
+                break  # strict FIFO: nothing overtakes the head (nor while it waits for a packed placement)
             free[k] = most - need
             out.append(Placement(job, gpu_types[k]))
             queue.popleft()  # the engine starts it

@@ -50,7 +50,7 @@ class PlannedQueues:
             if need == 1:
                 continue
             k = int(view.gpu_type[g])
-            if k not in reserved_from and free[k] >= need:
+            if k not in reserved_from and free[k] >= need and view.starts_now(job, k):
                 free[k] -= need
                 gangs.append(Placement(job, view.gpu_types[k]))
                 self._pop(g)

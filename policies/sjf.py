@@ -61,6 +61,7 @@ class SjfPolicy(Policy):
         free = view.free_by_type.tolist()  # Python ints
         waiting, placed, version = view.waiting, set(), self._version
         out: list[Placement] = []
+        passed: list[tuple[int, tuple]] = []
         while True:
             best = None
             for k, heaps in enumerate(self._by_type):
@@ -74,8 +75,15 @@ class SjfPolicy(Policy):
                     if heap and (best is None or (heap[0], k) < best):
                         best = (heap[0], k)
             if best is None:
+                for k, entry in passed:  # waited for a packed placement: queued as they were
+                    heapq.heappush(self._heaps[(k, int(view.num_gpus[entry[2]]))], entry)
                 return out
-            (_, _, job, _), k = best
+            entry, k = best
+            job = entry[2]
+            if view.num_gpus[job] > 1 and not view.starts_now(job, k):
+                heapq.heappop(self._heaps[(k, int(view.num_gpus[job]))])  # this call passes it over
+                passed.append((k, entry))
+                continue
             free[k] -= view.num_gpus[job]
             placed.add(job)
             out.append(Placement(job, view.gpu_types[k]))

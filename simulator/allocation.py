@@ -55,6 +55,10 @@ class ClusterState:
     def allocate(self, type_k: int, n: int) -> tuple[int, ...]:
         """n GPUs of the type: on one node if any has room (best fit: the node with the fewest free
         GPUs >= n, lowest id among equals), else across nodes; lowest GPU ids first on each node."""
+        return self._take(type_k, self.best_fit(type_k, n))
+
+    def best_fit(self, type_k: int, n: int) -> list[tuple[int, int]]:
+        """The (node, GPUs) :meth:`allocate` would take, taking nothing (it drops stale heap entries)."""
         heaps, node_free = self._by_free[type_k], self.node_free
         chosen: list[tuple[int, int]] = []
         for free in range(n, self.max_node + 1):
@@ -62,25 +66,23 @@ class ClusterState:
             while heap and node_free[heap[0]] != free:
                 heapq.heappop(heap)  # stale
             if heap:
-                chosen.append((heap[0], n))  # the usual case: one node
-                break
-        else:
-            # Across nodes: the fullest-free first (ties: lower id), as few nodes as possible. No
-            # node has n free, so the free counts to walk, downwards, are n - 1 .. 1.
-            need = n
-            for free in range(min(n - 1, self.max_node), 0, -1):
-                nodes = sorted({node for node in heaps[free] if node_free[node] == free})
-                heaps[free][:] = nodes  # its stale entries dropped (a sorted list is a heap): scans stay short
-                for node in nodes:
-                    take = min(free, need)
-                    chosen.append((node, take))
-                    need -= take
-                    if need == 0:
-                        break
+                return [(heap[0], n)]  # the usual case: one node
+        # Across nodes: the fullest-free first (ties: lower id), as few nodes as possible. No
+        # node has n free, so the free counts to walk, downwards, are n - 1 .. 1.
+        need = n
+        for free in range(min(n - 1, self.max_node), 0, -1):
+            nodes = sorted({node for node in heaps[free] if node_free[node] == free})
+            heaps[free][:] = nodes  # its stale entries dropped (a sorted list is a heap): scans stay short
+            for node in nodes:
+                take = min(free, need)
+                chosen.append((node, take))
+                need -= take
                 if need == 0:
-                    break
-            if need:
-                raise PolicyError(f"not enough free {self.types[type_k]} GPUs for a {n}-GPU job")
+                    return chosen
+        raise PolicyError(f"not enough free {self.types[type_k]} GPUs for a {n}-GPU job")
+
+    def _take(self, type_k: int, chosen: list[tuple[int, int]]) -> tuple[int, ...]:
+        """Take ``chosen`` (node, how many): the lowest free GPU ids of each node."""
         ids: list[int] = []
         for node, take in chosen:
             pool = self.free_ids[node]
@@ -91,18 +93,25 @@ class ClusterState:
     def allocate_first_fit(self, type_k: int, n: int) -> tuple[int, ...]:
         """n GPUs of the type taken in node order, every free GPU of a node before the next: the
         placement of a scheduler that does not consolidate (Tiresias' rule for jobs it need not)."""
-        return self._take_over(type_k, n, [node for node in self.type_nodes[type_k].tolist() if self.node_free[node]],
-                               per_node=None)
+        return self._take(type_k, self.first_fit(type_k, n))
 
     def allocate_spread(self, type_k: int, n: int) -> tuple[int, ...]:
-        """n GPUs of the type on as many nodes as possible: one per node, the nodes with the most
-        free GPUs first (lower id among equals), round after round until n are taken."""
+        """n GPUs of the type on as many nodes as possible (:meth:`spread`)."""
+        return self._take(type_k, self.spread(type_k, n))
+
+    def first_fit(self, type_k: int, n: int) -> list[tuple[int, int]]:
+        """The (node, GPUs) of :meth:`allocate_first_fit`, taking nothing."""
+        return self._walk(type_k, n, [node for node in self.type_nodes[type_k].tolist() if self.node_free[node]], None)
+
+    def spread(self, type_k: int, n: int) -> list[tuple[int, int]]:
+        """One GPU per node, the nodes with the most free GPUs first (lower id among equals), round
+        after round until n are taken; taking nothing."""
         nodes = sorted((node for node in self.type_nodes[type_k].tolist() if self.node_free[node]),
                        key=lambda node: (-self.node_free[node], node))
-        return self._take_over(type_k, n, nodes, per_node=1)
+        return self._walk(type_k, n, nodes, 1)
 
-    def _take_over(self, type_k: int, n: int, nodes: list[int], per_node: int | None) -> tuple[int, ...]:
-        """Take n GPUs walking ``nodes`` in order, ``per_node`` at a time (None: all a node has)."""
+    def _walk(self, type_k: int, n: int, nodes: list[int], per_node: int | None) -> list[tuple[int, int]]:
+        """(node, GPUs) taking n walking ``nodes`` in order, ``per_node`` at a time (None: all a node has)."""
         if self.free_by_type[type_k] < n:
             raise PolicyError(f"not enough free {self.types[type_k]} GPUs for a {n}-GPU job")
         taken = dict.fromkeys(nodes, 0)
@@ -115,13 +124,7 @@ class ClusterState:
                 need -= take
                 if not need:
                     break
-        chosen = [(node, count) for node, count in taken.items() if count]
-        ids: list[int] = []
-        for node, take in chosen:
-            pool = self.free_ids[node]
-            ids.extend(pool[:-take - 1:-1])
-            del pool[-take:]
-        return self._taken(type_k, chosen, ids)
+        return [(node, count) for node, count in taken.items() if count]
 
     def claim(self, type_k: int, gpu_ids: tuple[int, ...]) -> tuple[int, ...]:
         for g in gpu_ids:

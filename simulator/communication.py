@@ -129,6 +129,7 @@ class PlacementTiming:
         self._bucket_seconds: dict[tuple, np.ndarray | None] = {}
         self.compute = np.zeros((len(jobs), len(self.types)))  # true per-GPU seconds per iteration (charge)
         self.iterations = np.zeros(len(jobs))
+        self._node_gpus: dict[str, np.ndarray] | None = None  # per type, the GPU ids of its largest nodes
         self.unpriced: set[str] = {t for t, links in self.typical_links.items() if links.interconnect is None}
 
     # -- the model ---------------------------------------------------------------------------------
@@ -216,6 +217,44 @@ class PlacementTiming:
         """Per job, whether Tiresias' rule consolidates it: its largest gradient holds at least
         :data:`SKEW_SHARE` of its gradient bytes."""
         return np.array([self.largest_share.get(c, 0.0) >= SKEW_SHARE for c in self.config], dtype=bool)
+
+    def estimate(self, job: int, k: int, plan: list[tuple[int, int]], view) -> tuple[float, float] | None:
+        """By the predictions only: the job's run time on type k at ``plan`` (node, GPUs), and when
+        a packed placement is predicted to free (None: ``plan`` is as packed as the type allows).
+        The step ratio takes the predicted packed step per iteration as the compute (its overlap
+        with communication is the truth's backward share, a property of the model, not a time)."""
+        gpu = self.types[k]
+        packed = self.packed_counts(job, gpu)
+        if len(plan) <= len(packed):
+            return None
+        predicted = float(view.predicted[job, k])
+        if not np.isfinite(predicted) or not self.iterations[job] > 0:
+            return None
+        per_iteration = predicted / self.iterations[job]
+        config_id = self.config[job]
+        ratio = (self.step(per_iteration, config_id, gpu, tuple(c for _, c in plan), [self.links[n] for n, _ in plan])
+                 / self.step(per_iteration, config_id, gpu, packed, self._typical(gpu, len(packed))))
+        free_at = self._packed_free_at(view, k, packed)
+        if not free_at > view.now:  # packed GPUs free now that the rule does not give: waiting gains nothing
+            return None
+        return predicted * ratio, free_at
+
+    def _packed_free_at(self, view, k: int, packed: tuple[int, ...]) -> float:
+        """When, by the predicted ends of running jobs, ``packed`` nodes of type k are free: the
+        earliest time one of the type's largest nodes has packed[0] GPUs free (one node), or the
+        time the len(packed)-th of them is wholly free (several)."""
+        if self._node_gpus is None:
+            self._node_gpus = {}
+            for t in self.types:
+                ids = [np.flatnonzero(self.node_of_gpu == i) for i, n in enumerate(self.cluster.nodes)
+                       if n.gpu_type == t and n.num_gpus == self.node_size[t]]
+                self._node_gpus[t] = np.vstack(ids)
+        gpus = self._node_gpus[self.types[k]]
+        available = np.sort(view.gpu_available_at()[gpus], axis=1)
+        if len(packed) == 1:
+            return float(available[:, packed[0] - 1].min())
+        whole = np.sort(available[:, -1])
+        return float(whole[len(packed) - 1]) if len(packed) <= len(whole) else np.inf
 
     def compute_runtime(self, k: np.ndarray) -> np.ndarray:
         """Per job, its compute-only run time on type ``k[job]`` (iterations × per-GPU compute)."""

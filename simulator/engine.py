@@ -120,6 +120,9 @@ class Simulation:
             start=self.start, type_of=self.type_of, gpu_type=self.state.gpu_type, gpu_job=self.state.gpu_job,
             free_by_type=self.state.free_by_type, total_by_type=self.state.total_by_type,
             quantiles=self._quantile)
+        self._num_gpus = num
+        if timing is not None:
+            self.view.placement_estimate = self._placement_estimate
         self._quantiles: dict[float, np.ndarray] = {}  # q -> (job, type) seconds, kept current
         self._observed = np.zeros(self.truth.shape, dtype=bool)
         self.policy_seconds = 0.0
@@ -257,7 +260,7 @@ class Simulation:
             raise PolicyError(f"policy {self.policy.name!r} placed job {job} ({n} GPUs) on "
                               f"{p.gpu_type} with only {state.free_by_type[k]} free")
         elif self._spread[job] and n > 1:
-            ids = state.allocate_spread(k, n) if self.placement == "spread" else state.allocate_first_fit(k, n)
+            ids = state._take(k, self._plan(job, k, n))
         else:
             ids = state.allocate(k, n)
         gpu_job = state.gpu_job
@@ -268,6 +271,22 @@ class Simulation:
         self.type_of[job] = k
         self.gpus_of[job] = ids
         return job, k
+
+    def _plan(self, job: int, k: int, n: int) -> list[tuple[int, int]]:
+        """The (node, GPUs) the run's placement rule gives ``job`` on type k now, taking nothing."""
+        state = self.state
+        if not self._spread[job] or n == 1:
+            return state.best_fit(k, n)
+        return state.spread(k, n) if self.placement == "spread" else state.first_fit(k, n)
+
+    def _placement_estimate(self, job: int, k: int) -> tuple[float, float] | None:
+        """The view's placement estimate (:meth:`policies.base.SchedulerView.starts_now`): the
+        job's predicted run time at the GPUs the rule gives it now, and when a packed placement is
+        predicted to free; None where placement does not matter or the job does not fit now."""
+        n = int(self._num_gpus[job])
+        if n <= 1 or self.state.free_by_type[k] < n or self._spread[job]:
+            return None  # one GPU; no room now (the policy's own check); a rule that never packs it
+        return self.timing.estimate(job, k, self._plan(job, k, n), self.view)
 
     def _charge(self, job: int, k: int) -> float:
         """The job's step at the GPUs it got ÷ its step packed on type k, kept for its records."""

@@ -25,7 +25,7 @@ def test_quick_reproduction_writes_every_section(tmp_path, monkeypatch):
     for section in ("Predictor accuracy", "Error by op count", "Convergence", "Window / stride",
                     "Scheduling with predicted run times", "Error sweep", "Reliability of the prediction intervals",
                     "Risk-aware deadline planning", "What prediction error costs preemptive",
-                    "beside the peers' own simulators"):
+                    "beside the peers' own simulators", "charged for their placement"):
         assert section in text
     body = json.loads((out / "results.json").read_text())
     assert {(r["method"], r["device"]) for r in body["accuracy"]} == {
@@ -54,6 +54,14 @@ def test_quick_reproduction_writes_every_section(tmp_path, monkeypatch):
     # the peers' own simulators: Tiresias always (its runs and inputs ship), Gavel where its throughputs are
     assert {r["peer"].split("@")[0] for r in body["peers"]} >= {"tiresias"}
     assert all(abs(r["avg_jct_s_ratio"] - 1) < 0.02 for r in body["peers"])
+    # placement: each rule beside blind timing; blind is the unit of its own ratio, and a job's
+    # communication is never negative
+    placement = body["placement"]
+    assert {r["placement"] for r in placement} == {"blind", "consolidate", "spread", "tiresias"}
+    assert all(r["jct_vs_blind"] == 1.0 and r["communication_share"] == 0.0
+               for r in placement if r["placement"] == "blind")
+    assert all(r["communication_share"] >= 0 for r in placement)
+    assert (out / "placement" / "placement.png").exists()
 
 
 def test_the_scheduling_table_pools_over_seeds_as_the_sweep_table_and_plots():

@@ -197,3 +197,84 @@ def test_a_node_network_line_rate_and_interconnect_from_the_cluster_file_are_cha
     p = load_params()
     expected = _hand_step(0.5, 0.5, [_ring(s, 2, p.network.alpha_s, 10e9 / 8) for s in sizes], sizes)
     assert spread["slow"] == pytest.approx(expected, rel=1e-12)
+
+
+# -- every policy, every placement rule, with multi-GPU jobs charged for where they run --------
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from policies.registry import POLICIES  # noqa: E402
+from simulator.cluster import homogeneous_groups  # noqa: E402
+from simulator.communication import PLACEMENTS  # noqa: E402
+from simulator.timing import make_predictor  # noqa: E402
+
+TYPES = ["V100", "T4", "A100"]
+
+
+def _bound(trace, cluster, seconds_by_type):
+    """The trace bound to the toy config: a type's iteration takes ``seconds_by_type[type]``."""
+    types = cluster.gpu_types
+    truth = IterationTimeTable(pd.DataFrame({"config_id": CONFIG, "device": TYPES,
+                                             "seconds": [seconds_by_type[t] for t in TYPES]}))
+    back = IterationTimeTable(pd.DataFrame({"config_id": CONFIG, "device": TYPES,
+                                            "seconds": [seconds_by_type[t] / 2 for t in TYPES]}))
+    observed = trace.jobs["gpu_type"].replace("", types[0])
+    iterations = trace.jobs["duration_s"] / observed.map(seconds_by_type)
+    jobs = trace.jobs.assign(config_id=CONFIG, iterations=iterations,
+                             **{f"runtime_s:{t}": iterations * seconds_by_type[t] for t in types})
+    timing = PlacementTiming(jobs, cluster, _sequences([64 * MIB, MIB, MIB]), back, truth)
+    return timing.charge(trace.with_jobs(jobs), types[0]), timing
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(jobs=st.lists(st.fixed_dictionaries({"submit_s": st.integers(0, 100).map(float),
+                                            "num_gpus": st.sampled_from([1, 2, 3, 4, 8]),
+                                            "duration_s": st.integers(1, 100).map(float)}), min_size=1, max_size=20),
+       groups=st.lists(st.tuples(st.sampled_from(TYPES), st.sampled_from([1, 2, 4]), st.integers(1, 3)),
+                       min_size=1, max_size=3),
+       policy=st.sampled_from(sorted(POLICIES) + ["srtf:lease=20,restart=3", "tiresias:thresholds=40/200,restart=3"]),
+       placement=st.sampled_from(PLACEMENTS), predictor=st.sampled_from(["truth", "noisy:0.3", "noisy-comm:0.5"]))
+def test_every_policy_and_rule_runs_multi_gpu_jobs_charged_for_their_placement(jobs, groups, policy, placement,
+                                                                                predictor):
+    trace = _trace([{**j, "gpu_type": ""} for j in jobs])
+    cluster = homogeneous_groups(groups, "prop")
+    bound, timing = _bound(trace, cluster, {"V100": 1.0, "T4": 2.5, "A100": 0.5})
+    sim = make_simulation(bound, cluster, make_policy(policy), make_predictor(predictor, seed=3), timing=timing,
+                          placement=placement)
+    result = sim.run()
+    done = result.records[result.records["status"] == "completed"]
+    largest = max(cluster.gpus_of_type(t) for t in cluster.gpu_types)
+    assert len(done) == sum(j["num_gpus"] <= largest for j in jobs)
+    # a job's run is its packed time × its placement's slowdown (never faster than packed), and
+    # what it spent communicating is part of it
+    assert (done["communication_s"] >= -1e-9).all()
+    assert (done["communication_s"] <= done["true_runtime"] + 1e-9).all()
+    if result.segments is None:
+        assert np.allclose(done["end"], done["start"] + done["true_runtime"])
+        packed = np.array([bound.jobs.loc[int(i), f"runtime_s:{t}"] for i, t in zip(done.index, done["gpu_type"])])
+        assert (done["true_runtime"].to_numpy() >= packed * (1 - 1e-12)).all()
+        single = (done["num_gpus"] == 1).to_numpy()
+        assert np.array_equal(done["true_runtime"].to_numpy()[single], packed[single])
+    again = make_simulation(bound, cluster, make_policy(policy), make_predictor(predictor, seed=3), timing=timing,
+                            placement=placement).run().records
+    assert again.equals(result.records)
+
+
+@pytest.mark.parametrize("policy", ["fifo", "sjf", "edf", "allox", "hydra"])
+def test_a_policy_waits_for_a_packed_placement_when_the_spread_one_would_finish_later(policy):
+    """Node 0 holds A (10 s) and B (200 s), node 1 holds C (200 s); the 2-GPU job D (100 s, at 1 s)
+    could start at 10 s spread over both nodes, whose network is 10 Mbit/s (~7x slower: it would
+    end at ~755 s), or at 200 s packed (ends at 300 s): every policy that asks the view waits.
+    With a fast network the spread start wins: D starts at 10 s."""
+    jobs = [{"num_gpus": 1, "duration_s": 10.0}, {"num_gpus": 1, "duration_s": 200.0},
+            {"num_gpus": 1, "duration_s": 200.0}, {"num_gpus": 2, "duration_s": 100.0, "submit_s": 1.0}]
+    started = {}
+    for gbps in (0.01, 1000.0):
+        cluster = Cluster("c", tuple(Node(f"n{i}", "V100", 2, network_gbps=gbps) for i in range(2)))
+        bound, timing = _timing(cluster, _trace(jobs))
+        records = make_simulation(bound, cluster, make_policy(policy), TruthPredictor(), timing=timing).run().records
+        d = records.set_index("job_id").loc["3"]
+        started[gbps] = float(d["start"])
+        if gbps == 0.01:
+            assert d["end"] == pytest.approx(300.0, rel=1e-12)
+    assert started == {0.01: 200.0, 1000.0: 10.0}
