@@ -7,10 +7,13 @@ run time, and so JCT and tardiness. This sweep runs bound workloads (every predi
 jobs) with the communication model (:mod:`simulator.communication`, spec-derived) under three
 placement rules — ``consolidate`` (fewest nodes), ``spread`` (as many nodes as possible),
 ``tiresias`` (consolidate skewed models only) — and once blind (``--no-communication``,
-consolidated), on a cluster with NVLink and PCIe nodes (``modern``: H100 and A100 NVSwitch
-boards, L4 PCIe servers) and on Philly's (P100 pairs and P40 PCIe servers, scaled). Predictors:
+consolidated), on a cluster with NVLink and PCIe nodes (``modern``: H100 8-GPU boards with
+NVSwitch, A100 PCIe servers with NVLink-bridged pairs, L4 PCIe servers), on the PCIe ``default``
+cluster and on Philly's. Predictors:
 truth, ETS (the shipped checkpoints: emulated GPUs), and the truth with an injected error of mean
-relative error 0.2 on the per-GPU compute only and on the exposed communication only.
+relative error 0.2 on the per-GPU compute only and on the exposed communication only (and the
+Habitat-style and DNNPerf-style baselines on the PCIe cluster, whose GPUs they have checkpoints
+for); and the real Philly trace, its jobs' recorded shapes (``8+8``) setting their work.
 
 Per cell: the mean over seeds of avg JCT, mean tardiness, utilisation and the share of
 GPU-seconds spent on exposed communication, with a 95 % t-interval over seeds; and each run's
@@ -25,7 +28,7 @@ Resumable: finished sweep points are skipped on a rerun.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import click
@@ -37,27 +40,55 @@ from experiments.sweeps import sweep_options
 
 POLICIES = ("fifo", "tiresias", "gavel", "allox", "hydra")
 PLACEMENTS = ("consolidate", "spread", "tiresias")
-PREDICTORS = ("truth", "ets", "noisy-compute:0.2", "noisy-comm:0.2")
-# (workload kind, cluster): NVLink boards beside PCIe servers; Philly's own node shapes
-SETTINGS = (("philly-like", "modern"), ("philly-like", "philly:0.05"))
+ERRORS = ("noisy-compute:0.2", "noisy-comm:0.2")
 JOBS = 400
 BLIND = "blind"  # the placement column of a --no-communication run
+PHILLY_TRACE = "traces/philly/rfold_philly_trace.csv"  # under ../shared: Philly with its recorded shapes
 
 
-def grid(jobs: int, seeds: int, policies=POLICIES, predictors=PREDICTORS, settings=SETTINGS):
+@dataclass(frozen=True)
+class Setting:
+    """A workload on a cluster, with the predictors and policies run on it."""
+
+    workload: str | None  # synthetic KIND:N, or None for ``trace``
+    cluster: str
+    predictors: tuple[str, ...]
+    policies: tuple[str, ...] = POLICIES
+    trace: str | None = None
+    seeds: int | None = None  # None: the run's --seeds
+
+
+def settings(jobs: int, quick: bool = False) -> list[Setting]:
+    """NVLink boards beside PCIe servers (``modern``; ETS checkpoints for all three types), the
+    PCIe default cluster (every method has checkpoints), and — full runs, when ../shared has it —
+    the real Philly trace with its recorded shapes on Philly's cluster (no P40 checkpoint: truth
+    and the injected errors; FIFO and Tiresias, one seed: a full Philly replay takes minutes)."""
+    from experiments.shared_data import shared_dir
+
+    if quick:
+        return [Setting(f"philly-like:{jobs}", "modern", ("truth", "noisy-comm:0.2"), ("fifo", "hydra"))]
+    out = [Setting(f"philly-like:{jobs}", "modern", ("truth", "ets", *ERRORS)),
+           Setting(f"philly-like:{jobs}", "default", ("truth", "ets", "habitat", "dnnperf", *ERRORS))]
+    philly = shared_dir() / PHILLY_TRACE
+    if philly.exists():
+        out.append(Setting(None, "philly", ("truth", *ERRORS), ("fifo", "tiresias"), f"philly:{philly}", 1))
+    return out
+
+
+def grid(seeds: int, chosen: list[Setting]):
     """Every (setting, policy, predictor, placement) with communication, and the blind run of
-    each (setting, policy, seed) with the truth."""
+    each (setting, policy, seed) with the truth; bound, so every predictor sees the same jobs."""
     from simulator.run import RunConfig
 
     configs = []
-    for workload, cluster in settings:
-        for seed in range(seeds):
-            for policy in policies:
-                base = RunConfig(policy=policy, predictor="truth", workload=f"{workload}:{jobs}", cluster=cluster,
-                                 seed=seed, bind=True, deadline_fraction=0.2)
+    for setting in chosen:
+        for seed in range(setting.seeds or seeds):
+            for policy in setting.policies:
+                base = RunConfig(policy=policy, predictor="truth", workload=setting.workload, trace=setting.trace,
+                                 cluster=setting.cluster, seed=seed, bind=True, deadline_fraction=0.2)
                 configs.append(replace(base, communication=False))
                 configs += [replace(base, predictor=predictor, placement=placement)
-                            for predictor in predictors for placement in PLACEMENTS]
+                            for predictor in setting.predictors for placement in PLACEMENTS]
     return configs
 
 
@@ -73,7 +104,9 @@ def table(results: pd.DataFrame) -> pd.DataFrame:
     """Per setting × policy × predictor × placement: means, intervals, and the JCT ratio to blind."""
     done = results[results["status"] == "ok"].copy()
     done["placement"] = np.where(done["communication"].astype(bool), done["placement"], BLIND)
-    done["setting"] = done["workload"].str.split(":").str[0] + " on " + done["cluster"]
+    source = np.where(done["trace"].fillna("").astype(str) != "", "philly trace",
+                      done["workload"].fillna("").astype(str).str.split(":").str[0])
+    done["setting"] = source + " on " + done["cluster"]
     blind = done[done["placement"] == BLIND].set_index(["setting", "policy", "seed"])["jct_mean"]
     done["blind_jct"] = blind.reindex(pd.MultiIndex.from_frame(done[["setting", "policy", "seed"]])).to_numpy()
     done["jct_ratio"] = done["jct_mean"] / done["blind_jct"]
@@ -121,9 +154,7 @@ def run(out: Path, jobs: int, seeds: int, workers: int, quick: bool = False) -> 
     control) and Hydra, truth and the error on communication, on the modern cluster only."""
     from experiments.sweeps import completed_sweep
 
-    configs = (grid(jobs, seeds, ("fifo", "hydra"), ("truth", "noisy-comm:0.2"),
-                    SETTINGS[:1]) if quick else grid(jobs, seeds))
-    summary = table(completed_sweep(configs, out / "sweep", workers))
+    summary = table(completed_sweep(grid(seeds, settings(jobs, quick)), out / "sweep", workers))
     return summary, figure(summary, out)
 
 

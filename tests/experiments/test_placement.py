@@ -5,12 +5,12 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from experiments.placement import BLIND, PLACEMENTS, grid, markdown, table
+from experiments.placement import BLIND, PLACEMENTS, Setting, grid, markdown, table
 
 
 def _row(policy, placement, communication, seed, jct, share=0.0, predictor="truth"):
     return {"status": "ok", "workload": "philly-like:10", "cluster": "modern", "policy": policy,
-            "predictor": predictor, "placement": placement, "communication": communication, "seed": seed,
+            "predictor": predictor, "placement": placement, "trace": None, "communication": communication, "seed": seed,
             "jct_mean": jct, "tardiness_mean": 0.0, "utilization": 0.5, "communication_share": share}
 
 
@@ -27,7 +27,7 @@ def test_ratios_to_blind_pool_over_seeds_and_intervals_follow_the_t_formula():
 
 
 def test_the_grid_has_one_blind_run_per_policy_and_seed_and_every_rule_per_predictor():
-    configs = grid(20, 2, ("fifo",), ("truth", "noisy-comm:0.2"), (("philly-like", "modern"),))
+    configs = grid(2, [Setting("philly-like:20", "modern", ("truth", "noisy-comm:0.2"), ("fifo",))])
     blind = [c for c in configs if not c.communication]
     assert len(blind) == 2 and all(c.predictor == "truth" and c.bind for c in blind)
     timed = {(c.predictor, c.placement, c.seed) for c in configs if c.communication}
