@@ -66,6 +66,9 @@ def format_summary(summary: dict) -> str:
         resuming, lost = readable(summary["restart_overhead_seconds"]), readable(summary["gpu_seconds_lost"])
         rows.append(("preemptions", f"{summary['preemptions']:,} ({summary['preemptions_per_job_mean']:.2f} per job, "
                      f"p95 {summary['preemptions_per_job_p95']:g}); resuming {resuming} s, {lost} GPU-s lost"))
+    if "communication_gpu_seconds" in summary:  # a bound run with its communication model
+        rows.append(("communication", f"{readable(summary['communication_gpu_seconds'] / 3600, 1)} GPU-h exposed "
+                     f"({summary['communication_share']:.1%} of GPU time; spec-derived)"))
     if "rounds" in summary:  # a preemptive policy's round boundaries
         rows.append(("rounds", f"{summary['rounds']:,}"))
     rows += [

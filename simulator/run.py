@@ -284,6 +284,16 @@ def timing_manifest(trace: JobTrace, timing: PlacementTiming) -> dict:
             "gpu_types_without_links": sorted(timing.unpriced)}
 
 
+def blind_share(records: pd.DataFrame, timing: PlacementTiming | None) -> dict:
+    """Whether multi-GPU jobs paid for their communication, and the GPU-seconds of those timed
+    blind (as one GPU, wherever their GPUs were): all of them in a run that is not bound to model
+    configs (nothing says what they synchronise) or runs ``--no-communication``."""
+    done = records[(records["status"] == "completed") & (records["num_gpus"] > 1)]
+    held = float((done["num_gpus"] * done["true_runtime"]).sum())
+    return {"modelled": timing is not None, "multi_gpu_jobs": int(len(done)),
+            "multi_gpu_gpu_seconds_timed_blind": 0.0 if timing is not None else held}
+
+
 YEAR_S = 365.25 * 86400
 OVERLOAD_FACTOR = 10.0        # offered load above this many times the cluster's GPUs: warn
 EXTREME_LOAD_SCALE = 100.0    # --load-scale above this, or below its inverse: warn
@@ -468,6 +478,7 @@ def execute(config: RunConfig, *, trace: JobTrace | None = None, cluster: Cluste
         "cluster": cluster.describe(),
         "reference_gpu": sim.reference_type,
         "binding": binding,
+        "communication": blind_share(result.records, timing),
         "gpu_speeds": {t: {"relative_time": speed(t).relative_time, "source": speed(t).source}
                        for t in used_types},
         "warnings": sanity + table_warnings,

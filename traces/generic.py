@@ -24,6 +24,7 @@ column                 required   meaning
 ``dtype``              no         float32, float16, bfloat16 or amp (fp32, fp16, bf16 also read)
 ``checkpoint_bytes``   no         what a resume reads back (preemptive policies)
 ``user``, ``vc``       no         who submitted it, and to which virtual cluster or queue
+``shape``              no         GPUs per server of the recorded run, ``8+8`` (adds up to num_gpus)
 =====================  =========  ================================================================
 
 Any other column is refused, naming it and the known ones (a misspelt ``runtime_s:V10O`` or
@@ -61,6 +62,7 @@ from traces.schema import (
     ALLOWED_SEPARATOR,
     CHECKPOINT_BYTES,
     RUNTIME_PREFIX,
+    SHAPE,
     TIME_LIMIT_S,
     JobTrace,
     TraceError,
@@ -78,7 +80,7 @@ KIND = "csv"
 NEVER = "never"  # a runtime_s cell: the job cannot run on that type
 REQUIRED = ("job_id", "submit_s", "num_gpus")
 OPTIONAL = ("duration_s", "gpu_type", "deadline_s", ALLOWED_GPUS, "model", "batch", "size", "dtype",
-            CHECKPOINT_BYTES, "user", "vc")
+            CHECKPOINT_BYTES, "user", "vc", SHAPE)
 KNOWN = (*REQUIRED, *OPTIONAL, f"{RUNTIME_PREFIX}<GPU>")
 PARQUET_SUFFIXES = (".parquet", ".pq")
 # The dtypes a config trains in (predictor.zoo.config.CONFIG_DTYPES, without importing torch) and
@@ -117,7 +119,7 @@ def load(path: str | Path) -> JobTrace:
         df[RUNTIME_PREFIX + gpu] = seconds
     if allowed is not None:
         df[ALLOWED_GPUS] = allowed
-    for name in ("vc", CHECKPOINT_BYTES):
+    for name in ("vc", CHECKPOINT_BYTES, SHAPE):
         if name in rows:
             df[name] = rows[name].to_numpy() if name == CHECKPOINT_BYTES else _text(rows, name).to_numpy()
     if "model" in rows:

@@ -278,3 +278,17 @@ def test_a_policy_waits_for_a_packed_placement_when_the_spread_one_would_finish_
         if gbps == 0.01:
             assert d["end"] == pytest.approx(300.0, rel=1e-12)
     assert started == {0.01: 200.0, 1000.0: 10.0}
+
+
+def test_an_unbound_run_says_how_many_gpu_seconds_it_timed_blind():
+    from simulator.run import RunConfig, execute
+
+    out = execute(RunConfig(policy="fifo", predictor="truth", workload="philly-like:60", cluster="default"))
+    records = out.records
+    multi = records[(records["status"] == "completed") & (records["num_gpus"] > 1)]
+    assert len(multi) > 0
+    said = out.manifest["communication"]
+    assert said["modelled"] is False and said["multi_gpu_jobs"] == len(multi)
+    assert said["multi_gpu_gpu_seconds_timed_blind"] == pytest.approx(float((multi["num_gpus"] * multi["true_runtime"])
+                                                                             .sum()))
+    assert "communication_s" not in records and "communication_gpu_seconds" not in out.summary
