@@ -498,12 +498,17 @@ def _inference_host(calibration_dir: Path):
               default=Path("reports/validate"), show_default=True,
               help="Where report.md, iterations.csv, kernels.csv and the plots go.")
 @click.option("--overwrite", is_flag=True, help="Let the report replace an earlier one in --report.")
+@click.option("--multi-gpu-only", is_flag=True,
+              help="Only the multi-GPU data-parallel sets (Sia placements, Lambda, Gavel, NeuSight dp; about a "
+                   "minute once their op sequences are in --cache): multi_gpu.md, multi_gpu.csv and the plot.")
 def devices_validate(calibration_dir: Path | None, ets_dir: Path | None, cache: Path, report_dir: Path,
-                     overwrite: bool) -> None:
+                     overwrite: bool, multi_gpu_only: bool) -> None:
     """The emulated GPUs against every real measurement, out of sample: kernels leave-one-GPU-out,
     iterations leave-one-model-out (the calibration refitted without each model), whole forward
     passes and training steps (KernelBench level 3, Lambda, pytorch-gpu-benchmark) with the kernel
-    model fitted without their GPU."""
+    model fitted without their GPU; and data-parallel steps on several GPUs (Sia placements,
+    Lambda 2-8 GPUs, Gavel consolidated / unconsolidated, NeuSight dp4) from the set's own 1-GPU
+    times plus spec-derived communication."""
     from predictor.devices import calibrate as cal
     from predictor.devices import endtoend, kernel_data, neusight_ops, validate
     from predictor.devices import kernels as kernel_model
@@ -511,7 +516,12 @@ def devices_validate(calibration_dir: Path | None, ets_dir: Path | None, cache: 
     from predictor.devices.specs import load_params, spec_sheets
 
     calibration_dir, ets_dir = _data_dirs(calibration_dir, ets_dir)
-    _claim_outputs(overwrite, ("--report", report_dir / "report.md"))
+    if multi_gpu_only:
+        _claim_outputs(overwrite, ("--report", report_dir / "multi_gpu.md"))
+        _validate_multi_gpu(calibration_dir, cache, report_dir, echo=True)
+        click.echo(f"report in {report_dir}")
+        return
+    _claim_outputs(overwrite, ("--report", report_dir / "report.md"), ("--report", report_dir / "multi_gpu.md"))
     targets, skipped, host, kernels = _inputs(calibration_dir, ets_dir, cache)
     click.echo("kernels, leave-one-GPU-out ...")
     held_out_models: dict = {}
@@ -542,7 +552,29 @@ def devices_validate(calibration_dir: Path | None, ets_dir: Path | None, cache: 
              "(shapes, views) and our loss are left out.",
              *_host_agreement_notes(calibration_dir)]
     sets = validate.write_report(report_dir, rows, kernel_rows, notes, op_classes, whole)
+    multi_gpu = _validate_multi_gpu(calibration_dir, cache, report_dir, echo=False)
+    with (report_dir / "report.md").open("a") as report:
+        report.write("\n" + multi_gpu)
     click.echo((report_dir / "report.md").read_text())
     click.echo(f"report in {report_dir}")
     if len(sets):
         click.echo(f"{int(sets['target'].sum())} of {len(sets)} sets within the 12 % target")
+
+
+def _validate_multi_gpu(calibration_dir: Path, cache: Path, report_dir: Path, echo: bool) -> str:
+    """The multi-GPU sets (:mod:`predictor.devices.placement_validation`): writes multi_gpu.md,
+    .csv and the plot into ``report_dir``; returns the Markdown section (printed with ``echo``)."""
+    from predictor.devices import placement_validation
+    from predictor.devices.measurements import MeasurementError
+
+    click.echo("multi-GPU sets (Sia placements and scalability, Lambda, Gavel, NeuSight dp) ...")
+    try:
+        result = placement_validation.run(calibration_dir, cache, progress=True)
+    except MeasurementError as exc:
+        raise click.ClickException(str(exc)) from None
+    table, text = placement_validation.write_report(report_dir, result)
+    if echo:
+        click.echo(text)
+        targeted = table["met"].dropna()
+        click.echo(f"{int(targeted.astype(bool).sum())} of {len(targeted)} multi-GPU targets met")
+    return text

@@ -154,7 +154,7 @@ def _frame(rows: list[dict], excluded: list[str], columns: tuple[str, ...] = COL
 # --- Gavel ---------------------------------------------------------------------------------------
 
 
-def _gavel_key(path: Path, section: str, key: object) -> tuple[str, int]:
+def gavel_key(path: Path, section: str, key: object) -> tuple[str, int]:
     where = f"section {section!r} key {short(key)}"
     try:
         parsed = ast.literal_eval(key) if isinstance(key, str) else None
@@ -166,7 +166,7 @@ def _gavel_key(path: Path, section: str, key: object) -> tuple[str, int]:
     return parsed
 
 
-def _gavel_throughput(path: Path, where: str, entry: object) -> float:
+def gavel_throughput(path: Path, where: str, entry: object) -> float:
     if not isinstance(entry, dict) or "null" not in entry:
         raise MeasurementError(path, "no isolated-throughput entry", where=where, field="null")
     value = entry["null"]
@@ -196,7 +196,7 @@ def load_gavel(path: str | Path) -> pd.DataFrame:
     path = Path(path)
     if not path.exists():  # a FIFO or device is refused by name when read, not called missing
         raise MeasurementError(path, "file not found")
-    data = _json_document(path)[1]
+    data = json_document(path)[1]
     if not isinstance(data, dict):
         raise MeasurementError(path, f"top level is a {type(data).__name__}, not an object")
     rows: list[dict] = []
@@ -208,7 +208,7 @@ def load_gavel(path: str | Path) -> pd.DataFrame:
         if not isinstance(jobs, dict):
             raise MeasurementError(path, "section is not an object", where=f"section {section!r}", field=section)
         for key, entry in jobs.items():
-            job_type, scale = _gavel_key(path, section, key)
+            job_type, scale = gavel_key(path, section, key)
             if scale != 1:
                 continue
             where = f"section {section!r} key {short(key)}"
@@ -223,7 +223,7 @@ def load_gavel(path: str | Path) -> pd.DataFrame:
             batch = int(match["batch"])
             if batch < 1:
                 raise MeasurementError(path, f"batch size must be >= 1, got {batch}", where=where, field="job type")
-            throughput = _gavel_throughput(path, where, entry)
+            throughput = gavel_throughput(path, where, entry)
             origin = f"{path.name}:{section}:{key}"
             if throughput == 0.0:
                 excluded.append(origin)
@@ -309,7 +309,7 @@ def _problem(exc: InputError, path: Path) -> str:
     return text.removeprefix(f"{path}: ")
 
 
-def _json_document(path: Path) -> tuple[str, object]:
+def json_document(path: Path) -> tuple[str, object]:
     """(text, document) of a JSON file, read within the input limits (:mod:`predictor.inputs`)."""
     try:
         text = read_bytes(path, "JSON file").decode("utf-8")
@@ -455,7 +455,7 @@ def load_neusight(directory: str | Path) -> pd.DataFrame:
     for path, origin in kept:
         device, workload = neusight_device_and_workload(path)
         _, seq, batch, _ = neusight_label(path)
-        text, data = _json_document(path)
+        text, data = json_document(path)
         if not isinstance(data, dict):
             raise MeasurementError(path, f"top level is a {type(data).__name__}, not an object", where="line 1")
         row = {"source": "neusight", "device": device, "workload": workload, "batch": batch, "origin": origin,

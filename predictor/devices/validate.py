@@ -10,7 +10,9 @@ Sets (one panel and one row each): ETS T4 and RTX 2080 Ti iterations (nsys regim
 A100-80GB and V100 transformer iterations (forward + backward), SPREAD T4 and RTX 2080 Ti
 iterations, Gavel (K80, P100, V100), Sia (T4, V100, A100, RTX 6000, RTX 2080 Ti); kernels per op
 class and held-out GPU. Targets: iteration median |error| ≤ 12 % per set and no set above 20 %;
-kernels ≤ 10 % (conv, matmul) and ≤ 15 % (the others).
+kernels ≤ 10 % (conv, matmul) and ≤ 15 % (the others). The multi-GPU sets (data-parallel steps
+on Sia placements, Lambda, Gavel and NeuSight dp, spec-derived communication) are
+:mod:`predictor.devices.placement_validation`'s; the command appends their section to the report.
 """
 
 from __future__ import annotations
