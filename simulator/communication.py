@@ -155,15 +155,17 @@ class PlacementTiming:
         return out
 
     def step(self, compute_s: float, config_id: str, gpu: str, counts: tuple[int, ...],
-             links: list[NodeLinks]) -> float:
-        """Seconds of one data-parallel step of per-GPU compute ``compute_s`` on ``counts``."""
+             links: list[NodeLinks], comm_scale: float = 1.0) -> float:
+        """Seconds of one data-parallel step of per-GPU compute ``compute_s`` on ``counts``, its
+        all-reduces taking ``comm_scale`` × the model's time (a predictor's view of them)."""
         if sum(counts) <= 1:
             return compute_s
         seconds = self._seconds(config_id, counts, links)
         if seconds is None:
             return compute_s
         share = self._share.get((config_id, gpu), 2.0 / 3.0)
-        return overlapped_step(compute_s * share, compute_s * (1.0 - share), self.buckets.get(config_id, ()), seconds)
+        return overlapped_step(compute_s * share, compute_s * (1.0 - share), self.buckets.get(config_id, ()),
+                               seconds * comm_scale)
 
     def packed_counts(self, job: int, gpu: str) -> tuple[int, ...]:
         return packed_counts(int(self.num[job]), self.node_size.get(gpu, default_per_node(int(self.num[job]))))
@@ -218,11 +220,14 @@ class PlacementTiming:
         :data:`SKEW_SHARE` of its gradient bytes."""
         return np.array([self.largest_share.get(c, 0.0) >= SKEW_SHARE for c in self.config], dtype=bool)
 
-    def estimate(self, job: int, k: int, plan: list[tuple[int, int]], view) -> tuple[float, float] | None:
+    def estimate(self, job: int, k: int, plan: list[tuple[int, int]], view,
+                 comm_scale: float = 1.0) -> tuple[float, float] | None:
         """By the predictions only: the job's run time on type k at ``plan`` (node, GPUs), and when
         a packed placement is predicted to free (None: ``plan`` is as packed as the type allows).
         The step ratio takes the predicted packed step per iteration as the compute (its overlap
-        with communication is the truth's backward share, a property of the model, not a time)."""
+        with communication is the truth's backward share, a property of the model, not a time)
+        and the predictor's scale of communication (``comm_scale``: a noisy-comm predictor's
+        error, 1 for the others)."""
         gpu = self.types[k]
         packed = self.packed_counts(job, gpu)
         if len(plan) <= len(packed):
@@ -232,8 +237,9 @@ class PlacementTiming:
             return None
         per_iteration = predicted / self.iterations[job]
         config_id = self.config[job]
-        ratio = (self.step(per_iteration, config_id, gpu, tuple(c for _, c in plan), [self.links[n] for n, _ in plan])
-                 / self.step(per_iteration, config_id, gpu, packed, self._typical(gpu, len(packed))))
+        ratio = (self.step(per_iteration, config_id, gpu, tuple(c for _, c in plan), [self.links[n] for n, _ in plan],
+                           comm_scale)
+                 / self.step(per_iteration, config_id, gpu, packed, self._typical(gpu, len(packed)), comm_scale))
         free_at = self._packed_free_at(view, k, packed)
         if not free_at > view.now:  # packed GPUs free now that the rule does not give: waiting gains nothing
             return None

@@ -123,6 +123,8 @@ class Simulation:
         self._num_gpus = num
         if timing is not None:
             self.view.placement_estimate = self._placement_estimate
+            # how the predictor sees communication against the model (its error on it, if any)
+            self._comm_scale = np.asarray(predictor.comm_scale(jobs, cluster.gpu_types), dtype="float64")
         self._quantiles: dict[float, np.ndarray] = {}  # q -> (job, type) seconds, kept current
         self._observed = np.zeros(self.truth.shape, dtype=bool)
         self.policy_seconds = 0.0
@@ -286,7 +288,7 @@ class Simulation:
         n = int(self._num_gpus[job])
         if n <= 1 or self.state.free_by_type[k] < n or self._spread[job]:
             return None  # one GPU; no room now (the policy's own check); a rule that never packs it
-        return self.timing.estimate(job, k, self._plan(job, k, n), self.view)
+        return self.timing.estimate(job, k, self._plan(job, k, n), self.view, float(self._comm_scale[job, k]))
 
     def _charge(self, job: int, k: int) -> float:
         """The job's step at the GPUs it got ÷ its step packed on type k, kept for its records."""

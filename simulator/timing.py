@@ -98,6 +98,12 @@ class RuntimePredictor(ABC):
     def runtimes(self, jobs: pd.DataFrame, gpu_types: list[str], truth: np.ndarray) -> np.ndarray:
         """Predicted seconds for each (job, GPU type); ``truth`` is passed for oracle-style predictors."""
 
+    def comm_scale(self, jobs: pd.DataFrame, gpu_types: list[str]) -> np.ndarray:
+        """(job, GPU type): the predictor's communication ÷ the communication model's, which a
+        policy's view of placement uses (:meth:`policies.base.SchedulerView.starts_now`): 1 for
+        all but an injected error on communication."""
+        return np.ones((len(jobs), len(gpu_types)))
+
     def quantile_factors(self, q: float, jobs: pd.DataFrame, gpu_types: list[str]) -> np.ndarray:
         """(job, GPU type): the q-quantile of true / predicted run time, how the predictor states
         its uncertainty (the view's quantiles and interval bounds, ``deadline_quantile`` planning)."""
@@ -174,12 +180,19 @@ class NoisyPartPredictor(NoisyPredictor):
         if missing:
             raise PredictorSpecError(f"predictor {self.name!r} needs a bound run with its communication model "
                                      "(--bind, without --no-communication)")
-        factors = super().runtimes(jobs, gpu_types, np.ones_like(truth))
+        factors = self._factors(jobs, gpu_types)
         compute = np.column_stack([jobs[COMPUTE_PREFIX + g].to_numpy(dtype="float64") for g in gpu_types])
         with np.errstate(invalid="ignore"):  # inf - inf where the job cannot run: +inf stays
             comm = np.where(np.isfinite(truth), np.maximum(0.0, truth - compute), 0.0)
         compute = np.where(np.isfinite(truth), compute, truth)
         return compute * factors + comm if self.part == "compute" else compute + comm * factors
+
+    def _factors(self, jobs, gpu_types) -> np.ndarray:
+        """exp(σz) per (job, type), as :class:`NoisyPredictor` draws them."""
+        return super().runtimes(jobs, gpu_types, np.ones((len(jobs), len(gpu_types))))
+
+    def comm_scale(self, jobs, gpu_types):
+        return self._factors(jobs, gpu_types) if self.part == "comm" else super().comm_scale(jobs, gpu_types)
 
     def quantile_factors(self, q, jobs, gpu_types):
         raise PredictorSpecError(f"predictor {self.name!r} states no uncertainty (no quantiles)")

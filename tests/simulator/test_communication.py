@@ -292,3 +292,20 @@ def test_an_unbound_run_says_how_many_gpu_seconds_it_timed_blind():
     assert said["multi_gpu_gpu_seconds_timed_blind"] == pytest.approx(float((multi["num_gpus"] * multi["true_runtime"])
                                                                              .sum()))
     assert "communication_s" not in records and "communication_gpu_seconds" not in out.summary
+
+
+def test_the_view_sees_communication_as_the_predictor_does():
+    """The placement estimate scales the model's all-reduces by the predictor's view of them: a
+    predictor that thought communication free would see no cost in spreading."""
+    from types import SimpleNamespace
+
+    cluster = _cluster()
+    bound, timing = _timing(cluster, _trace([{"num_gpus": 2, "duration_s": 100.0}]))
+    view = SimpleNamespace(now=0.0, predicted=np.array([[150.0]]),
+                           gpu_available_at=lambda: np.array([0.0, 50.0, 0.0, 50.0]))
+    spread = [(0, 1), (1, 1)]
+    placed, free_at = timing.estimate(0, 0, spread, view)
+    assert free_at == 50.0 and placed > 150.0
+    assert timing.estimate(0, 0, spread, view, comm_scale=0.0)[0] == pytest.approx(150.0, rel=1e-12)
+    assert timing.estimate(0, 0, spread, view, comm_scale=3.0)[0] > placed
+    assert timing.estimate(0, 0, [(0, 2)], view) is None  # packed already
