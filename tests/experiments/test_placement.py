@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from experiments.placement import BLIND, PLACEMENTS, Setting, grid, markdown, table
+from experiments.placement import BLIND, PLACEMENTS, Setting, grid, headline, markdown, table
 
 
 def _row(policy, placement, communication, seed, jct, share=0.0, predictor="truth"):
@@ -24,6 +24,7 @@ def test_ratios_to_blind_pool_over_seeds_and_intervals_follow_the_t_formula():
     assert out.loc["spread", "jct_vs_blind_ci"] == pytest.approx(12.7062 * 0.05, rel=1e-4)
     assert out.loc["spread", "communication_share"] == pytest.approx(0.2)
     assert "| philly-like on modern | fifo | truth | spread |" in markdown(out.reset_index())
+    assert "| philly-like on modern | fifo | – | 1.125 ± 0.635 | – | – / 20.0% |" in headline(out.reset_index())
 
 
 def test_the_grid_has_one_blind_run_per_policy_and_seed_and_every_rule_per_predictor():
