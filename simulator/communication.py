@@ -111,8 +111,9 @@ class PlacementTiming:
             total = sum(g.nbytes for g in grads)
             self.largest_share[str(config_id)] = max((g.nbytes for g in grads), default=0) / total if total else 0.0
         self._share: dict[tuple[str, str], float] = {}
+        gpus = sorted(set(self.types) | set(jobs["gpu_type"].astype(str).unique()) - {""})
         for config_id in configs:
-            for gpu in set(self.types) | set(jobs["gpu_type"].astype(str)) - {""}:
+            for gpu in gpus:
                 try:
                     share = backward.seconds(config_id, gpu) / truth.seconds(config_id, gpu)
                 except KeyError:
