@@ -15,7 +15,7 @@ import pytest
 
 from traces import alibaba2023, gavel, generic, hydra_cases, itp, pai, philly
 from traces.registry import KINDS, TraceFileNotFoundError, TraceSpecError, load_machine_table, load_trace, parse_spec
-from traces.schema import JOB_COLUMNS, JobTrace, TraceError
+from traces.schema import JOB_COLUMNS, OPTIONAL_COLUMNS, JobTrace, TraceError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 
@@ -37,10 +37,11 @@ def expect_error(call: Callable[[], object], path: Path | str, line: int | None,
 
 
 def check_table(tr: JobTrace) -> None:
-    """Exactly the schema columns (plus runtime columns), in schema dtypes, sorted by submit."""
+    """Exactly the schema columns (plus runtime columns and the schema's optional ones, such as
+    Philly's recorded ``shape``), in schema dtypes, sorted by submit."""
     base = list(tr.jobs.columns[: len(JOB_COLUMNS)])
     assert base == list(JOB_COLUMNS)
-    assert all(c.startswith("runtime_s:") for c in tr.jobs.columns[len(JOB_COLUMNS):])
+    assert all(c.startswith("runtime_s:") or c in OPTIONAL_COLUMNS for c in tr.jobs.columns[len(JOB_COLUMNS):])
     for col, dtype in JOB_COLUMNS.items():
         assert str(tr.jobs[col].dtype) == dtype or tr.jobs[col].dtype == pd.StringDtype(), col
     assert tr.jobs["submit_s"].is_monotonic_increasing
