@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -437,6 +438,13 @@ def first_input_elements(shapes: str) -> int:
     InputError for a field nested past the JSON limits (Python's parser would recurse and crash)."""
     if not isinstance(shapes, str):
         return 0
+    return _first_input_elements(shapes)
+
+
+@lru_cache(maxsize=1 << 16)
+def _first_input_elements(shapes: str) -> int:
+    """:func:`first_input_elements` of a string, kept: a sweep binds the same catalog configs at
+    every point, and each parse is a JSON decode (the same few thousand shapes each time)."""
     from predictor.inputs import load_json
 
     try:

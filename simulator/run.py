@@ -24,7 +24,7 @@ from policies.registry import make_policy
 from predictor.gpus import canonical_gpu_type, speed
 from predictor.inputs import InputError, short
 from predictor.outputs import atomic_file, inside
-from predictor.tables import stderr_warning
+from predictor.tables import IterationTimeTable, stderr_warning
 from simulator.cluster import Cluster, resolve
 from simulator.communication import LABEL as COMMUNICATION_LABEL
 from simulator.communication import PlacementTiming, check_placement
@@ -232,8 +232,10 @@ def load_workload(config: RunConfig) -> JobTrace:
 
 
 def bind(trace: JobTrace, gpu_types: list[str], reference: str, seed: int, *, sequences: pd.DataFrame | None = None,
-         progress: bool = False, warn: Callable[[str], None] | None = None) -> tuple[JobTrace, dict]:
-    """The trace bound to catalog configs (:mod:`traces.binding`), and what the manifest records.
+         progress: bool = False, warn: Callable[[str], None] | None = None
+         ) -> tuple[JobTrace, dict, IterationTimeTable, pd.DataFrame]:
+    """The trace bound to catalog configs (:mod:`traces.binding`), what the manifest records, and
+    the true iteration times and op sequences of the configs it drew (:func:`distribute` needs them).
     ``sequences``: the catalog, when the caller has read it already (read here otherwise);
     ``progress``: a bar on stderr while the true iteration times are built (minutes, once);
     ``warn``: gets the line saying a cached table was rebuilt."""
@@ -245,31 +247,31 @@ def bind(trace: JobTrace, gpu_types: list[str], reference: str, seed: int, *, se
     configs = catalog_configs(sequences)
     _, chosen = assign_configs(trace.jobs, configs, seed)  # only these configs need true times
     types = sorted(set(gpu_types) | set(trace.jobs["gpu_type"]) - {""} | {reference})
-    truth = truth_table(sequences[sequences["config_id"].isin(set(chosen))], types, progress=progress, warn=warn)
+    drawn = sequences[sequences["config_id"].isin(set(chosen))]
+    truth = truth_table(drawn, types, progress=progress, warn=warn)
     bound = bind_workload(trace, configs, truth, gpu_types, reference, seed=seed)
     jobs = bound.jobs
     return bound, {"catalog": str(CATALOG_FILE), "configs": int(jobs["config_id"].nunique()),
                    "jobs_by_class": {str(k): int(v) for k, v in jobs["job_class"].value_counts().items()},
                    "class_shares_when_untagged": CLASS_SHARES, "truth": truth.source,
                    "jobs_given_the_model_the_trace_names": int((named_configs(trace.jobs, configs) != "").sum()),
-                   "reference_gpu_for_untyped_jobs": reference}
+                   "reference_gpu_for_untyped_jobs": reference}, truth, drawn
 
 
-def distribute(trace: JobTrace, cluster: Cluster, reference: str, sequences: pd.DataFrame, *,
-               progress: bool = False, warn: Callable[[str], None] | None = None) -> tuple[JobTrace, PlacementTiming]:
+def distribute(trace: JobTrace, cluster: Cluster, reference: str, truth: IterationTimeTable, drawn: pd.DataFrame,
+               *, progress: bool = False, warn: Callable[[str], None] | None = None
+               ) -> tuple[JobTrace, PlacementTiming]:
     """The bound trace with its multi-GPU jobs timed as data-parallel steps (their iterations at
     their original placement, their per-type run times packed), and the timing the engine charges
-    placements with (:mod:`simulator.communication`)."""
+    placements with (:mod:`simulator.communication`). ``truth`` and ``drawn``: :func:`bind`'s true
+    iteration times and op sequences; the backward table comes from the same cached emulation."""
     from predictor.tables import truth_table
 
     jobs = trace.jobs
     multi = jobs.loc[jobs["num_gpus"] > 1, "config_id"].unique()
     types = sorted(set(cluster.gpu_types) | set(jobs["gpu_type"]) - {""} | {reference})
-    chosen = sequences[sequences["config_id"].isin(set(jobs["config_id"]))]
-    # the same configs as the binding's truth table, so both come from one cached emulation
-    truth = truth_table(chosen, types, progress=progress, warn=warn)
-    backward = truth_table(chosen, types, progress=progress, warn=warn, phase="backward")
-    timing = PlacementTiming(jobs, cluster, sequences[sequences["config_id"].isin(set(multi))], backward, truth)
+    backward = truth_table(drawn, types, progress=progress, warn=warn, phase="backward")
+    timing = PlacementTiming(jobs, cluster, drawn[drawn["config_id"].isin(set(multi))], backward, truth)
     return timing.charge(trace, reference), timing
 
 
@@ -449,10 +451,10 @@ def execute(config: RunConfig, *, trace: JobTrace | None = None, cluster: Cluste
         sequences = read_catalog()  # once per run: the binding and a model predictor share it
         if isinstance(predictor, ModelPredictor):
             predictor.catalog = sequences
-        trace, binding = bind(trace, cluster.gpu_types, reference, config.seed, sequences=sequences,
-                              progress=progress, warn=note)
+        trace, binding, truth, drawn = bind(trace, cluster.gpu_types, reference, config.seed, sequences=sequences,
+                                            progress=progress, warn=note)
         if config.communication:
-            trace, timing = distribute(trace, cluster, reference, sequences, progress=progress, warn=note)
+            trace, timing = distribute(trace, cluster, reference, truth, drawn, progress=progress, warn=note)
             binding["communication"] = timing_manifest(trace, timing)
             predictor.distributed = timing.packed_steps
     elif config.placement == "tiresias":
