@@ -149,6 +149,21 @@ def _sia_frame(rows: list[dict], counted: Counter, missing: list[str]) -> pd.Dat
     return df
 
 
+def _sia_inputs(directory: str | Path, kind: str, models: tuple[str, ...] | None,
+                clusters: tuple[str, ...] | None) -> tuple[Path, tuple[str, ...], tuple[str, ...], list]:
+    """The directory, the models and clusters asked (default: all, checked) and the
+    ``<model>/<kind>-<cluster>.csv`` files present; none of them raises."""
+    directory = Path(directory)
+    models = tuple(models or (*SIA_MODELS, *SIA_UNMODELLED))
+    clusters = tuple(clusters or SIA_CLUSTERS)
+    _check_names(models, clusters)
+    files = _sia_files(directory, kind, models, clusters)
+    if not files:
+        raise MeasurementError(directory, f"none of the <model>/{kind}-<cluster>.csv files "
+                               f"(models {', '.join(models)}; clusters {', '.join(clusters)})")
+    return directory, models, clusters, files
+
+
 def load_sia_placements(directory: str | Path, models: tuple[str, ...] | None = None,
                         clusters: tuple[str, ...] | None = None) -> pd.DataFrame:
     """Every (placement, local batch) row of ``<directory>/<model>/placements-<cluster>.csv``.
@@ -157,14 +172,7 @@ def load_sia_placements(directory: str | Path, models: tuple[str, ...] | None = 
     rows of ``SIA_UNMODELLED`` models are not kept but counted in ``attrs["unmodelled"]``;
     ``counts`` the GPUs per node, ``origin`` ``<model>/<file>:<line>``. Files not present are
     listed in ``attrs["missing"]``; a directory with none of them raises."""
-    directory = Path(directory)
-    models = tuple(models or (*SIA_MODELS, *SIA_UNMODELLED))
-    clusters = tuple(clusters or SIA_CLUSTERS)
-    _check_names(models, clusters)
-    files = _sia_files(directory, "placements", models, clusters)
-    if not files:
-        raise MeasurementError(directory, "none of the <model>/placements-<cluster>.csv files "
-                               f"(models {', '.join(models)}; clusters {', '.join(clusters)})")
+    directory, models, clusters, files = _sia_inputs(directory, "placements", models, clusters)
     have = {(m, c) for m, c, _ in files}
     missing = [f"{m}/placements-{c}.csv" for m in models for c in clusters if (m, c) not in have]
     rows, counted = [], Counter()
@@ -189,13 +197,7 @@ def load_sia_scalability(directory: str | Path, models: tuple[str, ...] | None =
     """``scalability-<cluster>.csv`` rows as :func:`load_sia_placements`' columns; ``counts`` =
     :func:`even_counts` (the files record only nodes and replicas), ``placement`` the counts'
     digits joined with ``+`` where one exceeds 9. A row with more nodes than replicas raises."""
-    directory = Path(directory)
-    models = tuple(models or (*SIA_MODELS, *SIA_UNMODELLED))
-    clusters = tuple(clusters or SIA_CLUSTERS)
-    _check_names(models, clusters)
-    files = _sia_files(directory, "scalability", models, clusters)
-    if not files:
-        raise MeasurementError(directory, "none of the <model>/scalability-<cluster>.csv files")
+    directory, models, clusters, files = _sia_inputs(directory, "scalability", models, clusters)
     rows, counted = [], Counter()
     for model, cluster, path in files:
         for line, cell, _ in csv_rows(path, SIA_SCALABILITY_COLUMNS):
