@@ -2,8 +2,9 @@
 
 Why its own module: the engine decides *when* jobs start and end; where their GPUs are is this
 rule (one node if any node of the type has room, best fit: the fullest such node; otherwise the
-fewest nodes). Keeping it apart lets placement become a plug-in without touching the engine, and
-lets its bookkeeping be tested on its own.
+fewest nodes), beside the other placement rules' plans (as many nodes as possible; first fit in
+node order). Each rule plans (node, GPUs) without taking anything, so a policy's view can ask
+what a job would get now; :meth:`ClusterState.take` books a plan.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ class ClusterState:
     def allocate(self, type_k: int, n: int) -> tuple[int, ...]:
         """n GPUs of the type: on one node if any has room (best fit: the node with the fewest free
         GPUs >= n, lowest id among equals), else across nodes; lowest GPU ids first on each node."""
-        return self._take(type_k, self.best_fit(type_k, n))
+        return self.take(type_k, self.best_fit(type_k, n))
 
     def best_fit(self, type_k: int, n: int) -> list[tuple[int, int]]:
         """The (node, GPUs) :meth:`allocate` would take, taking nothing (it drops stale heap entries)."""
@@ -81,7 +82,7 @@ class ClusterState:
                     return chosen
         raise PolicyError(f"not enough free {self.types[type_k]} GPUs for a {n}-GPU job")
 
-    def _take(self, type_k: int, chosen: list[tuple[int, int]]) -> tuple[int, ...]:
+    def take(self, type_k: int, chosen: list[tuple[int, int]]) -> tuple[int, ...]:
         """Take ``chosen`` (node, how many): the lowest free GPU ids of each node."""
         ids: list[int] = []
         for node, take in chosen:
@@ -93,11 +94,11 @@ class ClusterState:
     def allocate_first_fit(self, type_k: int, n: int) -> tuple[int, ...]:
         """n GPUs of the type taken in node order, every free GPU of a node before the next: the
         placement of a scheduler that does not consolidate (Tiresias' rule for jobs it need not)."""
-        return self._take(type_k, self.first_fit(type_k, n))
+        return self.take(type_k, self.first_fit(type_k, n))
 
     def allocate_spread(self, type_k: int, n: int) -> tuple[int, ...]:
         """n GPUs of the type on as many nodes as possible (:meth:`spread`)."""
-        return self._take(type_k, self.spread(type_k, n))
+        return self.take(type_k, self.spread(type_k, n))
 
     def first_fit(self, type_k: int, n: int) -> list[tuple[int, int]]:
         """The (node, GPUs) of :meth:`allocate_first_fit`, taking nothing."""

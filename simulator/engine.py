@@ -3,7 +3,10 @@
 Why: one place owns the semantics of DESIGN §5 — non-preemptive gang jobs on GPUs of one type,
 policies planning with predicted times while jobs finish after their true times, jobs that no
 placement could ever hold (too large for every type, or unable to run on every type large enough)
-rejected up front, and per-job records identical for identical inputs.
+rejected up front, and per-job records identical for identical inputs. Where a job's GPUs go is
+the run's placement rule (``consolidate``, ``spread``, ``tiresias``); in a bound run with its
+communication model a multi-GPU job's run time is charged for the GPUs it gets
+(:mod:`simulator.communication`).
 """
 
 from __future__ import annotations
@@ -262,7 +265,7 @@ class Simulation:
             raise PolicyError(f"policy {self.policy.name!r} placed job {job} ({n} GPUs) on "
                               f"{p.gpu_type} with only {state.free_by_type[k]} free")
         elif self._spread[job] and n > 1:
-            ids = state._take(k, self._plan(job, k, n))
+            ids = state.take(k, self._plan(job, k, n))
         else:
             ids = state.allocate(k, n)
         gpu_job = state.gpu_job
