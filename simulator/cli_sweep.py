@@ -38,6 +38,10 @@ from simulator.run import DEFAULT_CLUSTER, DEFAULT_WORKLOAD
 @click.option("--reference-gpu", metavar="TYPE")
 @click.option("--observe-after", type=click.IntRange(1), metavar="K",
               help="Online feedback after K iterations on a GPU type (see simrun --help).")
+@click.option("--placements", default="consolidate", show_default=True, metavar="RULE,...",
+              help="Placement rules of multi-GPU jobs (consolidate, spread, tiresias; see simrun --help).")
+@click.option("--no-communication", "blind", is_flag=True,
+              help="Time multi-GPU jobs as one GPU wherever their GPUs are (see simrun --help).")
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Sweep directory; rerunning with the same one skips finished points and retries failed ones.")
 @click.option("--workers", type=click.IntRange(1), metavar="N",
@@ -47,8 +51,10 @@ from simulator.run import DEFAULT_CLUSTER, DEFAULT_WORKLOAD
               help="Run one Ray task per point: ray.init(address=...) ('local' starts a local Ray).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def sweep_cmd(policies, predictors, errors, workloads, traces, seeds, load_scales, cluster, limit,
-              deadline_fraction, reference_gpu, observe_after, out, workers, ray_address, quiet) -> None:
-    """Run a grid of simulations: policies x predictors (+ noisy:X) x workloads/traces x seeds x loads.
+              deadline_fraction, reference_gpu, observe_after, placements, blind, out, workers, ray_address,
+              quiet) -> None:
+    """Run a grid of simulations: policies x predictors (+ noisy:X) x workloads/traces x seeds x loads
+    x placement rules.
 
     Each point is cached as OUT/points/<key>.parquet (config, summary metrics, status) and
     OUT/runs/<key>/ (jobs.parquet, summary.json, manifest.json) as soon as it finishes (a rerun skips
@@ -70,7 +76,8 @@ def sweep_cmd(policies, predictors, errors, workloads, traces, seeds, load_scale
     try:
         configs = plan(policies, predictors, errors=errors or (), workloads=workloads, traces=traces,
                        seeds=seeds, load_scales=load_scales, cluster=cluster, limit=limit,
-                       deadline_fraction=deadline_fraction, reference_gpu=reference_gpu, observe_after=observe_after)
+                       deadline_fraction=deadline_fraction, reference_gpu=reference_gpu, observe_after=observe_after,
+                       placements=placements, communication=not blind)
     except SweepSpecError as exc:
         raise click.UsageError(str(exc)) from None
     if ray_address:

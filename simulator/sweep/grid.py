@@ -16,6 +16,7 @@ import numpy as np
 
 from predictor.inputs import limit as input_limit
 from predictor.inputs import over_limit, short
+from simulator.communication import PLACEMENTS
 from simulator.run import (
     DEFAULT_CLUSTER,
     DEFAULT_WORKLOAD,
@@ -170,8 +171,10 @@ def plan(policies: str | Sequence[str], predictors: str | Sequence[str] = (), *,
          traces: str | Sequence[str] = (), seeds: str | int | Sequence[int] = 1,
          load_scales: str | Sequence[float] = (1.0,), cluster: str = DEFAULT_CLUSTER,
          limit: int | None = None, deadline_fraction: float = 0.2,
-         reference_gpu: str | None = None, observe_after: int | None = None) -> list[RunConfig]:
-    """The grid policies x (predictors + noisy:<e> for e in errors) x (workloads + traces) x seeds x loads.
+         reference_gpu: str | None = None, observe_after: int | None = None,
+         placements: str | Sequence[str] = ("consolidate",), communication: bool = True) -> list[RunConfig]:
+    """The grid policies x (predictors + noisy:<e> for e in errors) x (workloads + traces) x seeds x loads
+    x placement rules (``communication``: bound multi-GPU jobs pay for their all-reduces).
 
     No workload and no trace -> the embedded default workload. Trace paths are made absolute (so
     workers in another directory find them). Specs are not validated here: a bad one becomes a
@@ -192,11 +195,17 @@ def plan(policies: str | Sequence[str], predictors: str | Sequence[str] = (), *,
     if not preds:
         raise SweepSpecError("no predictor given (--predictors and/or --errors)")
     _check_run_options(limit, deadline_fraction, observe_after)
+    rules = split_specs(placements) or ["consolidate"]
+    unknown = [r for r in rules if r not in PLACEMENTS]
+    if unknown:
+        raise SweepSpecError(f"unknown placement {unknown[0]!r} in --placements; known: {', '.join(PLACEMENTS)}")
     check_grid_size({"--policies": len(pols), "--predictors/--errors": len(preds),
-                     "--workloads/--traces": len(sources), "--seeds": len(seed_list), "--load-scales": len(loads)})
-    bind = any(needs_binding(q, observe_after) for q in preds)
+                     "--workloads/--traces": len(sources), "--seeds": len(seed_list), "--load-scales": len(loads),
+                     "--placements": len(rules)})
+    bind = any(needs_binding(q, observe_after) for q in preds) or any(r == "tiresias" for r in rules)
     configs = [RunConfig(policy=p, predictor=q, trace=t, workload=w, limit=None if limit is None else int(limit),
                          cluster=cluster, seed=int(s), deadline_fraction=float(deadline_fraction),
-                         reference_gpu=reference_gpu, load_scale=float(ls), bind=bind, observe_after=observe_after)
-               for p in pols for q in preds for t, w in sources for s in seed_list for ls in loads]
+                         reference_gpu=reference_gpu, load_scale=float(ls), bind=bind, observe_after=observe_after,
+                         placement=r, communication=bool(communication))
+               for p in pols for q in preds for t, w in sources for s in seed_list for ls in loads for r in rules]
     return list(dict.fromkeys(configs))

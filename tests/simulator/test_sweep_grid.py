@@ -73,3 +73,15 @@ def test_bad_sweep_options_are_usage_errors(tmp_path):
     result = CliRunner().invoke(main, ["sweep", "--policies", "fifo", "--predictors", "truth", "--seeds", "x",
                                        "--out", str(tmp_path)])
     assert result.exit_code == 2 and "--seeds 'x'" in result.output
+
+
+def test_placement_rules_are_a_grid_axis_and_an_unknown_one_is_refused():
+    from simulator.sweep.grid import SweepSpecError, plan
+
+    configs = plan("fifo", "truth", workloads="philly-like:10", placements="consolidate,spread")
+    assert [(c.placement, c.communication, c.bind) for c in configs] == [("consolidate", True, False),
+                                                                         ("spread", True, False)]
+    tiresias = plan("fifo", "truth", workloads="philly-like:10", placements="tiresias", communication=False)
+    assert [(c.placement, c.communication, c.bind) for c in tiresias] == [("tiresias", False, True)]
+    with pytest.raises(SweepSpecError, match="unknown placement 'packed' in --placements; known: consolidate"):
+        plan("fifo", "truth", placements="packed")
