@@ -164,6 +164,7 @@ class PlacementTiming:
         seconds = self._seconds(config_id, counts, links)
         if seconds is None:
             return compute_s
+        # the emulated backward share; 2/3 (backward ≈ 2× forward FLOPs) only for a pair the truth lacks
         share = self._share.get((config_id, gpu), 2.0 / 3.0)
         return overlapped_step(compute_s * share, compute_s * (1.0 - share), self.buckets.get(config_id, ()),
                                seconds * comm_scale)
