@@ -123,7 +123,6 @@ class Simulation:
             start=self.start, type_of=self.type_of, gpu_type=self.state.gpu_type, gpu_job=self.state.gpu_job,
             free_by_type=self.state.free_by_type, total_by_type=self.state.total_by_type,
             quantiles=self._quantile)
-        self._num_gpus = num
         if timing is not None:
             self.view.placement_estimate = self._placement_estimate
             # how the predictor sees communication against the model (its error on it, if any)
@@ -288,7 +287,7 @@ class Simulation:
         """The view's placement estimate (:meth:`policies.base.SchedulerView.starts_now`): the
         job's predicted run time at the GPUs the rule gives it now, and when a packed placement is
         predicted to free; None where placement does not matter or the job does not fit now."""
-        n = int(self._num_gpus[job])
+        n = self._num[job]
         if n <= 1 or self.state.free_by_type[k] < n or self._spread[job]:
             return None  # one GPU; no room now (the policy's own check); a rule that never packs it
         return self.timing.estimate(job, k, self._plan(job, k, n), self.view, float(self._comm_scale[job, k]))

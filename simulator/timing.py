@@ -206,7 +206,6 @@ class TablePredictor(RuntimePredictor):
 
     def __init__(self, name: str, table: IterationTimeTable):
         self.name, self.table = name, table
-        self.distributed = None
 
     def runtimes(self, jobs, gpu_types, truth):
         for col in ("config_id", "iterations"):

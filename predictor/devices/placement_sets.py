@@ -164,6 +164,14 @@ def _sia_inputs(directory: str | Path, kind: str, models: tuple[str, ...] | None
     return directory, models, clusters, files
 
 
+def _sia_row(model: str, cluster: str, path: Path, line: int, placement: str, counts: tuple[int, ...],
+             batch: int, step: float, sync: float) -> dict:
+    """One kept Sia row in :data:`SIA_ROW_COLUMNS` (GPUs and nodes from ``counts``)."""
+    return {"model": model, "workload": SIA_MODELS[model], "cluster": cluster, "device": SIA_CLUSTERS[cluster].gpu,
+            "placement": placement, "counts": counts, "gpus": sum(counts), "nodes": len(counts), "local_bsz": batch,
+            "step_time": step, "sync_time": sync, "origin": f"{model}/{path.name}:{line}"}
+
+
 def load_sia_placements(directory: str | Path, models: tuple[str, ...] | None = None,
                         clusters: tuple[str, ...] | None = None) -> pd.DataFrame:
     """Every (placement, local batch) row of ``<directory>/<model>/placements-<cluster>.csv``.
@@ -185,10 +193,7 @@ def load_sia_placements(directory: str | Path, models: tuple[str, ...] | None = 
             if model not in SIA_MODELS:
                 counted[model] += 1
                 continue
-            rows.append({"model": model, "workload": SIA_MODELS[model], "cluster": cluster,
-                         "device": SIA_CLUSTERS[cluster].gpu, "placement": cell["placement"].strip(),
-                         "counts": counts, "gpus": sum(counts), "nodes": len(counts), "local_bsz": batch,
-                         "step_time": step, "sync_time": sync, "origin": f"{model}/{path.name}:{line}"})
+            rows.append(_sia_row(model, cluster, path, line, cell["placement"].strip(), counts, batch, step, sync))
     return _sia_frame(rows, counted, missing)
 
 
@@ -214,10 +219,7 @@ def load_sia_scalability(directory: str | Path, models: tuple[str, ...] | None =
                 continue
             counts = even_counts(nodes, replicas)
             sep = "+" if max(counts) > 9 else ""
-            rows.append({"model": model, "workload": SIA_MODELS[model], "cluster": cluster,
-                         "device": SIA_CLUSTERS[cluster].gpu, "placement": sep.join(map(str, counts)),
-                         "counts": counts, "gpus": replicas, "nodes": nodes, "local_bsz": batch,
-                         "step_time": step, "sync_time": sync, "origin": f"{model}/{path.name}:{line}"})
+            rows.append(_sia_row(model, cluster, path, line, sep.join(map(str, counts)), counts, batch, step, sync))
     return _sia_frame(rows, counted, [])
 
 
