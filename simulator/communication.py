@@ -105,7 +105,9 @@ class PlacementTiming:
         configs = sorted(set(self.config[self.multi]))
         self.buckets: dict[str, np.ndarray] = {}
         self.largest_share: dict[str, float] = {}  # the largest gradient's share of the config's gradient bytes
-        for config_id, rows in sequences[sequences["config_id"].isin(configs)].groupby("config_id"):
+        mine = sequences[sequences["config_id"].isin(configs)]
+        accumulate = mine[mine["op"] == "AccumulateGrad"]  # one filter for all configs: a sweep builds this per point
+        for config_id, rows in accumulate.groupby("config_id"):
             grads = gradients(rows)
             self.buckets[str(config_id)] = np.asarray(pack_buckets(grads), dtype=float)
             total = sum(g.nbytes for g in grads)
