@@ -113,11 +113,14 @@ def refuse_replacing(directory: Path, traces) -> None:
 
 
 @main.command("collect")
-@click.option("--zoo", "zoo", type=click.Choice(["hpo", "randwire", "nlp", "llm", "all"]), default="hpo",
-              show_default=True,
+@click.option("--zoo", "zoo", type=click.Choice(["hpo", "randwire", "nlp", "llm", "all", "timm", "hf", "wide"]),
+              default="hpo", show_default=True,
               help="hpo: the 18 torchvision families on the ETS batch x image-size grid; randwire: random-graph "
                    "networks; nlp: transformer and LSTM models; llm: GPT-2/GPT-3/OPT/BERT-large; all: hpo, "
-                   "randwire and nlp.")
+                   "randwire and nlp; timm: PyTorch Image Models families; hf: Hugging Face transformers "
+                   "families (scaled-down presets); wide: all, timm and hf. `ets zoo list` shows the families.")
+@click.option("--family", "families", multiple=True, metavar="NAME",
+              help="Only this family of the zoo (repeatable). A reserved family is captured only when named here.")
 @click.option("--device", default="meta", show_default=True,
               help="meta: the op sequence (no compute); cpu: real profiling on this machine; cuda: real "
                    "profiling on this machine's GPU, kernels grouped per op (recorded as cuda:<GPU name>); "
@@ -147,9 +150,9 @@ def refuse_replacing(directory: Path, traces) -> None:
 @click.option("--dtype", type=click.Choice(["float32", "float16", "bfloat16", "amp"]),
               help="--model-file: cast the model and its floating inputs [default: float32].")
 @click.pass_context
-def collect_cmd(ctx: click.Context, zoo: str, device: str, limit: int | None, seed: int, max_batch: int | None,
-                max_size: int | None, workers: int | None, regime: str, out: Path, model_files: tuple[str, ...],
-                inference: bool, dtype: str | None) -> None:
+def collect_cmd(ctx: click.Context, zoo: str, families: tuple[str, ...], device: str, limit: int | None, seed: int,
+                max_batch: int | None, max_size: int | None, workers: int | None, regime: str, out: Path,
+                model_files: tuple[str, ...], inference: bool, dtype: str | None) -> None:
     """Capture execution traces of zoo configs into a dataset directory (one Parquet per device);
     or, with --model-file, of the models in the user's own files (a file that fails is named in
     one line on stderr and in failures.jsonl, the others go on, and the exit status is 1)."""
@@ -160,7 +163,7 @@ def collect_cmd(ctx: click.Context, zoo: str, device: str, limit: int | None, se
             raise click.UsageError("--inference and --dtype apply to --model-file (the zoo's grid sets its dtypes)")
     else:
         zoo_only = [f"--{name.replace('_', '-')}"
-                    for name in ("zoo", "limit", "seed", "max_batch", "max_size", "workers")
+                    for name in ("zoo", "families", "limit", "seed", "max_batch", "max_size", "workers")
                     if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT]
         if zoo_only:
             raise click.UsageError(f"{', '.join(zoo_only)}: zoo options; they do not apply to --model-file")
@@ -179,11 +182,12 @@ def collect_cmd(ctx: click.Context, zoo: str, device: str, limit: int | None, se
     if regime != "plain" and not device.startswith("emulated:"):
         raise click.BadParameter("a regime applies to emulated devices only", param_hint="--regime")
     with holding(out):
-        _collect(model_files, zoo, device, limit, seed, max_batch, max_size, workers, regime, out, inference, dtype)
+        _collect(model_files, zoo, families, device, limit, seed, max_batch, max_size, workers, regime, out,
+                 inference, dtype)
 
 
-def _collect(model_files: tuple[str, ...], zoo: str, device: str, limit: int | None, seed: int,
-             max_batch: int | None, max_size: int | None, workers: int | None, regime: str, out: Path,
+def _collect(model_files: tuple[str, ...], zoo: str, families: tuple[str, ...], device: str, limit: int | None,
+             seed: int, max_batch: int | None, max_size: int | None, workers: int | None, regime: str, out: Path,
              inference: bool, dtype: str | None) -> None:
     from predictor.collect import RegimeMismatchError, collect
     from predictor.zoo.registry import zoo_configs
@@ -191,7 +195,11 @@ def _collect(model_files: tuple[str, ...], zoo: str, device: str, limit: int | N
     if model_files:
         _collect_model_files(model_files, device, out, inference, dtype or "float32", regime)
         return
-    configs = [c for c in zoo_configs(zoo, seed=seed)  # round-robin over families: prefixes stay stratified
+    try:
+        zoo_order = zoo_configs(zoo, seed=seed, families=families or None)
+    except ValueError as exc:  # an unknown family
+        raise click.BadParameter(str(exc), param_hint="--family") from None
+    configs = [c for c in zoo_order  # round-robin over families: prefixes stay stratified
                if (max_batch is None or c.batch <= max_batch) and (max_size is None or c.input_size <= max_size)]
     configs = configs[:limit] if limit else configs
     try:
@@ -274,6 +282,7 @@ def _record_peaks(directory: Path, overwrite: bool) -> None:
 from predictor.cli.checkpoint import checkpoint  # noqa: E402  (commands live there)
 from predictor.cli.devices import devices  # noqa: E402
 from predictor.cli.model import calibrate_cmd, evaluate_cmd, finetune_cmd, predict_cmd, train_cmd  # noqa: E402
+from predictor.cli.zoo import zoo  # noqa: E402
 
 main.add_command(devices)
 main.add_command(checkpoint)
@@ -282,3 +291,4 @@ main.add_command(finetune_cmd)
 main.add_command(evaluate_cmd)
 main.add_command(calibrate_cmd)
 main.add_command(predict_cmd)
+main.add_command(zoo)

@@ -22,7 +22,7 @@ import torch
 
 from predictor.trace_table import DTYPES
 
-KINDS = ("vision", "randwire", "nlp", "speech", "llm")
+KINDS = ("vision", "randwire", "nlp", "speech", "llm", "timm", "hf")
 # The dtypes the zoo trains in (float64 appears only in imported traces), in the trace schema's order.
 ZOO_DTYPES = tuple(d for d in DTYPES if d != "float64")
 # A config may also train with automatic mixed precision: built in float32, its op sequence
@@ -62,7 +62,7 @@ def _normalize_extra(extra: Any) -> tuple[tuple[str, object], ...]:
 class ModelConfig:
     """One training configuration: model, batch, input size, dtype, optimizer, classes, extras."""
 
-    kind: str  # "vision" | "randwire" | "nlp" | "speech" | "llm"
+    kind: str  # one of KINDS
     family: str  # families.family_of(model) for torchvision; "randwire", "transformer", "lstm", "gpt", ...
     model: str  # e.g. "resnet18", "randwire_ws", "transformer_encoder", "lstm_lm"
     batch: int

@@ -10,6 +10,12 @@ Zoos:
   were built from).
 * ``llm``: ``llm.grid()`` — GPT-2 / GPT-3 / OPT / BERT-large training configs at NeuSight's
   measured sizes (families ``gpt``, ``opt``, ``bert``).
+* ``timm``: ``timm_models.grid()`` — PyTorch Image Models families (one per timm module).
+* ``hf``: ``hf_models.grid()`` — Hugging Face ``transformers`` families (one per ``model_type``),
+  scaled-down presets.
+* ``wide``: ``all``, ``timm`` and ``hf`` together: every family a CPU can train (``llm`` is
+  GPU-sized). Reserved families (:mod:`predictor.families`) are in no zoo: only
+  ``zoo_configs(..., families=[...])`` naming them returns their configs.
 
 Ordering: configs come in a seeded stratified order (``common.stratified_order``: round-robin over
 families, within a family over models), so ``zoo_configs(z, limit=k, seed=s)`` is the first ``k``
@@ -19,42 +25,103 @@ of ``zoo_configs(z, seed=s)`` and any ``limit >= number of families`` covers eve
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 
 import torch
 
-from predictor.zoo import llm, nlp, randwire, vision
+from predictor import families as family_names
+from predictor.zoo import hf_models, llm, nlp, randwire, timm_models, vision
 from predictor.zoo.common import as_device, stratified_order
 from predictor.zoo.config import ModelBuildError, ModelConfig, Workload, cross_entropy, stable_int
 
-ZOOS = ("hpo", "randwire", "nlp", "all", "llm")
+ZOOS = ("hpo", "randwire", "nlp", "all", "llm", "timm", "hf", "wide")
 SGD_LR, SGD_MOMENTUM, ADAM_LR = 0.01, 0.9, 1e-3
 
-_MODULES = {"vision": vision, "randwire": randwire, "nlp": nlp, "speech": nlp, "llm": llm}
+_MODULES = {"vision": vision, "randwire": randwire, "nlp": nlp, "speech": nlp, "llm": llm, "timm": timm_models,
+            "hf": hf_models}
 
 
-def zoo_configs(zoo: str, limit: int | None = None, seed: int = 0) -> list[ModelConfig]:
-    """The configs of ``zoo`` in seeded stratified order; the first ``limit`` when given."""
+def zoo_configs(zoo: str, limit: int | None = None, seed: int = 0, families=None) -> list[ModelConfig]:
+    """The configs of ``zoo`` in seeded stratified order; the first ``limit`` when given.
+
+    ``families``: only these (ValueError naming any that is not a family of the zoo); a reserved
+    family is returned only when named here. Without it, reserved families are left out."""
     if zoo not in ZOOS:
         raise ValueError(f"unknown zoo {zoo!r}; known zoos: {', '.join(ZOOS)}")
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
     rng = random.Random(f"zoo:{zoo}:{seed}")
+    wanted = None if families is None else set(families)
+    if wanted is not None:
+        family_names.check_family_names(sorted(wanted), sorted(zoo_families(zoo)))
     configs: list[ModelConfig] = []
-    if zoo in ("hpo", "all"):
+    if zoo in ("hpo", "all", "wide"):
         configs += vision.grid()
-    if zoo in ("nlp", "all"):
+    if zoo in ("nlp", "all", "wide"):
         configs += nlp.grid()
     if zoo == "llm":
         configs += llm.grid()
-    if zoo in ("randwire", "all"):
+    if zoo in ("timm", "wide"):
+        configs += timm_models.grid()
+    if zoo in ("hf", "wide"):
+        configs += hf_models.grid()
+    if zoo in ("randwire", "all", "wide") and (wanted is None or "randwire" in wanted):
         count = randwire.DEFAULT_COUNT if limit is None else limit
         configs += randwire.sample(count, seed)
+    configs = [c for c in configs
+               if (c.family in wanted if wanted is not None else not family_names.is_reserved(c.family))]
     if zoo == "randwire":
         ordered = configs  # already balanced over modes and op bins, prefix-stable
     else:
         # randwire.sample cycles er/ws/ba, so keeping its order keeps prefixes stable.
         ordered = stratified_order(configs, rng, keep_order=("randwire",))
     return ordered if limit is None else ordered[:limit]
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    source: str  # "torchvision", "zoo" (plain torch), "timm <version>", "transformers <version>"
+    group: str
+    models: tuple[str, ...]
+    reserved: bool
+
+    def to_dict(self) -> dict:
+        return {"family": self.name, "source": self.source, "group": self.group, "models": list(self.models),
+                "reserved": self.reserved}
+
+
+def zoo_families(zoo: str = "wide") -> dict[str, Family]:
+    """Every family of ``zoo`` (reserved ones included, marked), with its source and group."""
+    import torchvision
+
+    sources = {"vision": f"torchvision {torchvision.__version__}", "randwire": "zoo (plain torch)",
+               "nlp": "zoo (plain torch)", "speech": "zoo (plain torch)", "llm": "zoo (plain torch)"}
+    models: dict[str, dict[str, str]] = {}  # family -> model -> source
+    if zoo in ("hpo", "all", "wide"):
+        for c in vision.grid():
+            models.setdefault(c.family, {})[c.model] = sources["vision"]
+    if zoo in ("nlp", "all", "wide"):
+        for c in nlp.grid():
+            models.setdefault(c.family, {})[c.model] = sources[c.kind]
+    if zoo in ("randwire", "all", "wide"):
+        models["randwire"] = {m: sources["randwire"] for m in randwire.MODELS}
+    if zoo == "llm":
+        for c in llm.grid():
+            models.setdefault(c.family, {})[c.model] = sources["llm"]
+    if zoo in ("timm", "wide"):
+        for family, names in timm_models.FAMILIES.items():
+            models[family] = {timm_models.model_name(m): f"timm {timm_models.version()}" for m in names}
+    if zoo in ("hf", "wide"):
+        for family in hf_models.TASKS_OF:
+            if family not in hf_models.EXCLUDED:
+                models.setdefault(family, {})[hf_models.model_name(family)] = f"transformers {hf_models.version()}"
+    out = {}
+    for family in sorted(models):
+        sources_of = sorted(set(models[family].values()))
+        out[family] = Family(family, ", ".join(sources_of), family_names.group_of(family),
+                                     tuple(sorted(models[family])), family_names.is_reserved(family))
+    return out
 
 
 def check(config: ModelConfig) -> None:
