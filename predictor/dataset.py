@@ -99,3 +99,34 @@ def split_by_family(traces: pd.DataFrame, *, test_fraction: float = 0.25, val_fr
     train = sorted(set(rest) - set(val))
     return Split(tuple(train), tuple(val), tuple(sorted(units.index[units.isin(set(test))])), tuple(sorted(test)),
                  tuple(sorted(set(units[val]))))
+
+
+def family_folds(traces: pd.DataFrame, k: int = 5, *, seed: int = 0, val_fraction: float = 0.15) -> list[Split]:
+    """``k`` splits whose test units partition the data: every unit (family, RandWire graph, ...)
+    held out exactly once. Units are shuffled with the seed and dealt, largest first, to the fold
+    with the fewest configs, so the folds hold alike numbers of configs."""
+    configs = traces.groupby("config_id", sort=True)["family"].first()
+    units = pd.Series([unit_of(f, c) for c, f in configs.items()], index=configs.index)
+    sizes = units.value_counts()
+    if k < 2 or k > len(sizes):
+        raise ValueError(f"{k} folds need 2 to {len(sizes)} (the data's split units)")
+    order = sorted(sizes.index)
+    order = [order[i] for i in np.random.default_rng(seed).permutation(len(order))]
+    order.sort(key=lambda u: -sizes[u])  # stable: ties keep the seeded order
+    folds: list[list[str]] = [[] for _ in range(k)]
+    loads = [0] * k
+    for unit in order:
+        target = loads.index(min(loads))
+        folds[target].append(unit)
+        loads[target] += int(sizes[unit])
+    return [split_by_family(traces, seed=seed, val_fraction=val_fraction, test_families=fold) for fold in folds]
+
+
+def group_split(traces: pd.DataFrame, group: str, groups: dict[str, str], *, seed: int = 0,
+                val_fraction: float = 0.15) -> Split:
+    """Every family of ``group`` held out (``groups``: family -> group): the leave-one-group-out
+    split, where the model has seen no architecture of that kind."""
+    held = sorted({f for f in traces["family"].unique() if groups.get(f) == group})
+    if not held:
+        raise ValueError(f"no family of group {group!r} in the data")
+    return split_by_family(traces, seed=seed, val_fraction=val_fraction, test_families=held)

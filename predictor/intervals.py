@@ -21,6 +21,13 @@ empirical distribution, and the q-quantile of the true time given a prediction �
   covers with probability ≥ q; a level the calibration set is too small for has an infinite
   bound (:meth:`IntervalCalibration.max_level`).
 * **Log-ratios**: the error is relative (10 % on 1 ms and on 1 s alike), and bounds stay positive.
+* **Mondrian by family group** (CNN, decoder LM, speech, ... :func:`predictor.families.group_of`):
+  a trace's quantiles come from the calibration families of its own group only, since one
+  calibration pooling families whose errors differ 30x is far too wide for most and too narrow for
+  some. A group with fewer than :data:`MIN_GROUP_FAMILIES` calibration families besides the
+  trace's own, or too few traces for the quantile asked (an infinite bound), falls back to the
+  pooled residuals, as does a family of no known group. Conformal guarantees hold within each
+  group (Vovk et al., Mondrian conformal predictors).
 
 Why not quantile heads or an ensemble: they need every method retrained (four architectures,
 twelve checkpoints) and still need a held-out calibration to be trusted on unseen families; the
@@ -37,9 +44,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from predictor.families import group_of
 from predictor.inputs import Checker
 
 DEFAULT_LEVEL = 0.9
+MIN_GROUP_FAMILIES = 3  # calibration families of a group (the trace's own left out) for its own quantiles
 RELIABILITY_LEVELS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
 
 
@@ -66,16 +75,37 @@ class IntervalCalibration:
     family_index: np.ndarray  # per log-ratio, its family (index into ``families``)
     families: tuple[str, ...]  # the calibration families
     source: str  # what it was calibrated on (for reports)
+    family_groups: tuple[str, ...] = ()  # the group of each calibration family; () pools every family
+
+    def group_for(self, family: str | None) -> str | None:
+        """The group whose residuals calibrate a trace of ``family`` (None: pooled)."""
+        if not self.family_groups or family is None:
+            return None
+        if family in self.families:
+            return self.family_groups[self.families.index(family)]
+        return group_of(family)
 
     @property
     def traces(self) -> int:
         return len(self.log_ratios)
 
-    def _sample(self, family: str | None) -> tuple[np.ndarray, np.ndarray]:
-        """The sorted log-ratios and conformal weights without ``family`` (all for a family the
-        calibration never saw): each family alike, summing to n / (n + 1)."""
+    def _keep(self, family: str | None, pooled: bool) -> np.ndarray:
+        """Which calibration traces calibrate a trace of ``family``: every other family's, or only
+        those of its group's other families (unless ``pooled`` or the group has too few)."""
         keep = (np.ones(self.traces, dtype=bool) if family not in self.families
                 else self.family_index != self.families.index(family))
+        group = None if pooled else self.group_for(family)
+        if group is not None:
+            in_group = (np.asarray(self.family_groups, dtype=object) == group)[self.family_index] & keep
+            if len(np.unique(self.family_index[in_group])) >= MIN_GROUP_FAMILIES:
+                return in_group
+        return keep
+
+    def _sample(self, family: str | None, pooled: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """The sorted log-ratios and conformal weights calibrating a trace of ``family`` (its own
+        family left out; its group's, when there are enough): each family alike, summing to
+        n / (n + 1)."""
+        keep = self._keep(family, pooled)
         ratios, codes = self.log_ratios[keep], self.family_index[keep]
         if len(ratios) == 0:
             return ratios, np.zeros(0)
@@ -85,9 +115,16 @@ class IntervalCalibration:
 
     def log_quantile(self, q: float, family: str | None = None) -> float:
         """Q_r(q), the conformal q-quantile of log(true / predicted) for a trace of ``family``
-        (left out when it is a calibration family); ±inf when too few traces are left for it."""
+        (left out when it is a calibration family), within its group where the group can say;
+        ±inf when too few traces are left for it even pooled."""
         q = check_probability(q, "quantile")
-        ratios, weights = self._sample(family)
+        value = self._quantile(q, *self._sample(family))
+        if math.isinf(value) and self.group_for(family) is not None:
+            value = self._quantile(q, *self._sample(family, pooled=True))
+        return value
+
+    @staticmethod
+    def _quantile(q: float, ratios: np.ndarray, weights: np.ndarray) -> float:
         if q >= 0.5:  # the smallest r whose cumulative weight reaches q
             cum = np.cumsum(weights)
             at = int(np.searchsorted(cum, q - 1e-12, side="left"))
@@ -120,13 +157,18 @@ class IntervalCalibration:
 
     def max_level(self, family: str | None = None) -> float:
         """The highest two-sided level whose bounds are finite, (n - 1) / (n + 1) for the n traces
-        used: each tail's quantile (1 + L) / 2 must lie within the finite mass n / (n + 1)."""
-        return max(0.0, 2.0 * float(self._sample(family)[1].sum()) - 1.0)
+        used (pooled: a group too small for a level falls back to them): each tail's quantile
+        (1 + L) / 2 must lie within the finite mass n / (n + 1)."""
+        return max(0.0, 2.0 * float(self._sample(family, pooled=True)[1].sum()) - 1.0)
+
+    @property
+    def kind(self) -> str:
+        return ("split-conformal/log-ratio/family-weighted/leave-family-out"
+                + ("/mondrian-by-group" if self.family_groups else ""))
 
     def to_dict(self) -> dict:
-        return {"kind": "split-conformal/log-ratio/family-weighted/leave-family-out",
-                "log_ratios": self.log_ratios.tolist(), "family_index": self.family_index.tolist(),
-                "families": list(self.families), "source": self.source}
+        return {"kind": self.kind, "log_ratios": self.log_ratios.tolist(), "family_index": self.family_index.tolist(),
+                "families": list(self.families), "family_groups": list(self.family_groups), "source": self.source}
 
     @classmethod
     def from_dict(cls, data: object, check: Checker | None = None) -> IntervalCalibration:
@@ -143,17 +185,25 @@ class IntervalCalibration:
         if ratios and not families:
             raise check.fail("families", "must name the family of each log-ratio")
         check.text(data.get("kind", ""), "kind", longest=200)
+        groups = data.get("family_groups", [])
+        if groups:
+            check.sequence(groups, "family_groups", len(families))
+            for i, g in enumerate(groups):
+                check.text(g, f"family_groups[{i}]", longest=200)
         return cls(np.asarray(ratios, dtype="float64"), np.asarray(index, dtype=np.int64), tuple(families),
-                   check.text(data.get("source", ""), "source"))
+                   check.text(data.get("source", ""), "source"), tuple(groups))
 
     def describe(self) -> dict:
-        return {"traces": self.traces, "families": list(self.families), "source": self.source,
+        groups = dict(zip(self.families, self.family_groups))
+        return {"traces": self.traces, "families": list(self.families), "source": self.source, "kind": self.kind,
+                "groups": {g: sum(v == g for v in groups.values()) for g in sorted(set(groups.values()))},
                 "max_finite_level_new_family": round(self.max_level(), 4)}
 
 
-def calibrate(per_trace: pd.DataFrame, source: str = "") -> IntervalCalibration:
+def calibrate(per_trace: pd.DataFrame, source: str = "", by_group: bool = True) -> IntervalCalibration:
     """The calibration from held-out traces' ``pred_us``, ``true_us`` and ``family`` (one row per
-    trace, as :func:`predictor.evaluate.evaluate` gives); ValueError for unusable rows."""
+    trace, as :func:`predictor.evaluate.evaluate` gives), Mondrian by family group unless
+    ``by_group`` is False; ValueError for unusable rows."""
     missing = [c for c in ("pred_us", "true_us", "family") if c not in per_trace.columns]
     if missing:
         raise ValueError(f"calibration traces lack column(s) {', '.join(missing)}")
@@ -168,7 +218,8 @@ def calibrate(per_trace: pd.DataFrame, source: str = "") -> IntervalCalibration:
     names, codes = np.unique(per_trace["family"].astype(str).to_numpy(), return_inverse=True)
     ratios = np.log(true / pred)
     order = np.argsort(ratios, kind="stable")
-    return IntervalCalibration(ratios[order], codes[order].astype(np.int64), tuple(names.tolist()), source)
+    groups = tuple(group_of(f) for f in names.tolist()) if by_group else ()
+    return IntervalCalibration(ratios[order], codes[order].astype(np.int64), tuple(names.tolist()), source, groups)
 
 
 def with_bounds(per_trace: pd.DataFrame, calibration: IntervalCalibration,

@@ -377,8 +377,8 @@ def _scored_rows(model, data_dir: Path, data_device: str | None) -> tuple[pd.Dat
 @click.option("--json", "as_json", is_flag=True)
 def calibrate_cmd(ckpt: Path, data_dir: Path, out: Path | None, overwrite: bool, data_device: str | None,
                   families: str | None, as_json: bool) -> None:
-    """Calibrate a checkpoint's prediction intervals (split-conformal by family groups, leave-
-    family-out; `ets train` does this itself) on families it never trained on: by default its
+    """Calibrate a checkpoint's prediction intervals (split-conformal, leave-family-out, Mondrian
+    by family group: CNN, decoder LM, ...; `ets train` does this itself) on families it never trained on: by default its
     recorded held-out families. Stores them in the checkpoint; nothing else changes."""
     from predictor.dataset import rows_of_units
     from predictor.evaluate import fit_intervals
@@ -416,8 +416,12 @@ def _calibration_line(calibration) -> str:
     if calibration is None:
         return "no calibrated prediction intervals"
     lo, hi = calibration.factor(0.05), calibration.factor(0.95)
+    groups = calibration.describe()["groups"]
+    by_group = (f"; calibrated within each family group of {', '.join(f'{g} ({n})' for g, n in groups.items())}, "
+                f"pooled for a group with fewer than 3 families" if groups else "")
     return (f"prediction intervals calibrated on {calibration.traces} traces of {len(calibration.families)} "
-            f"held-out families (90 % for a new family: [{lo:.3f}, {hi:.3f}] × the prediction)")
+            f"held-out families (90 % for a new family of no known group: [{lo:.3f}, {hi:.3f}] × the prediction"
+            f"{by_group})")
 
 
 @click.command("predict")

@@ -54,3 +54,17 @@ def test_each_variant_trains_with_the_targets_its_name_says():
     for name, variant in generalisation.VARIANTS.items():
         config = methods.make_config(variant.method, **variant.options)
         assert config.target_transform == ("log" if name.endswith("-log") else "anchored"), name
+
+
+def test_quick_folds_hold_every_family_out_once_and_give_intervals_per_group(tmp_path):
+    out = tmp_path / "folds"
+    result = CliRunner().invoke(generalisation.main, ["--quick", "--folds", "3", "--variants", "opbased",
+                                                      "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert sorted(r["split"] for r in rows) == ["fold:0/3", "fold:1/3", "fold:2/3"]
+    held = [f for r in rows for f in r["by_family"]]
+    assert sorted(held) == sorted(set(held)) and len(held) == 6  # every family held out exactly once
+    report = (out / "report.md").read_text()
+    assert "| quick:emulated:T4 | CNN | 6 |" in report  # six families, one group
+    assert "| quick:emulated:T4 | opbased | CNN | 12 |" in report  # intervals over all 12 traces

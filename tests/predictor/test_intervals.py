@@ -201,3 +201,53 @@ def test_shipped_checkpoint_calibrations_are_readable():
         for gpu in available(CHECKPOINT_DIR, method):
             cal = interval_calibration(gpu, method=method)
             assert cal is None or (cal.traces > 0 and 0 < cal.factor(0.9) < math.inf)
+
+
+def _two_groups(extra: dict[str, float] | None = None) -> IntervalCalibration:
+    """One trace per family: group A's four err by 1-4 %, group B's four by 50-80 % (log-ratios)."""
+    ratios = {"a1": 0.01, "a2": 0.02, "a3": 0.03, "a4": 0.04, "b1": 0.5, "b2": 0.6, "b3": 0.7, "b4": 0.8,
+              **(extra or {})}
+    names = sorted(ratios)
+    groups = tuple("A" if n.startswith("a") else "B" if n.startswith("b") else "C" for n in names)
+    order = np.argsort([ratios[n] for n in names], kind="stable")
+    return IntervalCalibration(np.array([ratios[names[i]] for i in order]), np.array(order, dtype=np.int64),
+                               tuple(names), "hand", groups)
+
+
+def test_mondrian_quantiles_come_from_the_other_families_of_the_group():
+    cal = _two_groups()
+    # a2: its group's others are 0.01, 0.03, 0.04, weight 1/4 each (3/4 in all): the 25 % and 75 %
+    # quantiles are 0.01 and 0.04
+    assert cal.log_quantile(0.25, "a2") == pytest.approx(0.01)
+    assert cal.log_quantile(0.75, "a2") == pytest.approx(0.04)
+    # pooled, the seven others weigh 1/8 each: 0.03 and 0.7
+    pooled = IntervalCalibration(cal.log_ratios, cal.family_index, cal.families, "hand")
+    assert pooled.log_quantile(0.25, "a2") == pytest.approx(0.03)
+    assert pooled.log_quantile(0.75, "a2") == pytest.approx(0.7)
+    # the 50 % intervals cover a2 and a3 (inside their group's others), not a1 or a4: 2 of 4 per group
+    inside = {f: low <= math.exp(r) <= high for f, r in zip(cal.families, [0.01, 0.02, 0.03, 0.04, 0.5, 0.6, 0.7,
+                                                                           0.8])
+              for low, high in [cal.bounds([1.0], 0.5, [f])]}
+    assert inside == {"a1": False, "a2": True, "a3": True, "a4": False,
+                      "b1": False, "b2": True, "b3": True, "b4": False}
+
+
+def test_a_group_with_too_few_families_or_traces_falls_back_to_the_pooled_residuals():
+    cal = _two_groups({"c1": 2.0, "c2": 3.0})  # group C: two families, fewer than MIN_GROUP_FAMILIES
+    pooled = IntervalCalibration(cal.log_ratios, cal.family_index, cal.families, "hand")
+    assert cal.log_quantile(0.5, "c1") == pooled.log_quantile(0.5, "c1")
+    # group A has three others for a1: its 90 % upper quantile needs more than their 3/4 of the
+    # mass, so it comes from the pooled residuals (nine others, 1/10 each: the ninth, 3.0)
+    assert cal.log_quantile(0.9, "a1") == pooled.log_quantile(0.9, "a1") == pytest.approx(3.0)
+    assert cal.log_quantile(0.7, "a1") == pytest.approx(0.04)  # within the group's finite mass
+
+
+def test_mondrian_calibration_round_trips_and_groups_real_families():
+    frame = pd.DataFrame({"config_id": ["r", "m", "l"], "family": ["resnet", "mobilevit", "llama"],
+                          "pred_us": [1.0, 1.0, 1.0], "true_us": [1.1, 1.2, 2.0]})
+    cal = calibrate(frame)
+    assert dict(zip(cal.families, cal.family_groups)) == {"llama": "decoder LM", "mobilevit": "hybrid",
+                                                          "resnet": "CNN"}
+    again = IntervalCalibration.from_dict(cal.to_dict())
+    assert again.family_groups == cal.family_groups and again.kind.endswith("mondrian-by-group")
+    assert calibrate(frame, by_group=False).family_groups == ()
