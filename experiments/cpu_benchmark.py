@@ -68,7 +68,8 @@ from predictor.zoo.common import stratified_order
 from predictor.zoo.registry import zoo_configs
 
 DEVICE = "cpu"
-REFERENCE_DATA = Path(__file__).parent / "data" / "cpu_benchmark"  # the committed profiles (README there)
+REFERENCE_DATA = Path(__file__).parent / "data" / "cpu_benchmark_v2"  # the committed profiles (README there)
+FIRST_REFERENCE_DATA = Path(__file__).parent / "data" / "cpu_benchmark"  # the first set: 21 families, another CPU
 METHODS = methods.single_device_methods()  # a CPU has no second device whose traces Habitat-style could scale
 
 
@@ -104,8 +105,9 @@ def estimated_step_ms(config) -> float | None:
 
 def benchmark_configs(limit: int, max_batch: int, max_size: int, zoo: str = "wide",
                       max_step_ms: float = 400.0) -> list:
-    """The first ``limit`` configs of ``zoo`` within the caps (reserved families never), in a seeded
-    round-robin over families of the configs within the caps, so that any prefix is balanced."""
+    """The first ``limit`` configs of ``zoo`` within the caps (reserved families never): for
+    ``wide``, a seeded round-robin over families of the configs within the caps, so that any prefix
+    is balanced; for ``all``, the zoo's own order filtered (as the first reference set was drawn)."""
     def fits(config) -> bool:
         if config.batch > max_batch:
             return False
@@ -116,6 +118,8 @@ def benchmark_configs(limit: int, max_batch: int, max_size: int, zoo: str = "wid
         return estimate is None or estimate <= max_step_ms
 
     within = [c for c in zoo_configs(zoo, seed=0) if fits(c)]
+    if zoo == "all":
+        return within[:limit]
     return stratified_order(within, random.Random(f"cpu-benchmark:{zoo}"), keep_order=("randwire",))[:limit]
 
 

@@ -21,10 +21,10 @@ scoring CNNs), the hard split. With folds, the out-of-fold predictions also give
 the other families only: coverage and median width per group in the report.
 
 Sets (each a dataset of one device):
-* ``cpu[=DIR]``: the real CPU benchmark — by default the committed reference profiles
-  (``experiments/data/cpu_benchmark``, README there), or ``DIR``, e.g. ``OUT/data`` of
+* ``cpu[=DIR]``: the real CPU benchmark — by default the committed reference profiles of the
+  wide zoo (``experiments/data/cpu_benchmark_v2``, README there), or ``DIR``, e.g. ``OUT/data`` of
   ``python -m experiments.cpu_benchmark`` on your own CPU, with the peaks recorded at profiling
-  time — **real**;
+  time — **real**; ``cpu-v1``: the first reference set (21 families, another CPU) — **real**;
 * ``t4-real``: the ETS authors' real T4 iterations (``$ETS_TRACES_DIR`` or ``../shared/ets_traces``)
   aligned onto the zoo's captures (our FLOP and byte counts) — **real**;
 * ``emulated:<GPU>=DIR``: an emulated dataset (e.g. ``reports/pretrain/data`` of
@@ -54,7 +54,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from experiments.cpu_benchmark import REFERENCE_DATA  # noqa: E402
+from experiments.cpu_benchmark import FIRST_REFERENCE_DATA, REFERENCE_DATA  # noqa: E402
 from experiments.pretrain import ETS_SETTINGS  # noqa: E402  (the shipped checkpoints' settings)
 from experiments.results_log import ResultsLog  # noqa: E402
 from experiments.shared_data import shared_dir  # noqa: E402
@@ -90,7 +90,7 @@ VARIANTS = {v.name: v for v in (
 )}
 QUICK_OPTIONS = {"ets": {"hidden": 16, "layers": 2, "max_epochs": 2}, "opbased": {"hidden": 32, "max_epochs": 2},
                  "dnnperf": {"hidden": 16, "layers": 1, "max_epochs": 2}}
-KINDS = {"cpu": "real", "t4-real": "real"}  # anything else: emulated
+KINDS = {"cpu": "real", "cpu-v1": "real", "t4-real": "real"}  # anything else: emulated
 
 
 @dataclass
@@ -109,18 +109,19 @@ def load_set(spec: str) -> Dataset:
 
         traces = Path(os.environ.get("ETS_TRACES_DIR") or shared_dir() / "ets_traces")
         return Dataset(name, "real", real_traces(traces, "T4", progress=False)[1], None)
-    if name == "cpu":
-        directory = Path(where) if where else REFERENCE_DATA
+    if name in ("cpu", "cpu-v1"):
+        directory = Path(where) if where else REFERENCE_DATA if name == "cpu" else FIRST_REFERENCE_DATA
         hint = "python -m experiments.cpu_benchmark"
     elif name.startswith("emulated:") and where:
         directory, hint = Path(where), "python -m experiments.pretrain"
     else:
-        raise click.BadParameter(f"{spec!r}: expected cpu[=DIR], t4-real or emulated:<GPU>=DIR", param_hint="--set")
+        raise click.BadParameter(f"{spec!r}: expected cpu[=DIR], cpu-v1, t4-real or emulated:<GPU>=DIR",
+                                 param_hint="--set")
     if not directory.is_dir():
         raise click.BadParameter(f"{spec!r}: {directory} is not a dataset (build it with `{hint}`)",
                                  param_hint="--set")
     traces = read_dataset(directory)
-    device = "cpu" if name == "cpu" else name
+    device = "cpu" if name in ("cpu", "cpu-v1") else name
     rows = traces[traces["device"] == device]
     reserved = sorted({f for f in rows["family"].unique() if is_reserved(f)})
     if reserved:  # kept for an outside check: never evaluated on here
@@ -375,7 +376,7 @@ def plot(table: pd.DataFrame, path: Path) -> None:
 
 @click.command()
 @click.option("--set", "set_specs", multiple=True, default=("cpu", "t4-real"), show_default=True,
-              help="A dataset: cpu[=DIR], t4-real, emulated:<GPU>=DIR (repeatable).")
+              help="A dataset: cpu[=DIR], cpu-v1, t4-real, emulated:<GPU>=DIR (repeatable).")
 @click.option("--splits", type=click.IntRange(1), default=3, show_default=True, help="Family splits (seeds 0..N-1).")
 @click.option("--folds", type=click.IntRange(0), default=0, show_default=True,
               help="Instead of --splits: K folds whose held-out families partition the set (0: off).")

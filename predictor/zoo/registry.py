@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 
@@ -50,10 +51,17 @@ def zoo_configs(zoo: str, limit: int | None = None, seed: int = 0, families=None
         raise ValueError(f"unknown zoo {zoo!r}; known zoos: {', '.join(ZOOS)}")
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
-    rng = random.Random(f"zoo:{zoo}:{seed}")
-    wanted = None if families is None else set(families)
+    wanted = None if families is None else tuple(sorted(set(families)))
     if wanted is not None:
-        family_names.check_family_names(sorted(wanted), sorted(zoo_families(zoo)))
+        family_names.check_family_names(list(wanted), sorted(zoo_families(zoo)))
+    return list(_zoo_configs(zoo, limit, seed, wanted))
+
+
+@lru_cache(maxsize=8)
+def _zoo_configs(zoo: str, limit: int | None, seed: int, wanted: tuple[str, ...] | None) -> tuple[ModelConfig, ...]:
+    """:func:`zoo_configs`, kept for the last few calls (the wide zoo has 17,000 configs; configs are
+    frozen, so callers share them safely)."""
+    rng = random.Random(f"zoo:{zoo}:{seed}")
     configs: list[ModelConfig] = []
     if zoo in ("hpo", "all", "wide"):
         configs += vision.grid()
@@ -75,7 +83,7 @@ def zoo_configs(zoo: str, limit: int | None = None, seed: int = 0, families=None
     else:
         # randwire.sample cycles er/ws/ba, so keeping its order keeps prefixes stable.
         ordered = stratified_order(configs, rng, keep_order=("randwire",))
-    return ordered if limit is None else ordered[:limit]
+    return tuple(ordered if limit is None else ordered[:limit])
 
 
 @dataclass(frozen=True)

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from experiments import cpu_benchmark
 
 
 def test_selection_is_capped_stratified_and_covers_every_kind():
-    configs = cpu_benchmark.benchmark_configs(120, 8, 128)
+    configs = cpu_benchmark.benchmark_configs(120, 8, 128, zoo="all")
     assert len(configs) == 120 and all(c.batch <= 8 and c.input_size <= 128 for c in configs)
     families = {c.family for c in configs}
     assert {"randwire", "transformer", "lstm", "resnet", "vgg"} <= families  # vision, RandWire, NLP, LSTM
@@ -28,6 +30,59 @@ def test_report_ratio_and_overhead_by_hand():
     assert "p50 10.0%, p90 40.0%" in text and "Held-out units: vgg, lstm:x." in text
     assert "1 intra-op thread" in text and "Habitat-style is not run" in text
     assert "| vgg | 4 | 5.0% | – | – |" in text  # per family, where a method recorded it
+
+
+def test_wide_selection_leaves_reserved_and_costly_configs_out_and_balances_every_prefix():
+    from predictor.families import is_reserved
+
+    configs = cpu_benchmark.benchmark_configs(400, 8, 128)
+    families = [c.family for c in configs]
+    assert len(set(families)) >= 100 and not any(is_reserved(f) for f in families)
+    assert all((cpu_benchmark.estimated_step_ms(c) or 0) <= 400 for c in configs)
+    counts = {f: families.count(f) for f in set(families)}
+    assert max(counts.values()) - min(counts.values()) <= 3  # round-robin: a family runs out, none leads
+
+
+def test_estimated_step_time_by_hand():
+    from predictor.zoo import hf_models, timm_models
+
+    name = timm_models.FAMILIES["starnet"][0]
+    probe = timm_models.MODELS[name]
+    config = timm_models.config_for(name, batch=8, size=probe["sizes"][0] * 2)
+    assert cpu_benchmark.estimated_step_ms(config) == pytest.approx(probe["cpu_ms"] * 4 * 4)  # 4x pixels, 4x batch
+    base = hf_models.config_for("llama", batch=2, seq=64, preset="L2-H128")
+    assert cpu_benchmark.estimated_step_ms(base) == pytest.approx(hf_models.MODELS["llama"]["cpu_ms"])
+    bigger = hf_models.config_for("llama", batch=4, seq=128, preset="L4-H256")
+    work = (4 * 12 * 256 ** 2 + 8192 * 256) / (2 * 12 * 128 ** 2 + 4096 * 128)  # layers' GEMMs + output layer
+    assert cpu_benchmark.estimated_step_ms(bigger) == pytest.approx(hf_models.MODELS["llama"]["cpu_ms"] * 4 * work)
+
+
+def test_a_set_measured_on_another_cpu_is_not_added_to(tmp_path, monkeypatch):
+    import json
+
+    import click
+
+    cpu_benchmark.check_machine(tmp_path)
+    recorded = json.loads((tmp_path / "machine.json").read_text())
+    assert recorded["cpu"] and recorded["torch"]
+    cpu_benchmark.check_machine(tmp_path)  # the same machine: goes on
+    (tmp_path / "machine.json").write_text(json.dumps({**recorded, "cpu": "Other CPU"}))
+    with pytest.raises(click.ClickException, match="measured on 'Other CPU'"):
+        cpu_benchmark.check_machine(tmp_path)
+
+
+def test_the_repeat_sample_takes_every_group_in_turn():
+    from predictor.zoo.config import ModelConfig
+
+    def config(family: str, model: str, batch: int) -> ModelConfig:
+        return ModelConfig(kind="vision", family=family, model=model, batch=batch, input_size=32)
+
+    configs = [config("resnet", "resnet18", b) for b in range(1, 7)] + [config("vit", "vit_b_16", 1),
+                                                                         config("swin", "swin_t", 1)]
+    chosen = cpu_benchmark.repeat_sample(configs, 4)
+    groups = [("vision transformer" if c.family in ("vit", "swin") else "CNN") for c in chosen]
+    assert sorted(groups) == ["CNN", "CNN", "vision transformer", "vision transformer"]
+    assert cpu_benchmark.repeat_sample(configs, 4) == chosen  # seeded
 
 
 def test_peaks_are_recorded_once_before_profiling(tmp_path, monkeypatch):
@@ -79,13 +134,38 @@ def test_the_committed_reference_profiles_are_the_benchmarks_own_and_say_what_th
     from predictor import peaks
     from predictor.trace_table import read_dataset
 
+    data = cpu_benchmark.FIRST_REFERENCE_DATA
+    traces = read_dataset(data)
+    assert set(traces["device"]) == {"cpu"} and peaks.recorded(data, "cpu") is not None
+    configs = set(traces["config_id"])
+    assert configs <= {c.config_id for c in cpu_benchmark.benchmark_configs(1100, 8, 128, zoo="all")}
+    noise = json.loads((data / "repeatability.json").read_text())
+    assert set(noise["ratios"]) <= configs and noise["configs"] == len(noise["ratios"])
+    readme = (data / "README.md").read_text()
+    assert f"{len(configs):,} configs" in readme and f"{traces['family'].nunique()} families" in readme
+
+
+def test_the_wide_reference_profiles_are_a_prefix_of_the_benchmark_on_one_machine():
+    import json
+
+    from predictor import peaks
+    from predictor.families import group_of, is_reserved
+    from predictor.trace_table import read_dataset
+
     data = cpu_benchmark.REFERENCE_DATA
     traces = read_dataset(data)
     assert set(traces["device"]) == {"cpu"} and peaks.recorded(data, "cpu") is not None
     configs = set(traces["config_id"])
-    assert configs <= {c.config_id for c in cpu_benchmark.benchmark_configs(1100, 8, 128)}
+    selection = [c.config_id for c in cpu_benchmark.benchmark_configs(2400, 8, 128)]
+    last = max(selection.index(c) for c in configs)
+    assert configs <= set(selection[: last + 1])  # a prefix, less the configs that failed (listed)
+    failed = {json.loads(line)["config_id"] for line in (data / "failures.jsonl").read_text().splitlines()}
+    assert set(selection[: last + 1]) - configs <= failed
+    assert not any(is_reserved(f) for f in traces["family"].unique())
+    machine = json.loads((data / "machine.json").read_text())
+    assert machine["cpu"] and machine["torch"]
     noise = json.loads((data / "repeatability.json").read_text())
-    assert set(noise["ratios"]) <= configs and noise["configs"] == len(noise["ratios"])
+    assert set(noise["ratios"]) <= configs and len(noise["by_group"]) == len({group_of(f) for f in traces["family"]})
     readme = (data / "README.md").read_text()
     assert f"{len(configs):,} configs" in readme and f"{traces['family'].nunique()} families" in readme
 
