@@ -168,7 +168,8 @@ class IntervalCalibration:
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "log_ratios": self.log_ratios.tolist(), "family_index": self.family_index.tolist(),
-                "families": list(self.families), "family_groups": list(self.family_groups), "source": self.source}
+                "families": list(self.families), "source": self.source,
+                **({"family_groups": list(self.family_groups)} if self.family_groups else {})}
 
     @classmethod
     def from_dict(cls, data: object, check: Checker | None = None) -> IntervalCalibration:
