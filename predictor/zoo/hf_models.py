@@ -43,12 +43,9 @@ from predictor.zoo.config import ModelBuildError, ModelConfig
 
 KIND = "hf"
 PREFIX = "hf_"
-TASKS = ("causal", "masked", "seq2seq", "speech-seq2seq", "ctc")
-
-
-# Task of each curated architecture; its group is predictor.families.HF_GROUPS. Each was built, trained one
-# iteration on the CPU and captured on the meta device by `python -m experiments.zoo_probe`
-# (EXCLUDED lists those that could not be, and why).
+# Task of each curated architecture (causal, masked, seq2seq, speech-seq2seq, ctc); its group is
+# predictor.families.HF_GROUPS. Each was built, trained one iteration on the CPU and captured on
+# the meta device by `python -m experiments.zoo_probe` (EXCLUDED lists those that could not be, and why).
 _SEQ2SEQ = ("t5", "bart", "mbart", "pegasus", "marian", "blenderbot", "blenderbot-small", "prophetnet", "led",
             "bigbird_pegasus", "mt5", "umt5", "longt5", "switch_transformers", "plbart", "m2m_100", "fsmt", "mvp",
             "nllb-moe")
