@@ -186,9 +186,8 @@ def splits_of(data: Dataset, splits: int, folds: int, by_group: bool) -> list[tu
     else:
         chosen = [(seed, split_by_family(data.traces, seed=seed)) for seed in range(splits)]
     if by_group:
-        present = {group_of(f) for f in data.traces["family"].unique()}
         groups = {f: group_of(f) for f in data.traces["family"].unique()}
-        chosen += [(f"group:{g}", group_split(data.traces, g, groups)) for g in GROUPS if g in present]
+        chosen += [(f"group:{g}", group_split(data.traces, g, groups)) for g in GROUPS if g in groups.values()]
     return chosen
 
 
