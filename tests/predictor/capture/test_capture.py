@@ -10,12 +10,14 @@ from click.testing import CliRunner
 
 from predictor.capture.opseq import capture
 from predictor.cli import main as ets
+from predictor.collect import _capture as REAL_CAPTURE
 from predictor.collect import collect
 from predictor.trace_table import read_dataset
 from predictor.zoo.config import ModelBuildError, ModelConfig
 from predictor.zoo.registry import zoo_configs
 
 SMALL = ModelConfig(kind="vision", family="resnet", model="resnet18", batch=2, input_size=32, num_classes=10)
+KILLS_ITS_WORKER = ModelConfig(kind="vision", family="resnet", model="resnet18", batch=3, input_size=32, num_classes=10)
 
 
 @pytest.fixture(scope="module")
@@ -269,3 +271,35 @@ def test_a_terminated_collect_keeps_what_it_captured(tmp_path, monkeypatch):
         collect([SMALL, second], "meta", tmp_path, progress=False, flush_every=10)
     assert set(read_dataset(tmp_path)["config_id"]) == {SMALL.config_id}  # flushed, not lost
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def _capture_or_die(config_dict, device, regime="plain"):
+    """A capture whose worker dies on one config, as the out-of-memory killer would end it."""
+    import os
+
+    if config_dict == KILLS_ITS_WORKER.to_dict():
+        os._exit(9)
+    return REAL_CAPTURE(config_dict, device, regime)
+
+
+@pytest.mark.skipif(__import__("multiprocessing").get_start_method() != "fork",
+                    reason="the patched capture reaches the workers only when they are forked")
+def test_a_worker_that_dies_fails_its_config_and_the_others_go_on(tmp_path, monkeypatch):
+    from predictor import collect as collect_module
+
+    monkeypatch.setattr(collect_module, "_capture", _capture_or_die)
+    others = [SMALL, ModelConfig(kind="vision", family="resnet", model="resnet18", batch=4, input_size=32,
+                                 num_classes=10)]
+    counts = collect([others[0], KILLS_ITS_WORKER, others[1]], "meta", tmp_path, workers=2, progress=False)
+    assert counts == {"requested": 3, "skipped": 0, "captured": 2, "failed": 1}
+    assert set(read_dataset(tmp_path)["config_id"]) == {c.config_id for c in others}
+    failure = json.loads((tmp_path / "failures.jsonl").read_text())
+    assert failure["config_id"] == KILLS_ITS_WORKER.config_id and "worker process died" in failure["error"]
+
+
+def test_a_worker_memory_limit_fails_the_config_not_the_run(tmp_path):
+    counts = collect([SMALL], "meta", tmp_path, workers=2, worker_memory_gb=0.01, progress=False)
+    assert counts == {"requested": 1, "skipped": 0, "captured": 0, "failed": 1}
+    failure = json.loads((tmp_path / "failures.jsonl").read_text())
+    assert failure["config_id"] == SMALL.config_id and failure["error"]
+    assert collect([SMALL], "meta", tmp_path, workers=2, progress=False)["captured"] == 1  # no limit: it fits

@@ -7,7 +7,6 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
-import time
 from pathlib import Path
 
 import numpy as np
@@ -257,10 +256,7 @@ def step_device_span(path: Path, step: str) -> dict[str, float]:
 
 def test_real_resnet50_old_schema(shared_dir):
     path = real(shared_dir, "kineto_tb_plugin_resnet50/*.json.gz")
-    start = time.perf_counter()
     df = kineto.load(path)
-    elapsed = time.perf_counter() - start
-    assert elapsed < 10.0, f"{elapsed:.1f} s"
     check_schema(df)
     assert set(df["config_id"]) == {"kineto:worker0.1623143089861.pt.trace:10"}  # last of #5..#10
     assert set(df["device"]) == {"Tesla V100-DGXS-32GB"}
@@ -276,7 +272,7 @@ def test_real_resnet50_old_schema(shared_dir):
     total = float((df["duration_us"] + df["gap_us"]).sum())
     span = step_device_span(path, "ProfilerStep#10")
     print(f"\nresnet50 step 10: {len(df)} ops {by_phase.to_dict()}; sum(duration+gap) {total:.0f} us; "
-          f"device span {span}; load {elapsed:.2f} s")
+          f"device span {span}")
     assert int(df["kernels"].sum()) == span["n_all"]  # every device activity of the step is attributed
     assert abs(total - span["kernels"]) <= 0.15 * span["kernels"]
     assert abs(total - span["all"]) <= 0.15 * span["all"]
