@@ -19,6 +19,11 @@ from typing import Any
 
 import numpy as np
 
+# What a view's ``gpu_job`` holds for a GPU that runs no job: free, or on a failed node (out of the
+# free and total counts until it is repaired; a policy must not pin a job to it).
+IDLE_GPU = -1
+DOWN_GPU = -2
+
 
 class PolicyError(RuntimeError):
     """A policy returned an impossible decision (a bug in the policy, not in user input)."""
@@ -91,7 +96,7 @@ class SchedulerView:
     start: np.ndarray                # start time per job (NaN until started)
     type_of: np.ndarray              # GPU type index per started job (-1 until started)
     gpu_type: np.ndarray             # type index per GPU
-    gpu_job: np.ndarray              # running job per GPU, -1 = idle
+    gpu_job: np.ndarray              # running job per GPU; IDLE_GPU (-1): free; DOWN_GPU (-2): its node failed
     free_by_type: np.ndarray         # free GPUs per type (index = position in ``gpu_types``)
     total_by_type: np.ndarray        # GPUs per type
     # q -> the q-quantile of the true run time given the prediction, (job, type), kept current by

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from policies.base import Placement
+from policies.base import IDLE_GPU, Placement
 
 
 class PlannedQueues:
@@ -40,7 +40,7 @@ class PlannedQueues:
     def start_heads(self, view) -> list[Placement]:
         """Placements for the heads of idle GPUs' queues (started heads leave their queue)."""
         free = view.free_by_type.copy()
-        idle = sorted(g for g in self.queues if view.gpu_job[g] < 0)
+        idle = sorted(g for g in self.queues if view.gpu_job[g] == IDLE_GPU)
         reserved_from: dict[int, float] = {}  # held type -> predicted start of its gang job
         avail = None
         gangs: list[Placement] = []

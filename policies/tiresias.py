@@ -87,11 +87,22 @@ class TiresiasPolicy(PreemptivePolicy):
         if self._run is None or self._run.size != len(view.submit):
             self._run = _Run(view.submit, view.num_gpus, len(self.thresholds) + 1)
             self._run.limits = np.append(self.thresholds, np.inf)  # per queue: the service that demotes
-        self._run.queues[0].joined.extend(jobs)
+        run = self._run
+        run.queues[0].joined.extend(jobs)
+        # a job submitted again (its attempt failed: simulator.failures) starts over in the first queue
+        run.queue_of[jobs] = 0
+        if view.attained is not None:
+            run.base[jobs] = view.attained[jobs]
+        run.pending[jobs] = 0.0
 
     def on_finish(self, view, job: int, now: float) -> None:
+        """``job`` ended, or its attempt failed (it may come back as an arrival): out of its queue."""
         if self._run is not None:
-            self._run.queues[self._run.queue_of[job]].running.remove(job)
+            queue = self._run.queues[self._run.queue_of[job]]
+            for part in (queue.running, queue.joined, queue.waiting):
+                if job in part:
+                    part.remove(job)
+                    break
 
     def schedule(self, view) -> list[Placement | Preemption]:
         run, now = self._run, view.now

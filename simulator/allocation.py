@@ -13,7 +13,7 @@ import heapq
 
 import numpy as np
 
-from policies.base import PolicyError
+from policies.base import DOWN_GPU, IDLE_GPU, PolicyError
 from simulator.cluster import Cluster
 
 
@@ -45,8 +45,9 @@ class ClusterState:
                                           for i in range(len(cluster.nodes))]
         self.gpu_busy = [False] * cluster.total_gpus
         self.gpu_type = self.node_type[self.gpu_node]
-        self.gpu_job = np.full(cluster.total_gpus, -1, dtype=np.int64)  # running job per GPU, -1 = idle
+        self.gpu_job = np.full(cluster.total_gpus, IDLE_GPU, dtype=np.int64)  # running job per GPU
         self.max_node = max(sizes, default=0)
+        self.down: dict[int, list[int]] = {}  # failed node -> its GPU ids, while it is repaired
         # _by_free[type][free]: heap of the ids of the type's nodes with that many free GPUs (and stale ids)
         self._by_free: list[list[list[int]]] = [[[] for _ in range(self.max_node + 1)] for _ in self.types]
         for node, free in enumerate(sizes):
@@ -181,7 +182,7 @@ class ClusterState:
             node_free[node] = free
             heapq.heappush(heaps[free], node)
             busy[g] = False
-            gpu_job[g] = -1
+            gpu_job[g] = IDLE_GPU
         else:
             for node, gs in self._per_node(ids).items():
                 pool = self.free_ids[node]
@@ -192,5 +193,39 @@ class ClusterState:
                 heapq.heappush(heaps[free], node)
             for g in ids:
                 busy[g] = False
-                gpu_job[g] = -1
+                gpu_job[g] = IDLE_GPU
         self.free_by_type[type_k] += len(ids)
+
+    # -- failed nodes ------------------------------------------------------------------------------
+    def take_down(self, node: int) -> list[int]:
+        """Node ``node`` fails: its GPUs (all idle: the engine has stopped its jobs) leave the free
+        and the total counts, so that every policy sees a smaller cluster until :meth:`bring_up`."""
+        if node in self.down:
+            raise ValueError(f"node {node} is down already")
+        ids = self.free_ids[node]
+        size = int(self.cluster.nodes[node].num_gpus)
+        if len(ids) != size:
+            raise ValueError(f"node {node} still runs jobs ({size - len(ids)} GPUs busy)")
+        k = self.node_type_list[node]
+        self.down[node] = ids
+        self.free_ids[node] = []
+        self.node_free[node] = 0  # its heap entries are stale now
+        for g in ids:
+            self.gpu_busy[g] = True
+            self.gpu_job[g] = DOWN_GPU
+        self.free_by_type[k] -= size
+        self.total_by_type[k] -= size
+        return ids
+
+    def bring_up(self, node: int) -> None:
+        """Node ``node`` is repaired: its GPUs are free again and count in the totals."""
+        ids = self.down.pop(node)
+        k = self.node_type_list[node]
+        self.free_ids[node] = sorted(ids, reverse=True)
+        self.node_free[node] = len(ids)
+        heapq.heappush(self._by_free[k][len(ids)], node)
+        for g in ids:
+            self.gpu_busy[g] = False
+            self.gpu_job[g] = IDLE_GPU
+        self.free_by_type[k] += len(ids)
+        self.total_by_type[k] += len(ids)

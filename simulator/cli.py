@@ -32,6 +32,7 @@ from predictor.outputs import (
 from predictor.tables import TableError, open_cache
 from simulator.cluster import PRESETS, ClusterError
 from simulator.communication import PLACEMENTS, PlacementError
+from simulator.failure_models import FAILURES_HELP, FailureSpecError
 from simulator.run import DEFAULT_CLUSTER, DEFAULT_WORKLOAD, RunConfig, RunOutput, WorkloadSpecError, execute, readable
 from simulator.timing import PREDICTOR_HELP, PredictorSpecError
 from traces.binding import BindingError
@@ -41,7 +42,7 @@ from traces.synthetic import KINDS as SYNTHETIC_KINDS
 
 USER_ERRORS = (TraceError, TraceSpecError, ClusterError, PolicySpecError, PredictorSpecError,
                WorkloadSpecError, UnknownGpuTypeError, BindingError, TableError, OutputError, PlacementError,
-               CollectiveError)
+               CollectiveError, FailureSpecError)
 
 
 def format_summary(summary: dict) -> str:
@@ -50,7 +51,7 @@ def format_summary(summary: dict) -> str:
         return f"{readable(x, 1)} s" + (f"  ({readable(x / 3600, 2)} h)" if x >= 3600 else "")
 
     rows = [
-        ("jobs completed", f"{summary['jobs']:,}"),
+        ("jobs completed", f"{summary['jobs'] - summary.get('jobs_failed', 0) - summary.get('jobs_cancelled', 0):,}"),
         ("jobs rejected", f"{summary['rejected']:,}"),
         ("JCT mean", dur(summary["jct_mean"])),
         ("JCT p50 / p95 / p99", " / ".join(readable(summary[k]) for k in ("jct_p50", "jct_p95", "jct_p99")) + " s"),
@@ -69,6 +70,15 @@ def format_summary(summary: dict) -> str:
     if "communication_gpu_seconds" in summary:  # a bound run with its communication model
         rows.append(("communication", f"{readable(summary['communication_gpu_seconds'] / 3600, 1)} GPU-h exposed "
                      f"({summary['communication_share']:.1%} of GPU time; spec-derived)"))
+    if summary.get("failed_attempts") or summary.get("jobs_cancelled"):  # failures happened
+        rows.append(("failures", f"{summary['failed_attempts']:,} failed attempts ({summary['attempts_mean']:.2f} "
+                     f"attempts per job); {summary['jobs_failed']:,} jobs ended failed, "
+                     f"{summary['jobs_cancelled']:,} cancelled"))
+        total = summary["gpu_seconds_total"]
+        rows.append(("GPU time", f"{readable(total / 3600, 1)} GPU-h; failed jobs "
+                     f"{summary['failed_gpu_seconds'] / total if total else 0:.1%}, lost "
+                     f"{summary['gpu_seconds_lost'] / total if total else 0:.1%} (restarts, work redone, "
+                     f"checkpoints); goodput {summary['goodput']:.1%}"))
     if "rounds" in summary:  # a preemptive policy's round boundaries
         rows.append(("rounds", f"{summary['rounds']:,}"))
     rows += [
@@ -216,6 +226,11 @@ def write_results(out_dir: Path, output: RunOutput, truth: RunOutput | None, *, 
               help="In a bound run, multi-GPU jobs take a data-parallel step at the GPUs they get: compute plus "
                    "the gradient all-reduces backward does not hide (spec-derived). --no-communication times "
                    "them as one GPU, as before.")
+@click.option("--failures", default="none", show_default=True, metavar="SPEC",
+              help=f"Attempts and nodes that fail: {FAILURES_HELP} (docs/simulation.md, Failures).")
+@click.option("--checkpoint-every", metavar="SECONDS|optimal|none",
+              help="With --failures: seconds of work between a job's checkpoints (each write costs what a restart "
+                   "reads back) [default: optimal, Young/Daly's sqrt(2 x write cost x the job's MTBF)].")
 @click.option("--compare-truth", is_flag=True,
               help="Also run the truth predictor on the same workload and print the ratios.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
@@ -228,8 +243,8 @@ def write_results(out_dir: Path, output: RunOutput, truth: RunOutput | None, *, 
               help="No progress bars; print only the output directory (warnings still go to stderr).")
 @click.pass_context
 def main(ctx: click.Context, policy, predictor, trace, workload, limit, cluster, seed, deadline_fraction,
-         reference_gpu, load_scale, bind, observe_after, placement, communication, compare_truth, out, overwrite,
-         quiet) -> None:
+         reference_gpu, load_scale, bind, observe_after, placement, communication, failures, checkpoint_every,
+         compare_truth, out, overwrite, quiet) -> None:
     """Simulate a heterogeneous GPU cluster replaying a job trace under a scheduling policy.
 
     Policies plan with PREDICTED run times; jobs finish after their TRUE run times. With only
@@ -240,7 +255,9 @@ def main(ctx: click.Context, policy, predictor, trace, workload, limit, cluster,
     queue_p50, queue_p95, makespan, tardiness_total, tardiness_mean (over all jobs), late_jobs,
     late_tardiness_mean, jobs_with_deadline, utilization, utilization_by_type, preemptions,
     preemptions_per_job_mean, preemptions_per_job_p95, restart_overhead_seconds, gpu_seconds_lost,
-    policy_seconds, policy_calls, wall_seconds, events, events_per_second.
+    policy_seconds, policy_calls, wall_seconds, events, events_per_second; with --failures also
+    jobs_failed, jobs_cancelled, failed_attempts, attempts_mean, gpu_seconds_total,
+    failed_gpu_seconds, goodput.
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -249,7 +266,8 @@ def main(ctx: click.Context, policy, predictor, trace, workload, limit, cluster,
     config = RunConfig(policy=policy, predictor=predictor, trace=trace, workload=workload, limit=limit,
                        cluster=cluster, seed=seed, deadline_fraction=deadline_fraction,
                        reference_gpu=reference_gpu, load_scale=load_scale, bind=bind, observe_after=observe_after,
-                       placement=placement, communication=communication)
+                       placement=placement, communication=communication, failures=failures,
+                       checkpoint_every=checkpoint_every)
     try:
         fresh = out is None or not out.exists()  # a folder this run creates is removed if it fails
         out_dir = out if out is not None else default_out_dir(policy, predictor)

@@ -42,6 +42,10 @@ from simulator.run import DEFAULT_CLUSTER, DEFAULT_WORKLOAD
               help="Placement rules of multi-GPU jobs (consolidate, spread, tiresias; see simrun --help).")
 @click.option("--no-communication", "blind", is_flag=True,
               help="Time multi-GPU jobs as one GPU wherever their GPUs are (see simrun --help).")
+@click.option("--failures", multiple=True, metavar="SPEC,...",
+              help="Failure models (comma list, as simrun's --failures; repeatable) [default: none].")
+@click.option("--checkpoint-every", "checkpoints", metavar="X,...",
+              help="With failures: checkpoint intervals (seconds, optimal, none; comma list) [default: optimal].")
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Sweep directory; rerunning with the same one skips finished points and retries failed ones.")
 @click.option("--workers", type=click.IntRange(1), metavar="N",
@@ -51,10 +55,10 @@ from simulator.run import DEFAULT_CLUSTER, DEFAULT_WORKLOAD
               help="Run one Ray task per point: ray.init(address=...) ('local' starts a local Ray).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def sweep_cmd(policies, predictors, errors, workloads, traces, seeds, load_scales, cluster, limit,
-              deadline_fraction, reference_gpu, observe_after, placements, blind, out, workers, ray_address,
-              quiet) -> None:
+              deadline_fraction, reference_gpu, observe_after, placements, blind, failures, checkpoints, out, workers,
+              ray_address, quiet) -> None:
     """Run a grid of simulations: policies x predictors (+ noisy:X) x workloads/traces x seeds x loads
-    x placement rules.
+    x placement rules x failure models x checkpoint intervals.
 
     Each point is cached as OUT/points/<key>.parquet (config, summary metrics, status) and
     OUT/runs/<key>/ (jobs.parquet, summary.json, manifest.json) as soon as it finishes (a rerun skips
@@ -77,7 +81,8 @@ def sweep_cmd(policies, predictors, errors, workloads, traces, seeds, load_scale
         configs = plan(policies, predictors, errors=errors or (), workloads=workloads, traces=traces,
                        seeds=seeds, load_scales=load_scales, cluster=cluster, limit=limit,
                        deadline_fraction=deadline_fraction, reference_gpu=reference_gpu, observe_after=observe_after,
-                       placements=placements, communication=not blind)
+                       placements=placements, communication=not blind, failures=failures or ("none",),
+                       checkpoints=checkpoints or ())
     except SweepSpecError as exc:
         raise click.UsageError(str(exc)) from None
     if ray_address:

@@ -4,7 +4,8 @@ Why one function: every command (simrun, sweeps, the paper reproduction) must co
 tardiness and utilisation the same way. All times are in seconds.
 
 Keys (stable; new keys may be added, none renamed):
-  jobs               admitted jobs (all of them complete)
+  jobs               admitted jobs (without failures all of them complete; the JCT, queueing and
+                     tardiness keys are over the completed ones)
   rejected           jobs no placement could ever hold (reported, never started)
   jct_mean/p50/p95/p99   job completion time = end - submit
   queue_mean, queue_p50, queue_p95   queueing delay = start - submit
@@ -24,6 +25,15 @@ Keys (stable; new keys may be added, none renamed):
   policy_seconds, policy_calls   wall time spent inside the policy, and how often it was called
   wall_seconds, events, events_per_second   the whole simulation
   rounds             preemptive runs only: the round boundaries the policy was called at
+
+With failures (``--failures``; simulator.failures) also:
+  jobs_failed, jobs_cancelled   jobs whose last attempt failed (not retried) / that were cancelled
+  failed_attempts    attempts that failed, all jobs (node failures included)
+  attempts_mean      attempts per admitted job
+  gpu_seconds_total  every GPU-second jobs held (all attempts, restarts and checkpoint writes)
+  failed_gpu_seconds the GPU-seconds of the jobs that ended failed (AcmeTrace's failed GPU-time)
+  gpu_seconds_lost   extended: restarts + work done again after failures + checkpoint writes
+  goodput            the share of gpu_seconds_total that went into completed jobs' work, once
 """
 
 from __future__ import annotations
@@ -40,6 +50,8 @@ def summarize(records: pd.DataFrame, cluster: Cluster, *, policy_seconds: float,
     """The summary of a run's records; ``busy_by_type``: GPU-seconds held per type where jobs
     moved between types (a preemptive run), else each job's run time on its type counts."""
     done = records[records["status"] == "completed"]
+    failures = "failed_attempts" in records  # a run with failures: jobs may also end failed or cancelled
+    ended = records[records["status"] != "rejected"] if failures else done
     n = len(done)
     jct = done["jct"].to_numpy()
     queue = done["queueing_delay"].to_numpy()
@@ -49,7 +61,7 @@ def summarize(records: pd.DataFrame, cluster: Cluster, *, policy_seconds: float,
     def pct(x: np.ndarray, q: float) -> float:
         return float(np.percentile(x, q)) if len(x) else 0.0
 
-    makespan = float(done["end"].max() - done["submit"].min()) if n else 0.0
+    makespan = float(ended["end"].max() - ended["submit"].min()) if len(ended) else 0.0
     busy = done["num_gpus"].to_numpy() * done["true_runtime"].to_numpy()
     total_busy = float(busy.sum()) if busy_by_type is None else float(sum(busy_by_type.values()))
     by_type = {}
@@ -61,7 +73,7 @@ def summarize(records: pd.DataFrame, cluster: Cluster, *, policy_seconds: float,
     restart = done["restart_overhead_s"].to_numpy() if "restart_overhead_s" in done else np.zeros(n)
     cap = cluster.total_gpus * makespan
     return {
-        "jobs": n,
+        "jobs": len(ended),
         "rejected": int((records["status"] == "rejected").sum()),
         "jct_mean": float(jct.mean()) if n else 0.0,
         "jct_p50": pct(jct, 50),
@@ -90,6 +102,27 @@ def summarize(records: pd.DataFrame, cluster: Cluster, *, policy_seconds: float,
         "events_per_second": float(events / wall_seconds) if wall_seconds > 0 else 0.0,
         **({} if rounds is None else {"rounds": int(rounds)}),
         **(communication(done, total_busy) if "communication_s" in done else {}),
+        **(failure_metrics(ended) if failures else {}),
+    }
+
+
+def failure_metrics(ended: pd.DataFrame) -> dict:
+    """The keys of a run with failures (see the module docstring), over the admitted jobs."""
+    status = ended["status"].to_numpy()
+    gpus = ended["num_gpus"].to_numpy(dtype="float64")
+    held = ended["gpu_seconds"].to_numpy(dtype="float64")
+    lost = (ended["restart_overhead_s"] + ended["lost_work_s"] + ended["checkpoint_s"]).to_numpy() * gpus
+    total = float(held.sum())
+    completed = status == "completed"
+    return {
+        "jobs_failed": int((status == "failed").sum()),
+        "jobs_cancelled": int((status == "cancelled").sum()),
+        "failed_attempts": int(ended["failed_attempts"].sum()),
+        "attempts_mean": float(ended["attempts"].mean()) if len(ended) else 0.0,
+        "gpu_seconds_total": total,
+        "failed_gpu_seconds": float(held[status == "failed"].sum()),
+        "gpu_seconds_lost": float(lost.sum()),
+        "goodput": float((held - lost)[completed].sum() / total) if total > 0 else 0.0,
     }
 
 

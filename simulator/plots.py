@@ -38,7 +38,8 @@ class PlotInputError(ValueError):
 # Config fields besides the workload and the load that split panels when they take more than one
 # value: a sweep directory may hold the points of several sweeps (e.g. two --limit values), and
 # points that differ in them must not be pooled into one bar or curve.
-PANEL_EXTRAS = ("cluster", "limit", "deadline_fraction", "reference_gpu", "observe_after", "bind")
+PANEL_EXTRAS = ("cluster", "limit", "deadline_fraction", "reference_gpu", "observe_after", "bind", "failures",
+                "checkpoint_every")
 ALL_POINTS = "all points (= sweep table)"
 BAR_AGGREGATION = "bar: pooled ratio over seeds, sum / sum of truth (as in the sweep table); dots: each seed"
 CURVE_AGGREGATION = "line: pooled ratio over seeds (as in the sweep table); dots: each seed"

@@ -49,7 +49,7 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from policies.base import Placement, Policy, PolicyError, PolicySpecError, Preemption, read_only
+from policies.base import Placement, Policy, PolicyError, PolicySpecError, Preemption, RestartCost, read_only
 from policies.preemptive import PreemptivePolicy
 from predictor.inputs import LIMITS, limit
 from simulator.engine import Simulation
@@ -123,19 +123,24 @@ class PreemptiveSimulation(Simulation):
     """:class:`Simulation` for a :class:`PreemptivePolicy` (see the module docstring)."""
 
     PREEMPTIVE = True
+    ANY_POLICY = False  # a subclass that also runs non-preemptive policies (simulator.failures) says so
 
     def __init__(self, trace, cluster, policy: PreemptivePolicy, predictor, **options) -> None:
-        if not policy.preemptive:
+        if not policy.preemptive and not self.ANY_POLICY:
             raise TypeError(f"policy {policy.name!r} is not preemptive; use Simulation")
         super().__init__(trace, cluster, policy, predictor, **options)
         if self.observe_time is not None:
-            raise PolicySpecError(f"--observe-after does not combine with the preemptive policy {policy.name!r} "
+            raise PolicySpecError(f"--observe-after does not combine with {self._without_feedback()} "
                                   "(a resumed job's measured time is not modelled)")
         n = len(trace.jobs)
         jobs = trace.jobs
         checkpoint = jobs[CHECKPOINT_BYTES].to_numpy(dtype="float64") if CHECKPOINT_BYTES in jobs else np.zeros(n)
-        self.restart_s = policy.restart.seconds(checkpoint)
-        self.lease = float(policy.lease_seconds)
+        # a non-preemptive policy (run here by a subclass) has no lease: no rounds, and the
+        # default restart cost for a job that starts again
+        restart = policy.restart if policy.preemptive else RestartCost()
+        self.checkpoint_bytes = checkpoint
+        self.restart_s = restart.seconds(checkpoint)
+        self.lease = float(policy.lease_seconds) if policy.preemptive else np.inf
         self.done = np.zeros(n)  # fraction of the work done when the current segment began
         self.fraction = np.zeros(n)  # the view's progress: fraction done now
         self.attained = np.zeros(n)  # GPU-seconds of service (restarts included)
@@ -152,12 +157,17 @@ class PreemptiveSimulation(Simulation):
         self.view.progress = read_only(self.fraction)
         self.view.attained = read_only(self.attained)
         self._round_armed = False
-        self._by_work = policy.rounds == "work"
-        self._by_event = policy.rounds == "event"
+        rounds = policy.rounds if policy.preemptive else None
+        self._by_work = rounds == "work"
+        self._by_event = rounds == "event"
         self._round_token = 0  # "work" rounds: a queued round boundary is live while this is unchanged
         self._rounds = 0
         self._max_rounds = int(limit("rounds"))
         self._check_rounds()
+
+    def _without_feedback(self) -> str:
+        """What ``--observe-after`` does not combine with, for its message."""
+        return f"the preemptive policy {self.policy.name!r}"
 
     def _check_rounds(self) -> None:
         """Refuse, before the run, a lease that certainly needs more rounds than the ``rounds``

@@ -28,6 +28,14 @@ from predictor.tables import IterationTimeTable, stderr_warning
 from simulator.cluster import Cluster, resolve
 from simulator.communication import LABEL as COMMUNICATION_LABEL
 from simulator.communication import PlacementTiming, check_placement
+from simulator.failure_models import FailureModel, job_fates, parse_failures
+from simulator.failures import (
+    CHECKPOINT_OPTIMAL,
+    NO_FAILURES,
+    FailureSimulation,
+    check_checkpoint_every,
+    replay_work,
+)
 from simulator.metrics import summarize
 from simulator.preemption import make_simulation
 from simulator.timing import MODEL_PREDICTORS, ModelPredictor, make_predictor
@@ -67,6 +75,8 @@ class RunConfig:
     observe_after: int | None = None  # K: after K iterations on a type the policy sees the true time
     placement: str = "consolidate"    # where a multi-GPU job's GPUs go (simulator.communication.PLACEMENTS)
     communication: bool = True        # bound multi-GPU jobs pay for their gradient all-reduces where they run
+    failures: str = NO_FAILURES       # attempts and nodes that fail (simulator.failure_models); "none": never
+    checkpoint_every: str | None = None  # with failures: seconds of work between checkpoints, "optimal" (None), "none"
 
     @property
     def bound(self) -> bool:
@@ -149,6 +159,19 @@ def check_options(config: RunConfig) -> None:
     check_load_scale(config.load_scale)
     if config.observe_after is not None:
         check_observe_after(config.observe_after)
+    failure_options(config)
+
+
+def failure_options(config: RunConfig) -> tuple[FailureModel | None, str]:
+    """The run's failure model (None: nothing fails) and checkpoint interval, checked; a
+    checkpoint interval without failures is refused (nothing would ever read a checkpoint back)."""
+    model = parse_failures(config.failures)
+    if model is None:
+        if config.checkpoint_every is not None:
+            raise WorkloadSpecError(f"--checkpoint-every {short(config.checkpoint_every)}: checkpoints are modelled "
+                                    "only with --failures (a run without failures never reads one back)")
+        return None, CHECKPOINT_OPTIMAL
+    return model, check_checkpoint_every(config.checkpoint_every or CHECKPOINT_OPTIMAL)
 
 
 def _horizon(jobs: pd.DataFrame) -> float:
@@ -377,14 +400,17 @@ class RunOutput:
     summary: dict
     manifest: dict
     segments: pd.DataFrame | None = None  # a preemptive run's stretches on GPUs (one per job otherwise)
+    outages: pd.DataFrame | None = None  # a run with node failures: each node's failure and repair
 
     FILES = ("jobs.parquet", "summary.json", "manifest.json")
-    SEGMENTS = "segments.parquet"  # written by a preemptive run only
+    SEGMENTS = "segments.parquet"  # written by a preemptive run (or one with failures) only
+    OUTAGES = "outages.parquet"  # written by a run with node failures only
     TRUTH = "truth"  # the folder of the --compare-truth run
 
     def files(self) -> tuple[str, ...]:
         """The files this run writes."""
-        return self.FILES + ((self.SEGMENTS,) if self.segments is not None else ())
+        return (self.FILES + ((self.SEGMENTS,) if self.segments is not None else ())
+                + ((self.OUTAGES,) if self.outages is not None else ()))
 
     def _writers(self, prefix: str = "") -> list[tuple[str, Callable[[Path], None]]]:
         """(relative path, writer of that file's content to a given path), in :meth:`files` order."""
@@ -393,6 +419,8 @@ class RunOutput:
                    lambda p: p.write_text(json.dumps(self.manifest, indent=2, default=str) + "\n")]
         if self.segments is not None:
             writers.append(lambda p: self.segments.to_parquet(p, index=False))
+        if self.outages is not None:
+            writers.append(lambda p: self.outages.to_parquet(p, index=False))
         return [(prefix + name, write) for name, write in zip(self.files(), writers)]
 
     def write(self, out_dir: str | Path, *, truth: RunOutput | None = None) -> Path:
@@ -436,6 +464,12 @@ def execute(config: RunConfig, *, trace: JobTrace | None = None, cluster: Cluste
         table_warnings.append(line)
         (warn or stderr_warning)(line)
 
+    failure_model, checkpoint_every = failure_options(config)
+    fates = None
+    if failure_model is not None:  # drawn on the trace as loaded: binding keeps its jobs and durations
+        fates = job_fates(failure_model, trace, config.seed)
+        if failure_model.replay:
+            trace = replay_work(trace, fates)
     predictor = make_predictor(config.predictor, seed=config.seed, progress=progress, warn=note)
     reference = canonical_gpu_type(config.reference_gpu) if config.reference_gpu else None
     if isinstance(predictor, ModelPredictor):
@@ -460,8 +494,13 @@ def execute(config: RunConfig, *, trace: JobTrace | None = None, cluster: Cluste
     elif config.placement == "tiresias":
         raise WorkloadSpecError("--placement tiresias reads each job's gradients: it needs a bound workload "
                                 "(a model-based predictor, or --bind)")
-    sim = make_simulation(trace, cluster, policy, predictor, reference_type=reference, progress=progress,
-                          observe_after=config.observe_after, timing=timing, placement=config.placement)
+    options = dict(reference_type=reference, progress=progress, observe_after=config.observe_after, timing=timing,
+                   placement=config.placement)
+    if failure_model is None:
+        sim = make_simulation(trace, cluster, policy, predictor, **options)
+    else:
+        sim = FailureSimulation(trace, cluster, policy, predictor, failures=failure_model, fates=fates,
+                                checkpoint_every=checkpoint_every, seed=config.seed, **options)
     result = sim.run()
     summary = summarize(result.records, cluster, policy_seconds=result.policy_seconds,
                         policy_calls=result.policy_calls, wall_seconds=result.wall_seconds,
@@ -484,9 +523,26 @@ def execute(config: RunConfig, *, trace: JobTrace | None = None, cluster: Cluste
         "gpu_speeds": {t: {"relative_time": speed(t).relative_time, "source": speed(t).source}
                        for t in used_types},
         "warnings": sanity + table_warnings,
+        "failures": None if failure_model is None else failure_manifest(failure_model, sim),
         "rejected_jobs": result.records.loc[result.records["status"] == "rejected",
                                             ["job_id", "line", "reason"]].head(100).to_dict("records"),
         "versions": versions(),
         "argv": sys.argv,
     }
-    return RunOutput(result.records, summary, manifest, result.segments)
+    outages = sim.outages_frame() if failure_model is not None and failure_model.nodes is not None else None
+    return RunOutput(result.records, summary, manifest, result.segments, outages)
+
+
+def failure_manifest(model: FailureModel, sim: FailureSimulation) -> dict:
+    """What the manifest records of a run with failures: the models and their sources, and the
+    checkpoint rule with the intervals it gave."""
+    admitted = ~sim.rejected
+    interval = sim.interval[admitted]
+    finite = interval[np.isfinite(interval)]
+    return {**model.describe(),
+            "checkpoint_every": sim.checkpoint_every,
+            "checkpoint_write": "restart cost's fixed part + checkpoint_bytes / storage bandwidth (simulator.failures)",
+            "checkpoint_interval_s_median": float(np.median(finite)) if len(finite) else None,
+            "jobs_never_checkpointing": int((~np.isfinite(interval)).sum()),
+            "fates": sim.fates.info,
+            "node_failures": len(sim.outages)}

@@ -24,6 +24,9 @@ from simulator.cluster import Cluster
 from simulator.sweep.points import read_json, read_table
 
 US = 1e6
+ENDED = ("completed", "failed", "cancelled")  # the statuses of jobs that held GPUs
+FAILED_STRETCHES = ("failed", "node failure")  # a segment's ``ended`` values drawn as failures
+OUTAGE_COLUMNS = ("node", "failed_at", "repaired_at")
 
 
 class TimelineInputError(ValueError):
@@ -62,14 +65,14 @@ def _bars(placed: pd.DataFrame, segments: pd.DataFrame | None) -> pd.DataFrame:
     jobs = placed.assign(job_start=placed["start"], job_end=placed["end"])
     if segments is None:
         return jobs
-    stretches = segments[["job", "gpu_type", "gpu_ids", "start", "end", "restart_s", "work_s"]]
+    stretches = segments[[*SEGMENT_COLUMNS, *(["ended"] if "ended" in segments else [])]]
     info = jobs.drop(columns=["gpu_type", "gpu_ids", "start", "end"]).reset_index(drop=False)
     # a segment's job is its row in the records (both in the trace's order)
     return stretches.merge(info, left_on="job", right_on="index", how="inner")
 
 
 def chrome_trace(jobs: pd.DataFrame, cluster: Cluster | None = None, *, queue_counter: bool = True,
-                 segments: pd.DataFrame | None = None) -> dict:
+                 segments: pd.DataFrame | None = None, outages: pd.DataFrame | None = None) -> dict:
     """The Chrome-trace document of a per-job records table (simulator output).
 
     With ``cluster`` (GPU ids are global, contiguous per node in node order) a process is a node;
@@ -79,8 +82,8 @@ def chrome_trace(jobs: pd.DataFrame, cluster: Cluster | None = None, *, queue_co
     if missing:
         raise TimelineInputError(f"jobs table lacks column(s) {missing}")
     placed = jobs[jobs["start"].notna() & jobs["end"].notna()]
-    if "status" in placed:
-        placed = placed[placed["status"] == "completed"]
+    if "status" in placed:  # a job that ended failed or cancelled held its GPUs too
+        placed = placed[placed["status"].isin(ENDED)]
 
     bars = _bars(placed, segments)
     # GPU id -> (pid, process name)
@@ -125,12 +128,31 @@ def chrome_trace(jobs: pd.DataFrame, cluster: Cluster | None = None, *, queue_co
             "tardiness_s": _num(getattr(row, "tardiness", None)) if deadline is not None else None,
             "predicted_runtime_s": _num(getattr(row, "predicted_runtime", None)),
         }
+        name, extra = f"job {row.job_id}", {}
         if segments is not None:  # one of the job's stretches on GPUs
             args.update(stretch_restart_s=_num(row.restart_s), stretch_work_s=_num(row.work_s))
+            ended = getattr(row, "ended", None)
+            if isinstance(ended, str):  # a run with failures: why the stretch ended; failed ones in red
+                args["stretch_ended"] = ended
+                if ended in FAILED_STRETCHES:
+                    name, extra = f"job {row.job_id} ({ended})", {"cname": "terrible"}
         ts, dur = _us(row.start), _us(row.end) - _us(row.start)
         for g in _gpu_ids(row.gpu_ids):
-            events.append({"name": f"job {row.job_id}", "cat": "job", "ph": "X", "ts": ts, "dur": dur,
-                           "pid": owner[g][0], "tid": g, "args": args})
+            events.append({"name": name, "cat": "job", "ph": "X", "ts": ts, "dur": dur,
+                           "pid": owner[g][0], "tid": g, "args": args, **extra})
+    if outages is not None and cluster is not None and len(outages):  # failed nodes, on their GPUs, in grey
+        first = np.concatenate([[0], np.cumsum([node.num_gpus for node in cluster.nodes])])
+        index = {node.name: i for i, node in enumerate(cluster.nodes)}
+        for row in outages.itertuples(index=False):
+            i = index.get(str(row.node))
+            if i is None:
+                continue
+            ts, dur = _us(row.failed_at), _us(row.repaired_at) - _us(row.failed_at)
+            for g in range(int(first[i]), int(first[i + 1])):
+                if g in owner:
+                    events.append({"name": "node down", "cat": "outage", "ph": "X", "ts": ts, "dur": dur,
+                                   "pid": owner[g][0], "tid": g, "cname": "grey",
+                                   "args": {"node": str(row.node), "repaired_at_s": _num(row.repaired_at)}})
 
     if queue_counter and len(jobs):
         qpid = max(processes, default=0) + 1
@@ -247,6 +269,23 @@ def checked_segments(segments: pd.DataFrame, jobs: int, source: str | Path) -> p
     return segments
 
 
+def checked_outages(outages: pd.DataFrame, source: str | Path) -> pd.DataFrame:
+    """A run's outages.parquet (node failures) with its columns present and its times numbers."""
+    missing = [c for c in OUTAGE_COLUMNS if c not in outages]
+    if missing:
+        raise TimelineInputError(f"{source}: outages table lacks column(s) {missing}")
+    outages = outages.copy()
+    for col in ("failed_at", "repaired_at"):
+        values = pd.to_numeric(outages[col], errors="coerce").astype(float)
+        bad = ~((values >= -MAX_TIME_S) & (values <= MAX_TIME_S))
+        if bad.any():
+            i = int(np.argmax(bad.to_numpy()))
+            raise TimelineInputError(f"{source}: row {i + 1} field {col!r}: {short(outages[col].iloc[i])} is not "
+                                     f"a number of seconds in [{-MAX_TIME_S:g}, {MAX_TIME_S:g}]")
+        outages[col] = values
+    return outages
+
+
 def run_timeline(run_dir: str | Path, warn: Callable[[str], None] | None = None) -> dict:
     """The Chrome trace of a run directory (``simrun --out`` or a sweep's runs/<key>); a
     preemptive run's (with segments.parquet) draws each stretch a job held GPUs. ``warn`` gets a
@@ -258,7 +297,11 @@ def run_timeline(run_dir: str | Path, warn: Callable[[str], None] | None = None)
     segments = None
     if segments_path.exists() or segments_path.is_symlink():
         segments = checked_segments(read_table(segments_path, TimelineInputError), len(jobs), segments_path)
-    return chrome_trace(jobs, _cluster_of(run, warn), segments=segments)
+    outages_path = run / "outages.parquet"
+    outages = None
+    if outages_path.exists() or outages_path.is_symlink():
+        outages = checked_outages(read_table(outages_path, TimelineInputError), outages_path)
+    return chrome_trace(jobs, _cluster_of(run, warn), segments=segments, outages=outages)
 
 
 def write_timeline(run_dir: str | Path, out: str | Path | None = None, overwrite: bool = False,

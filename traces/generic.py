@@ -25,6 +25,10 @@ column                 required   meaning
 ``checkpoint_bytes``   no         what a resume reads back (preemptive policies)
 ``user``, ``vc``       no         who submitted it, and to which virtual cluster or queue
 ``shape``              no         GPUs per server of the recorded run, ``8+8`` (adds up to num_gpus)
+``attempts``           no         failed attempts before the last, ``LENGTH/GAP;...`` in seconds
+                                  (``14033/186``; "" = none; they fit in duration_s)
+``outcome``            no         how the last attempt ended: completed, failed, cancelled ("" = not
+                                  recorded)
 =====================  =========  ================================================================
 
 Any other column is refused, naming it and the known ones (a misspelt ``runtime_s:V10O`` or
@@ -60,7 +64,9 @@ from predictor.trace_table import DTYPES
 from traces.schema import (
     ALLOWED_GPUS,
     ALLOWED_SEPARATOR,
+    ATTEMPTS,
     CHECKPOINT_BYTES,
+    OUTCOME,
     RUNTIME_PREFIX,
     SHAPE,
     TIME_LIMIT_S,
@@ -80,7 +86,7 @@ KIND = "csv"
 NEVER = "never"  # a runtime_s cell: the job cannot run on that type
 REQUIRED = ("job_id", "submit_s", "num_gpus")
 OPTIONAL = ("duration_s", "gpu_type", "deadline_s", ALLOWED_GPUS, "model", "batch", "size", "dtype",
-            CHECKPOINT_BYTES, "user", "vc", SHAPE)
+            CHECKPOINT_BYTES, "user", "vc", SHAPE, ATTEMPTS, OUTCOME)
 KNOWN = (*REQUIRED, *OPTIONAL, f"{RUNTIME_PREFIX}<GPU>")
 PARQUET_SUFFIXES = (".parquet", ".pq")
 # The dtypes a config trains in (predictor.zoo.config.CONFIG_DTYPES, without importing torch) and
@@ -119,7 +125,7 @@ def load(path: str | Path) -> JobTrace:
         df[RUNTIME_PREFIX + gpu] = seconds
     if allowed is not None:
         df[ALLOWED_GPUS] = allowed
-    for name in ("vc", CHECKPOINT_BYTES, SHAPE):
+    for name in ("vc", CHECKPOINT_BYTES, SHAPE, ATTEMPTS, OUTCOME):  # checked by finalize (traces.schema)
         if name in rows:
             df[name] = rows[name].to_numpy() if name == CHECKPOINT_BYTES else _text(rows, name).to_numpy()
     if "model" in rows:

@@ -9,6 +9,10 @@ Philly records no GPU type per job, so every job's ``gpu_type`` is "".
 All job times share one clock: seconds since :data:`PHILLY_EPOCH`, the instant the CSV calls 0
 (established by matching raw job ids against the CSV; ../shared/research/traces.md §3.1).
 Raw timestamps are naive Philly local time and are subtracted as such, as the CSV was built.
+
+The JSON log records every attempt of a job (Philly retried failed jobs), so :func:`load_json`
+keeps them in the ``attempts`` column and the original log's ``status`` in ``outcome``
+(:mod:`traces.schema`): what ``--failures replay`` replays.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ import pandas as pd
 from predictor.inputs import InputError, short
 from predictor.inputs import load_json as load_json_text
 from traces.schema import (
+    ATTEMPTS,
+    OUTCOME,
     JobTrace,
     TraceError,
     finalize,
@@ -51,6 +57,8 @@ NO_ATTEMPTS = "never started (no attempts)"
 NO_START = "never started (first attempt has no start_time)"
 NO_END = "unfinished (last attempt has no end_time)"
 BEFORE_EPOCH = "submitted before the epoch"
+# The original log's job status -> the trace's outcome of the last attempt (traces.schema.OUTCOMES).
+STATUS_OUTCOME = {"Pass": "completed", "Killed": "cancelled", "Failed": "failed"}
 
 
 def load(path: str | Path) -> JobTrace:
@@ -109,9 +117,10 @@ class _Job(NamedTuple):
     id_key: str  # "id" or "jobid": the field a duplicate-id error names
     user: str
     num_gpus: Any  # checked with the other jobs' values by numeric() and gpu_counts()
-    # (field, text): submitted_time, then every attempt's start and end time that is present, so
-    # [1] is the first attempt's start and [-1] the last attempt's end (both present when kept)
-    times: list[tuple[str, str]]
+    # submitted_time, then each attempt's start and end time (all present when kept; their
+    # fields: :func:`_time_field`), so [1] is the first attempt's start and [-1] the last's end
+    times: list[str]
+    outcome: str  # the last attempt's outcome from the record's status ("" when it has none)
 
 
 def _read_records(path: str | Path) -> list:
@@ -174,18 +183,38 @@ def _left_out(attempts: list[dict]) -> str | None:
     return None
 
 
-def _time_texts(rec: dict, attempts: list[dict], path: str | Path, rec_no: int) -> list[tuple[str, str]]:
-    """(field, text) of the submission time and of every attempt's times, to check all of them."""
-    submitted = _time_text(rec.get("submitted_time"))
-    if submitted is None:
-        raise TraceError(path, "submission time is missing", line=rec_no, field="submitted_time")
-    times = [("submitted_time", submitted)]
-    for k, att in enumerate(attempts):
-        for name in ("start_time", "end_time"):
-            text = _time_text(att.get(name))
-            if text is not None:
-                times.append((f"attempts[{k}].{name}", text))
+def _time_field(position: int) -> str:
+    """The field of a record's ``position``-th time in :attr:`_Job.times`."""
+    if position == 0:
+        return "submitted_time"
+    k, end = divmod(position - 1, 2)
+    return f"attempts[{k}].{'end_time' if end else 'start_time'}"
+
+
+def _time_texts(rec: dict, attempts: list[dict], path: str | Path, rec_no: int) -> list[str]:
+    """The texts of the submission time and of every attempt's times, to check all of them.
+    Every time must be there: a retried attempt without its start or end has no length to record
+    (the first start and the last end were checked by :func:`_left_out`)."""
+    times = [_time_text(rec.get("submitted_time"))]
+    for att in attempts:
+        times += (_time_text(att.get("start_time")), _time_text(att.get("end_time")))
+    if None in times:
+        i = times.index(None)
+        what = ("submission time is missing" if i == 0 else
+                "time is missing (an attempt between the first and the last needs its start and end time)")
+        raise TraceError(path, what, line=rec_no, field=_time_field(i))
     return times
+
+
+def _outcome(rec: dict, path: str | Path, rec_no: int) -> str:
+    """The last attempt's outcome from the original log's ``status`` ("" when the record has none)."""
+    if "status" not in rec or rec["status"] is None:
+        return ""
+    status = rec["status"]
+    if not isinstance(status, str) or status.strip() not in STATUS_OUTCOME:
+        raise TraceError(path, f"unknown status {short(status)} for a finished job; expected "
+                         f"{', '.join(STATUS_OUTCOME)}", line=rec_no, field="status")
+    return STATUS_OUTCOME[status.strip()]
 
 
 def _read_record(rec: Any, path: str | Path, rec_no: int) -> _Job | str:
@@ -200,7 +229,7 @@ def _read_record(rec: Any, path: str | Path, rec_no: int) -> _Job | str:
         gpus = _detail_gpus(attempts[0], path, rec_no)
     times = _time_texts(rec, attempts, path, rec_no)
     user = rec.get("user")
-    return _Job(rec_no, job_id, key, "" if user is None else str(user), gpus, times)
+    return _Job(rec_no, job_id, key, "" if user is None else str(user), gpus, times, _outcome(rec, path, rec_no))
 
 
 def _read_jobs(records: list, path: str | Path) -> tuple[list[_Job], Counter[str]]:
@@ -218,21 +247,59 @@ def _read_jobs(records: list, path: str | Path) -> tuple[list[_Job], Counter[str
     return jobs, excluded
 
 
-def _job_times(jobs: list[_Job], path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Submission, first start and last end (s on the CSV's clock) per job, all texts parsed at
-    once (one vectorised to_datetime); the first malformed one raises, naming record and field."""
-    stamps = [(job.rec_no, field, text) for job in jobs for field, text in job.times]
-    times = pd.to_datetime(pd.Series([s[2] for s in stamps], dtype=object), format=TIME_FORMAT,
-                           errors="coerce")
-    bad = times.isna().to_numpy()
-    if bad.any():
-        rec_no, name, text = stamps[int(np.argmax(bad))]
-        raise TraceError(path, f"malformed time {short(text)} (expected YYYY-MM-DD HH:MM:SS)",
-                         line=rec_no, field=name)
-    secs = (times - PHILLY_EPOCH).dt.total_seconds().to_numpy()
+def _job_times(jobs: list[_Job], path: str | Path) -> tuple[np.ndarray, np.ndarray]:
+    """Every job's times (s on the CSV's clock; the layout of :attr:`_Job.times`, jobs one after
+    the other) and where each job's begin, all texts parsed at once (one vectorised to_datetime);
+    the first malformed one raises, naming record and field."""
+    texts = [text for job in jobs for text in job.times]
+    times = pd.to_datetime(pd.Series(texts, dtype=object), format=TIME_FORMAT, errors="coerce")
     counts = np.array([len(job.times) for job in jobs])
     first = np.cumsum(counts) - counts  # index of each job's submission time in secs
-    return secs[first], secs[first + 1], secs[first + counts - 1]
+    bad = times.isna().to_numpy()
+    if bad.any():
+        i = int(np.argmax(bad))
+        j = int(np.searchsorted(first, i, side="right")) - 1
+        raise TraceError(path, f"malformed time {short(texts[i])} (expected YYYY-MM-DD HH:MM:SS)",
+                         line=jobs[j].rec_no, field=_time_field(i - int(first[j])))
+    return (times - PHILLY_EPOCH).dt.total_seconds().to_numpy(), first
+
+
+def _seconds(values: np.ndarray) -> np.ndarray:
+    """Seconds as the ``attempts`` column writes them: whole ones without a decimal point."""
+    whole = values == np.floor(values)
+    out = values.astype("int64").astype(str).astype(object)
+    out[~whole] = [repr(float(v)) for v in values[~whole]]
+    return out
+
+
+def _attempts_column(jobs: list[_Job], secs: np.ndarray, first: np.ndarray, lines: np.ndarray,
+                     path: str | Path) -> np.ndarray:
+    """Each job's failed attempts as ``LENGTH/GAP;...`` (traces.schema ``attempts``; "" for a job
+    run once). An attempt that ends before it starts, or starts before the previous one ended, is
+    refused naming the record and field. Vectorised over all attempts of all jobs."""
+    n_attempts = (np.array([len(job.times) for job in jobs]) - 1) // 2
+    job_of = np.repeat(np.arange(len(jobs)), n_attempts)  # the job of each attempt, in record order
+    k = np.arange(len(job_of)) - np.repeat(np.cumsum(n_attempts) - n_attempts, n_attempts)  # its index
+    start = secs[first[job_of] + 1 + 2 * k]
+    end = secs[first[job_of] + 2 + 2 * k]
+    backwards = end < start
+    overlap = np.zeros(len(k), dtype=bool)
+    overlap[1:] = (k[1:] > 0) & (start[1:] < end[:-1])
+    bad = backwards | overlap
+    if bad.any():
+        i = int(np.argmax(bad))
+        job, name = jobs[job_of[i]], ("start_time" if overlap[i] else "end_time")
+        what = ("starts before the previous attempt ended" if overlap[i] else "ends before it starts")
+        raise TraceError(path, f"attempt {int(k[i])} {what}", line=int(lines[job_of[i]]),
+                         field=f"attempts[{int(k[i])}].{name}")
+    out = np.full(len(jobs), "", dtype=object)
+    failed = np.flatnonzero(k[1:] > 0)  # attempt i failed: attempt i + 1 is of the same job
+    pairs = (_seconds(end[failed] - start[failed]) + "/" + _seconds(start[failed + 1] - end[failed])).tolist()
+    owner = job_of[failed]  # in record order, so each job's pairs are adjacent
+    cuts = np.flatnonzero(np.diff(owner)) + 1
+    for job, lo, hi in zip(owner[np.r_[0, cuts]] if len(owner) else [], np.r_[0, cuts], np.r_[cuts, len(owner)]):
+        out[job] = ";".join(pairs[lo:hi])
+    return out
 
 
 def _check_unique_ids(jobs: list[_Job], ids: pd.Series, lines: np.ndarray, path: str | Path) -> None:
@@ -244,18 +311,6 @@ def _check_unique_ids(jobs: list[_Job], ids: pd.Series, lines: np.ndarray, path:
                          line=int(lines[i]), field=jobs[i].id_key)
 
 
-def _durations(jobs: list[_Job], start: np.ndarray, end: np.ndarray, lines: np.ndarray,
-               path: str | Path) -> np.ndarray:
-    """First attempt's start -> last attempt's end per job; a negative one raises."""
-    duration = end - start
-    neg = duration < 0
-    if neg.any():
-        i = int(np.argmax(neg))
-        raise TraceError(path, "last attempt ends before the first attempt starts",
-                         line=int(lines[i]), field=jobs[i].times[-1][0])
-    return duration
-
-
 def load_json(path: str | Path, *, epoch: str | pd.Timestamp | None = PHILLY_EPOCH) -> JobTrace:
     """Load a Philly job log in the raw ``cluster_job_log`` JSON layout (a list of job objects).
 
@@ -263,19 +318,24 @@ def load_json(path: str | Path, *, epoch: str | pd.Timestamp | None = PHILLY_EPO
     submitted_time``) and the original log (``jobid, user, vc, status, submitted_time, attempts``
     whose attempts carry ``detail`` lists of ``{ip, gpus}``; #GPUs is then counted from the first
     attempt). ``duration_s`` = first attempt's start → last attempt's end, which includes retries
-    and the gaps between them: the CSV's definition. ``submit_s`` counts from ``epoch`` (the CSV's
-    clock; ``None`` = the earliest kept submission). Left out and counted: jobs that never started
-    (no attempts, or no start time) and jobs still running (no end time); with a fixed epoch, jobs
-    submitted before it. Unused fields (``runtime``, ``vc``, ``status``) are not read.
-    ``line`` is the 1-based record number. Malformed values raise TraceError naming the record
-    and field.
+    and the gaps between them: the CSV's definition. ``attempts`` records each attempt before the
+    last as ``LENGTH/GAP`` (its end − its start, then the next start − its end); ``outcome`` maps
+    the original log's ``status`` (:data:`STATUS_OUTCOME`; "" when the record has none, as in the
+    marwage subset). An attempt that ends before it starts, or starts before the previous one
+    ended, is refused. ``submit_s`` counts from ``epoch`` (the CSV's clock; ``None`` = the
+    earliest kept submission). Left out and counted: jobs that never started (no attempts, or no
+    start time) and jobs still running (no end time); with a fixed epoch, jobs submitted before
+    it. Unused fields (``runtime``, ``vc``) are not read. ``line`` is the 1-based record number.
+    Malformed values raise TraceError naming the record and field.
     """
     jobs, excluded = _read_jobs(_read_records(path), path)
-    submit, start, end = _job_times(jobs, path)
+    secs, first = _job_times(jobs, path)
     lines = np.array([job.rec_no for job in jobs], dtype="int64")
     ids = pd.Series([job.job_id for job in jobs], dtype=object)
     _check_unique_ids(jobs, ids, lines, path)
-    duration = _durations(jobs, start, end, lines, path)
+    attempts = _attempts_column(jobs, secs, first, lines, path)
+    last = np.append(first[1:], len(secs)) - 1  # each job's last attempt's end
+    submit, duration = secs[first], secs[last] - secs[first + 1]
     num_gpus = numeric(pd.Series([job.num_gpus for job in jobs], dtype=object), path, lines, "num_gpus")
     num_gpus = gpu_counts(num_gpus, path, lines, "num_gpus")
     origin = float(submit.min()) if epoch is None else (pd.Timestamp(epoch) - PHILLY_EPOCH).total_seconds()
@@ -292,6 +352,8 @@ def load_json(path: str | Path, *, epoch: str | pd.Timestamp | None = PHILLY_EPO
         "user": [job.user for job in jobs],
         "workload": "",
         "line": lines,
+        ATTEMPTS: attempts,
+        OUTCOME: [job.outcome for job in jobs],
     })[submit >= origin].reset_index(drop=True)
     return finalize(df, path, "philly-json", dict(excluded))
 

@@ -40,6 +40,14 @@ Optional columns (a loader adds those its format has; :func:`finalize` checks an
   per server joined by ``+`` (Philly's ``8+8``; "" = not recorded); it must add up to
   ``num_gpus``. A bound multi-GPU job's work is counted at this placement
   (:mod:`simulator.communication`).
+* ``attempts`` (str): the job's *failed* attempts before its last one, ``;``-separated
+  ``LENGTH/GAP`` pairs in seconds (``14033/186;500.5/30``: the first failed attempt held its GPUs
+  14,033 s, then 186 s passed before the next attempt started; "" = none recorded). Every number
+  is finite and >= 0, and their sum is at most ``duration_s`` (the span from the first start to the
+  last end), so the last attempt ran ``duration_s`` minus that sum. Why: ``--failures replay``
+  replays a trace's own retries (:mod:`simulator.failure_models`).
+* ``outcome`` (str): how the job's last attempt ended: ``completed``, ``failed``, ``cancelled``, or
+  "" (not recorded).
 
 A trace **states its deadlines** (:attr:`JobTrace.deadlines_stated`) when its format has a
 deadline field or says it has none (Hydra's cases, Gavel's traces, a generic ``csv:`` trace):
@@ -86,6 +94,12 @@ CHECKPOINT_BYTES = "checkpoint_bytes"  # optional: what resuming the job reads b
 ALLOWED_GPUS = "allowed_gpus"  # optional: "|"-separated types the job may run on ("" = any)
 ALLOWED_SEPARATOR = "|"
 SHAPE = "shape"  # optional: GPUs per server of the recorded run, "8+8" ("" = not recorded)
+ATTEMPTS = "attempts"  # optional: failed attempts before the last, "LENGTH/GAP;..." in seconds ("" = none)
+OUTCOME = "outcome"  # optional: how the last attempt ended ("" = not recorded)
+OUTCOMES = ("completed", "failed", "cancelled")
+# The most failed attempts one job may record: a cell of a stranger's file must not expand into
+# millions of tuples (Philly's subset records at most 4).
+MAX_ATTEMPTS = 1000
 # Optional columns besides the prefixed ones, with their dtypes (see the module docstring).
 OPTIONAL_COLUMNS: dict[str, str] = {
     CHECKPOINT_BYTES: "float64",
@@ -98,6 +112,8 @@ OPTIONAL_COLUMNS: dict[str, str] = {
     "steps": "float64",
     "priority_weight": "float64",
     SHAPE: "string",
+    ATTEMPTS: "string",
+    OUTCOME: "string",
 }
 OPTIONAL_PREFIXES = (RUNTIME_PREFIX, THROUGHPUT_PREFIX)
 
@@ -312,6 +328,90 @@ def _check_shapes(df: pd.DataFrame, path: str, lines: np.ndarray) -> None:
                              f"{int(gpus[i])}", line=int(lines[i]), field=SHAPE)
 
 
+def parse_attempts(text: str) -> tuple[tuple[float, float], ...]:
+    """The (length, gap) pairs of an ``attempts`` cell ("" = none); ValueError naming the attempt
+    and what is wrong (not a pair, not a number, not finite, negative, too many)."""
+    text = str(text).strip()
+    if not text:
+        return ()
+    parts = text.split(";")
+    if len(parts) > MAX_ATTEMPTS:
+        raise ValueError(f"{len(parts):,} attempts, at most {MAX_ATTEMPTS:,}")
+    pairs = []
+    for k, part in enumerate(parts, start=1):
+        fields = part.split("/")
+        if len(fields) != 2:
+            raise ValueError(f"attempt {k} ({short(part.strip())}) is not LENGTH/GAP in seconds (e.g. 14033/186; "
+                             "attempts are separated by ';')")
+        pair = []
+        for name, field_text in zip(("length", "gap"), fields):
+            field_text = field_text.strip()
+            try:
+                if "_" in field_text:  # float() reads "1_000"; a trace's number does not
+                    raise ValueError(field_text)
+                value = float(field_text)
+            except ValueError:
+                raise ValueError(f"attempt {k}: {name} {short(field_text)} is not a number") from None
+            if not np.isfinite(value):
+                raise ValueError(f"attempt {k}: {name} {short(field_text)} is not finite")
+            if value < 0:
+                raise ValueError(f"attempt {k}: {name} {value:g} is negative")
+            pair.append(value)
+        pairs.append((pair[0], pair[1]))
+    return tuple(pairs)
+
+
+def _attempt_totals(cells: pd.Series) -> np.ndarray | None:
+    """Each cell's sum of lengths and gaps, parsed in one vectorised pass; None when any cell is
+    not plainly well-formed (the caller then parses cell by cell, for the message)."""
+    parts = cells.str.split(";").explode()
+    pairs = parts.str.split("/", expand=True)
+    if pairs.shape[1] != 2 or pairs.isna().any().any():
+        return None
+    values = np.column_stack([pd.to_numeric(pairs[c], errors="coerce").to_numpy(dtype="float64")
+                              for c in pairs.columns])
+    counts = parts.groupby(level=0).size().to_numpy()
+    if not np.isfinite(values).all() or (values < 0).any() or (counts > MAX_ATTEMPTS).any():
+        return None
+    return pd.Series(values.sum(axis=1)).groupby(parts.index.to_numpy()).sum().to_numpy()
+
+
+def _check_attempts(df: pd.DataFrame, path: str, lines: np.ndarray) -> None:
+    """Each non-empty ``attempts`` cell parses, and its lengths and gaps fit in the job's duration."""
+    cells = df[ATTEMPTS].fillna("").astype(str).str.strip()
+    df[ATTEMPTS] = cells
+    rows = np.flatnonzero((cells != "").to_numpy())
+    if not len(rows):
+        return
+    given = pd.Series(cells.to_numpy(dtype=object)[rows], index=np.arange(len(rows)), dtype=object)
+    totals = _attempt_totals(given)
+    if totals is None:
+        totals = np.zeros(len(rows))
+        for j, text in enumerate(given.tolist()):
+            try:
+                totals[j] = sum(length + gap for length, gap in parse_attempts(text))
+            except ValueError as exc:
+                raise TraceError(path, str(exc), line=int(lines[rows[j]]), field=ATTEMPTS) from None
+    duration = df["duration_s"].to_numpy(dtype="float64")[rows]
+    over = totals > duration * (1 + 1e-12) + 1e-9
+    if over.any():
+        j = int(np.argmax(over))
+        raise TraceError(path, f"the failed attempts and gaps add up to {totals[j]:g} s, more than the job's "
+                         f"duration_s of {duration[j]:g} s (first start to last end)", line=int(lines[rows[j]]),
+                         field=ATTEMPTS)
+
+
+def _check_outcomes(df: pd.DataFrame, path: str, lines: np.ndarray) -> None:
+    """Each ``outcome`` is one of :data:`OUTCOMES` or ""."""
+    outcome = df[OUTCOME].fillna("").astype(str).str.strip()
+    df[OUTCOME] = outcome
+    bad = (~outcome.isin(("", *OUTCOMES))).to_numpy()
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise TraceError(path, f"unknown outcome {short(outcome.iloc[i])}; expected {', '.join(OUTCOMES)} or empty "
+                         "(not recorded)", line=int(lines[i]), field=OUTCOME)
+
+
 def _optional_columns(df: pd.DataFrame, path: str, lines: np.ndarray) -> list[str]:
     """Check the optional columns present in ``df`` (in place); returns their names in table order."""
     clock = dict(min_value=0.0, max_value=TIME_LIMIT_S, why=_TIME)
@@ -329,13 +429,19 @@ def _optional_columns(df: pd.DataFrame, path: str, lines: np.ndarray) -> list[st
             df[col] = numeric(df[col], path, lines, col, min_value=0.0)
         elif col in ("batch", "input_size"):
             df[col] = whole_numbers(numeric(df[col], path, lines, col, allow_nan=True), path, lines, col)
-        elif col in (ALLOWED_GPUS, "vc", "model", "dtype", SHAPE):
+        elif col in (ALLOWED_GPUS, "vc", "model", "dtype", SHAPE, OUTCOME):
             df[col] = text_fields(df[col], path, lines, col, printable=False)
+        elif col == ATTEMPTS:  # no MAX_TEXT: a job may record many attempts (MAX_ATTEMPTS bounds them)
+            df[col] = df[col].fillna("").astype(str)
         else:
             continue
         extra.append(col)
     if SHAPE in df.columns:
         _check_shapes(df, path, lines)
+    if ATTEMPTS in df.columns:
+        _check_attempts(df, path, lines)
+    if OUTCOME in df.columns:
+        _check_outcomes(df, path, lines)
     if ALLOWED_GPUS in df.columns:
         parts = df[ALLOWED_GPUS].str.split(ALLOWED_SEPARATOR, regex=False)
         empty = ((df[ALLOWED_GPUS] != "") & parts.map(lambda names: any(not n.strip() for n in names))).to_numpy()

@@ -172,9 +172,12 @@ def plan(policies: str | Sequence[str], predictors: str | Sequence[str] = (), *,
          load_scales: str | Sequence[float] = (1.0,), cluster: str = DEFAULT_CLUSTER,
          limit: int | None = None, deadline_fraction: float = 0.2,
          reference_gpu: str | None = None, observe_after: int | None = None,
-         placements: str | Sequence[str] = ("consolidate",), communication: bool = True) -> list[RunConfig]:
+         placements: str | Sequence[str] = ("consolidate",), communication: bool = True,
+         failures: str | Sequence[str] = ("none",), checkpoints: str | Sequence[str] = ()) -> list[RunConfig]:
     """The grid policies x (predictors + noisy:<e> for e in errors) x (workloads + traces) x seeds x loads
-    x placement rules (``communication``: bound multi-GPU jobs pay for their all-reduces).
+    x placement rules (``communication``: bound multi-GPU jobs pay for their all-reduces) x failure
+    models x checkpoint intervals (``optimal`` when none is given; a model of ``none`` runs once,
+    without checkpoints).
 
     No workload and no trace -> the embedded default workload. Trace paths are made absolute (so
     workers in another directory find them). Specs are not validated here: a bad one becomes a
@@ -199,13 +202,17 @@ def plan(policies: str | Sequence[str], predictors: str | Sequence[str] = (), *,
     unknown = [r for r in rules if r not in PLACEMENTS]
     if unknown:
         raise SweepSpecError(f"unknown placement {unknown[0]!r} in --placements; known: {', '.join(PLACEMENTS)}")
+    models = split_specs(failures) or ["none"]
+    every = split_specs(checkpoints)
+    failure_points = [(m, None) if m == "none" else (m, c) for m in models for c in (every or [None])]
     check_grid_size({"--policies": len(pols), "--predictors/--errors": len(preds),
                      "--workloads/--traces": len(sources), "--seeds": len(seed_list), "--load-scales": len(loads),
-                     "--placements": len(rules)})
+                     "--placements": len(rules), "--failures/--checkpoint-every": len(failure_points)})
     bind = any(needs_binding(q, observe_after) for q in preds) or any(r == "tiresias" for r in rules)
     configs = [RunConfig(policy=p, predictor=q, trace=t, workload=w, limit=None if limit is None else int(limit),
                          cluster=cluster, seed=int(s), deadline_fraction=float(deadline_fraction),
                          reference_gpu=reference_gpu, load_scale=float(ls), bind=bind, observe_after=observe_after,
-                         placement=r, communication=bool(communication))
-               for p in pols for q in preds for t, w in sources for s in seed_list for ls in loads for r in rules]
+                         placement=r, communication=bool(communication), failures=f, checkpoint_every=c)
+               for p in pols for q in preds for t, w in sources for s in seed_list for ls in loads for r in rules
+               for f, c in failure_points]
     return list(dict.fromkeys(configs))

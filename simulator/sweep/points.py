@@ -51,6 +51,9 @@ TIMING_COLUMNS = ("wall_seconds", "policy_seconds", "events_per_second", "point_
 # Text columns of the results: the config's string fields (derived, so a new one needs no edit here) and the
 # point's own.
 STRING_COLUMNS = (*(f.name for f in fields(RunConfig) if "str" in str(f.type)), "key", "status", "error")
+# Config fields added after sweeps were keyed, at the value that means "as before": left out of the
+# key, so that a sweep resumed with this release finds its finished points.
+KEYLESS_DEFAULTS = {"failures": "none", "checkpoint_every": None}
 
 
 def config_key(config: RunConfig) -> str:
@@ -58,6 +61,9 @@ def config_key(config: RunConfig) -> str:
     model-based predictor of its shipped checkpoints: a point run with other weights is another
     point (a resumed sweep must not keep results of retrained checkpoints)."""
     fields_ = asdict(config)
+    for name, default in KEYLESS_DEFAULTS.items():  # fields newer than the keys of finished sweeps
+        if fields_.get(name) == default:
+            del fields_[name]
     method = config.predictor.partition(":")[0]
     if method in MODEL_PREDICTORS:
         fields_["checkpoints"] = checkpoint_digest(method)
@@ -280,7 +286,10 @@ def check_point(out: Path, path: Path, row: pd.DataFrame, expected: RunConfig | 
     if expected is not None and config != expected:
         raise ValueError(f"{path}: its config is not the one of its key {short(path.stem)}")
     recorded = read_json(run / "manifest.json").get("config")
-    if json.loads(json.dumps(asdict(config), default=str)) != recorded:
+    mine = json.loads(json.dumps(asdict(config), default=str))
+    if isinstance(recorded, dict):  # a manifest older than a field holds none of it: as its default
+        recorded = {**{k: v for k, v in KEYLESS_DEFAULTS.items() if k not in recorded}, **recorded}
+    if mine != recorded:
         raise ValueError(f"{path}: its config differs from the one in {run / 'manifest.json'}")
     summary = dict(read_json(run / "summary.json"))
     by_type = summary.pop("utilization_by_type", None) or {}
@@ -374,7 +383,7 @@ def config_of(row: Any) -> RunConfig:
     def clean(v):
         return None if v is None or (isinstance(v, float) and np.isnan(v)) or v is pd.NA else v
 
-    values = {k: clean(row[k]) for k in CONFIG_FIELDS}
+    values = {k: clean(row[k]) if k in row else KEYLESS_DEFAULTS.get(k) for k in CONFIG_FIELDS}
     values["seed"] = int(values["seed"])
     values["limit"] = None if values["limit"] is None else int(values["limit"])
     values["load_scale"] = float(values["load_scale"])

@@ -20,7 +20,8 @@ from simulator.run import DEFAULT_WORKLOAD, RunConfig
 
 # A run's identity apart from its predictor: rows sharing these are compared with the truth run.
 MATCH_COLUMNS = ("policy", "trace", "workload", "limit", "cluster", "seed", "deadline_fraction",
-                 "reference_gpu", "load_scale", "bind", "observe_after", "placement", "communication")
+                 "reference_gpu", "load_scale", "bind", "observe_after", "placement", "communication", "failures",
+                 "checkpoint_every")
 
 
 def source_label(row: Any) -> str:

@@ -25,10 +25,14 @@ SMALL = dict(workloads="pai-like:60", seeds="0,", limit=40)
 
 def test_key_is_a_hash_of_the_sorted_config_json():
     config = RunConfig(policy="allox", predictor="truth", workload="pai-like:60")
-    expected = hashlib.sha256(json.dumps(asdict(config), sort_keys=True,
-                                         separators=(",", ":")).encode()).hexdigest()[:16]
-    assert config_key(config) == expected
+    fields = {k: v for k, v in asdict(config).items() if k not in ("failures", "checkpoint_every")}
+    expected = hashlib.sha256(json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+    assert config_key(config) == expected  # fields newer than finished sweeps' keys leave them as they were
     assert config_key(RunConfig(policy="allox", predictor="truth", workload="pai-like:60", seed=1)) != expected
+    failing = RunConfig(policy="allox", predictor="truth", workload="pai-like:60", failures="nodes:1")
+    assert config_key(failing) != expected
+    assert config_key(RunConfig(policy="allox", predictor="truth", workload="pai-like:60", failures="nodes:1",
+                                checkpoint_every="600")) != config_key(failing)
 
 
 def test_a_model_predictors_key_follows_its_checkpoints(monkeypatch):

@@ -66,6 +66,17 @@ def test_every_column_is_read_and_kept(tmp_path):
     assert j["vc"].to_dict() == {"a": "vc1", "c": "vc2", "b": ""}
 
 
+def test_attempts_and_outcomes_are_read_and_kept(tmp_path):
+    """The recorded attempts (traces.schema): kept as given, checked against the duration; a
+    failed attempt and its gap may take all of it (the last attempt then ran 0 s)."""
+    path = write(tmp_path / "jobs.csv", "job_id,submit_s,num_gpus,duration_s,attempts,outcome",
+                 "a,0,8,15000,14033/186;500.5/30,failed", "b,1,1,100,,", "c,2,1,100, 60/40 ,cancelled")
+    j = load_trace(f"csv:{path}").jobs.set_index("job_id")
+    assert j["attempts"].to_dict() == {"a": "14033/186;500.5/30", "b": "", "c": "60/40"}
+    assert j["outcome"].to_dict() == {"a": "failed", "b": "", "c": "cancelled"}
+    assert str(j["attempts"].dtype) == str(j["outcome"].dtype) == "string"
+
+
 def test_only_the_required_columns_are_enough(tmp_path):
     trace = load_trace(f"csv:{write(tmp_path / 'min.csv', 'job_id,submit_s,num_gpus,duration_s', 'x,3,2,60')}")
     row = trace.jobs.iloc[0]
@@ -126,6 +137,22 @@ def test_a_file_that_is_not_parquet_is_refused_in_one_line(tmp_path):
     ("job_id,submit_s,num_gpus,duration_s,checkpoint_bytes", "a,0,1,10,", 2, "checkpoint_bytes", "missing"),
     ("job_id,submit_s,num_gpus,duration_s", "a,-1,1,10", 2, "submit_s", "below the minimum 0"),
     ("job_id,submit_s,duration_s", "a,0,10", 1, "num_gpus", "missing column"),
+    ("job_id,submit_s,num_gpus,duration_s,attempts", "a,0,1,100,14033", 2, "attempts",
+     "attempt 1 ('14033') is not LENGTH/GAP in seconds"),
+    ("job_id,submit_s,num_gpus,duration_s,attempts", "a,0,1,100,10/1;", 2, "attempts", "attempt 2 ('') is not"),
+    ("job_id,submit_s,num_gpus,duration_s,attempts", "a,0,1,100,10/x", 2, "attempts",
+     "attempt 1: gap 'x' is not a number"),
+    ("job_id,submit_s,num_gpus,duration_s,attempts", "a,0,1,100,1_0/1", 2, "attempts",
+     "attempt 1: length '1_0' is not a number"),
+    ("job_id,submit_s,num_gpus,duration_s,attempts", "a,0,1,100,5/1;10/-1", 2, "attempts",
+     "attempt 2: gap -1 is negative"),
+    ("job_id,submit_s,num_gpus,duration_s,attempts", "a,0,1,100,nan/1", 2, "attempts",
+     "attempt 1: length 'nan' is not finite"),
+    ("job_id,submit_s,num_gpus,duration_s,attempts", "a,0,1,100,inf/1", 2, "attempts", "is not finite"),
+    ("job_id,submit_s,num_gpus,duration_s,attempts", "a,0,1,100,60/30;10/0.5", 2, "attempts",
+     "add up to 100.5 s, more than the job's duration_s of 100 s"),
+    ("job_id,submit_s,num_gpus,duration_s,outcome", "a,0,1,100,killed", 2, "outcome",
+     "unknown outcome 'killed'; expected completed, failed, cancelled or empty"),
 ])
 def test_bad_input_is_one_line_naming_file_row_and_field(tmp_path, header, row, line, field, text):
     expect_error(write(tmp_path / "bad.csv", header, row), line, field, text)

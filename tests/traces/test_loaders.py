@@ -88,6 +88,8 @@ def test_philly_json_fixture_original_layout() -> None:
     assert j["num_gpus"].tolist() == [8, 1]  # counted from the first attempt's detail
     assert j["submit_s"].tolist() == [4098780.0, 4105920.0]
     assert j["duration_s"].tolist() == [3600.0, 1800.0]
+    assert j["attempts"].tolist() == ["", "60/240"]  # 12:00-12:01, then 12:05: 60 s, a 240 s gap
+    assert j["outcome"].tolist() == ["completed", "failed"]  # status Pass, Failed
     assert tr.excluded == {philly.NO_ATTEMPTS: 1, philly.NO_END: 1}
 
 
@@ -385,9 +387,21 @@ JSON_CASES: list[tuple[str, object, int | None, str | None]] = [
     ("negative-duration", [_job("a1"), _job(attempts=[{"start_time": "2017-09-01 00:05:00",
                                                         "end_time": "2017-09-01 00:02:00"}])], 2,
      "attempts[0].end_time"),
-    ("negative-duration-retries", [_job("a1"), _job(attempts=[
+    ("negative-duration-retries", [_job("a1"), _job(attempts=[  # the second attempt overlaps the first
         {"start_time": "2017-09-01 00:05:00", "end_time": "2017-09-01 00:06:00"},
-        {"start_time": "2017-09-01 00:01:00", "end_time": "2017-09-01 00:02:00"}])], 2, "attempts[1].end_time"),
+        {"start_time": "2017-09-01 00:01:00", "end_time": "2017-09-01 00:02:00"}])], 2, "attempts[1].start_time"),
+    ("attempt-backwards", [_job("a1"), _job(attempts=[
+        {"start_time": "2017-09-01 00:01:00", "end_time": "2017-09-01 00:02:00"},
+        {"start_time": "2017-09-01 00:04:00", "end_time": "2017-09-01 00:03:00"},
+        {"start_time": "2017-09-01 00:05:00", "end_time": "2017-09-01 00:06:00"}])], 2, "attempts[1].end_time"),
+    ("attempt-overlaps", [_job("a1"), _job("a3"), _job(attempts=[
+        {"start_time": "2017-09-01 00:01:00", "end_time": "2017-09-01 00:03:00"},
+        {"start_time": "2017-09-01 00:02:59", "end_time": "2017-09-01 00:04:00"}])], 3, "attempts[1].start_time"),
+    ("middle-attempt-no-end", [_job("a1"), _job(attempts=[
+        {"start_time": "2017-09-01 00:01:00", "end_time": None},
+        {"start_time": "2017-09-01 00:05:00", "end_time": "2017-09-01 00:06:00"}])], 2, "attempts[0].end_time"),
+    ("unknown-status", [_job("a1"), _job(status="Queued")], 2, "status"),
+    ("status-not-text", [_job("a1"), _job(status=3)], 2, "status"),
     ("no-gpu-count", [_job("a1"), {k: v for k, v in _job().items() if k != "num_gpus"}], 2,
      "attempts[0].detail"),
     ("null-gpu-count-no-detail", [_job("a1"), _job(num_gpus=None)], 2, "attempts[0].detail"),
@@ -406,6 +420,29 @@ def test_bad_json(case: tuple, tmp_path: Path) -> None:
     _, records, line, field = case
     path = write(tmp_path / "bad.json", json.dumps(records))
     expect_error(lambda: philly.load_json(path), path, line, field)
+
+
+def test_philly_json_records_attempts_and_outcomes(tmp_path: Path) -> None:
+    """Each attempt but the last becomes LENGTH/GAP (end − start, next start − end); the original
+    log's status maps to the outcome; an unfinished job's status is not checked (it is left out)."""
+    records = [
+        _job("pass", status="Pass", attempts=[
+            {"start_time": "2017-09-01 00:00:00", "end_time": "2017-09-01 03:53:53"},  # 14,033 s
+            {"start_time": "2017-09-01 03:56:59", "end_time": "2017-09-01 04:00:00"},  # 186 s later
+            {"start_time": "2017-09-01 04:00:30", "end_time": "2017-09-01 05:00:00"}]),
+        _job("killed", status="Killed"),
+        _job("failed", status="Failed"),
+        _job("running", status="Running", attempts=[{"start_time": "2017-09-01 00:01:00", "end_time": None}]),
+        _job("unknown"),  # no status: not recorded
+    ]
+    path = write(tmp_path / "log.json", json.dumps(records))
+    tr = philly.load_json(path)
+    j = tr.jobs.set_index("job_id")
+    assert j.loc["pass", "attempts"] == "14033/186;181/30"
+    assert j.loc["pass", "duration_s"] == 18_000.0  # 14,033 + 186 + 181 + 30 + the last attempt's 3,570 s
+    assert (j.drop("pass")["attempts"] == "").all()
+    assert j["outcome"].to_dict() == {"pass": "completed", "killed": "cancelled", "failed": "failed", "unknown": ""}
+    assert tr.excluded == {philly.NO_END: 1}
 
 
 def test_bad_json_syntax_names_text_line(tmp_path: Path) -> None:
@@ -515,6 +552,12 @@ def test_real_philly_json(shared_dir: Path) -> None:
     # duration = first start → last end equals the record's own runtime (minutes) for every job
     raw = {r["id"]: r["runtime"] * 60 for r in json.loads(path.read_text())}
     np.testing.assert_allclose(tr.jobs["duration_s"], tr.jobs["job_id"].map(raw).astype(float), atol=0.5)
+    # every attempt but the last is recorded (issue 54: 26.9 % of the jobs ran more than once)
+    runs = {r["id"]: len(r["attempts"]) for r in json.loads(path.read_text())}
+    retried = tr.jobs["attempts"] != ""
+    assert retried.sum() == 816 and (tr.jobs["outcome"] == "").all()
+    counts = tr.jobs["attempts"].str.count(";") + retried.astype(int)
+    assert (counts == tr.jobs["job_id"].map(runs) - 1).all()
 
 
 def test_real_philly_machine_list(shared_dir: Path) -> None:
