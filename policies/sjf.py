@@ -28,10 +28,15 @@ class SjfPolicy(Policy):
         self._heaps: dict[tuple[int, int], list[Entry]] = {}
         self._by_type: list[list[tuple[int, list[Entry]]]] = []  # per type: (count, heap), ascending
         self._version: dict[int, int] = {}  # a job queued again (srtf) outdates its earlier entries
+        self._seen: set[int] = set()  # jobs that arrived before (a failed attempt's job comes back)
 
     def on_arrival(self, view, jobs: list[int]) -> None:
         for job in jobs:
-            self.queue(view, job, view.predicted[job].tolist())
+            if job in self._seen:  # back after a failed attempt: its entries of before no longer count
+                self.requeue(view, job, view.predicted[job].tolist())
+            else:
+                self._seen.add(job)
+                self.queue(view, job, view.predicted[job].tolist())
 
     def requeue(self, view, job: int, seconds: list[float]) -> None:
         """Queue ``job`` again (suspended by a preemptive policy) with what is left of its run time;

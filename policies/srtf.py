@@ -32,11 +32,16 @@ class SrtfPolicy(PreemptivePolicy):
         super().__init__(lease, restart, storage_gbps)
         self._fill = SjfPolicy()
         self._waiting = WaitingHeaps()  # for the rounds: keyed by the least remaining time
+        self._seen: set[int] = set()  # jobs that arrived before
 
     def on_arrival(self, view, jobs: list[int]) -> None:
         self._fill.on_arrival(view, jobs)
         for job in jobs:
-            self._waiting.push(job, int(view.num_gpus[job]), self._key(view, job))
+            if job in self._seen:  # back after a failed attempt (simulator.failures): its old entry lapses
+                self._waiting.requeue(job, int(view.num_gpus[job]), self._key(view, job))
+            else:
+                self._seen.add(job)
+                self._waiting.push(job, int(view.num_gpus[job]), self._key(view, job))
 
     def _remaining(self, view, jobs) -> np.ndarray:
         """What is left of ``jobs``' predicted run time on each type (inf where they never fit)."""

@@ -437,6 +437,12 @@ def _a_for(w_desc: np.ndarray, target: float) -> float:
     return (target - k) / tail[k]
 
 
+def _dot(p: np.ndarray, g: np.ndarray) -> float:
+    """Σ p g. Why not ``p @ g``: BLAS's dot took 12 ms for 111k jobs on our 2-core machine (its
+    threads), einsum 0.2 ms; the tilt's bisection takes ~70 of them."""
+    return float(np.einsum("i,i->", p, g))
+
+
 def tilt(g: np.ndarray, share: float, time_share: float | None) -> tuple[np.ndarray, dict]:
     """Per job p(i) = min(1, a × g_i^b) whose mean is ``share`` and whose GPU-time-weighted mean
     Σ p g / Σ g is ``time_share``: a solved exactly for each b, b by bisection in
@@ -451,7 +457,7 @@ def tilt(g: np.ndarray, share: float, time_share: float | None) -> tuple[np.ndar
     positive = g[g > 0]
     if time_share is None or total == 0 or positive.min() == positive.max() and len(positive) == n:
         p = np.full(n, share)
-        return p, {**info, "a": share, "b": 0.0, "achieved_gpu_time_share": float(p @ g / total) if total else None}
+        return p, {**info, "a": share, "b": 0.0, "achieved_gpu_time_share": _dot(p, g) / total if total else None}
     log_g = np.log(np.maximum(g, positive.min()))
     order = np.argsort(-log_g, kind="stable")  # descending g: descending weight for b > 0
 
@@ -466,7 +472,7 @@ def tilt(g: np.ndarray, share: float, time_share: float | None) -> tuple[np.ndar
         return p, float(a) * math.exp(-shift)
 
     def achieved(b: float) -> float:
-        return float(solve(b)[0] @ g / total)
+        return _dot(solve(b)[0], g) / total
 
     lo, hi = (0.0, TILT_B_LIMIT) if time_share > share else (-TILT_B_LIMIT, 0.0)
     clipped = None
@@ -474,12 +480,12 @@ def tilt(g: np.ndarray, share: float, time_share: float | None) -> tuple[np.ndar
         clipped = hi if time_share > share else lo
         b = clipped
     else:
-        for _ in range(64):  # the bracket, 4 wide, down to ~2e-19
+        while hi - lo > 1e-9:  # the bracket, 4 wide, to 1e-9 (32 halvings): shares to ~1e-9
             mid = (lo + hi) / 2
             lo, hi = (mid, hi) if achieved(mid) < time_share else (lo, mid)
         b = (lo + hi) / 2
     p, a = solve(b)
-    info.update(a=a, b=b, achieved_share=float(p.mean()), achieved_gpu_time_share=float(p @ g / total))
+    info.update(a=a, b=b, achieved_share=float(p.mean()), achieved_gpu_time_share=_dot(p, g) / total)
     if clipped is not None:
         info["note"] = (f"the GPU-time share {time_share:g} is out of reach on this trace: b clipped at {b:g}, "
                         f"giving {info['achieved_gpu_time_share']:.4g}")

@@ -141,16 +141,22 @@ class FailureSimulation(PreemptiveSimulation):
         duration = jobs["duration_s"].to_numpy(dtype="float64")
         with np.errstate(divide="ignore", invalid="ignore"):  # a failed attempt's length, scaled per type
             self._length_scale = np.where(duration[:, None] > 0, self.truth / duration[:, None], 1.0)
-        self._outcome = np.array([OUTCOME_CODE[o] for o in fates.outcome], dtype=np.int64)
-        self.ending = np.full(n, -1, dtype=np.int64)  # how each job ended (ENDINGS code of its last stretch)
-        self.first_start = np.full(n, np.nan)
-        self.failed_attempts = np.zeros(n, dtype=np.int64)
-        self.next_failure = np.zeros(n, dtype=np.int64)  # index into the job's fates of its next failed attempt
-        self.attempt_held = np.zeros(n)  # seconds the current attempt has held GPUs (all its stretches)
-        self.lost_work = np.zeros(n)  # seconds of work done again (lost since the last checkpoint)
-        self.restart_spent = np.zeros(n)
-        self.write_spent = np.zeros(n)
-        self.resumed = np.zeros(n, dtype=bool)  # a start after a stop (not the first): pays the restart
+        # Per-job state read and written one job at a time, at every event: Python lists (a numpy
+        # scalar access costs several times a list's; a 100k-job replay makes millions)
+        self._outcome = [OUTCOME_CODE[o] for o in fates.outcome]
+        self.ending = [-1] * n  # how each job ended (ENDINGS code of its last stretch)
+        self.first_start = [math.nan] * n
+        self.failed_attempts = [0] * n
+        self.next_failure = [0] * n  # index into the job's fates of its next failed attempt
+        self.attempt_held = [0.0] * n  # seconds the current attempt has held GPUs (all its stretches)
+        self.lost_work = [0.0] * n  # seconds of work done again (lost since the last checkpoint)
+        self.restart_spent = [0.0] * n
+        self.write_spent = [0.0] * n
+        self.resumed = [False] * n  # a start after a stop (not the first): pays the restart
+        self._restart = self.restart_s.tolist()
+        self._write = self.write_s.tolist()
+        self._interval = self.interval.tolist()
+        self._scale = self._length_scale.ravel().tolist()  # (job, type) flattened, as the engine's _truth
         self._left_share = np.ones(n)  # the share of its work a non-preemptive policy's view predicts
         self._unfinished = int((~self.rejected).sum())
         self._segments = FailureSegments()
@@ -160,6 +166,8 @@ class FailureSimulation(PreemptiveSimulation):
         self._node_sizes = np.array([node.num_gpus for node in cluster.nodes], dtype="float64")
         self.outages: list[tuple[int, float, float]] = []  # (node, failed at, repaired at)
         self._has_on_finish = callable(getattr(policy, "on_finish", None))
+        if not policy.preemptive:  # it reads neither (as without failures): kept current at stops only
+            self.view.progress = self.view.attained = None
 
     def _without_feedback(self) -> str:
         return "--failures"
@@ -168,26 +176,34 @@ class FailureSimulation(PreemptiveSimulation):
     def _writes(self, job: int, left: float) -> int:
         """Checkpoint writes while ``left`` seconds of work are done: one after every full
         interval but the last."""
-        interval = self.interval[job]
-        if not (left > 0 and math.isfinite(interval)):
+        interval = self._interval[job]
+        if not (left > 0 and interval < math.inf):
             return 0
         return max(0, math.ceil(left / interval) - 1)
 
-    def _worked_saved(self, job: int, now: float) -> tuple[float, float]:
-        """Seconds of work done in the job's current stretch by ``now``, and of them the part a
-        completed checkpoint write keeps."""
-        elapsed = now - self.work_start[job]
+    def _total(self, job: int, k: int) -> float:
+        """The job's whole work on type k at the GPUs it holds, in seconds."""
+        total = self._truth[job * self._num_types + k]
+        return total * float(self.slowdown[job]) if self.timing is not None else total
+
+    def _worked_saved(self, job: int, now: float, k: int) -> tuple[float, float]:
+        """Seconds of work done in the job's current stretch on type k by ``now``, and of them the
+        part a completed checkpoint write keeps."""
+        elapsed = now - float(self.work_start[job])
         if elapsed <= 0:
             return 0.0, 0.0
-        k = self.type_of[job]
-        left = (1.0 - self.done[job]) * self.truth[job, k] * self.slowdown[job]
-        interval = self.interval[job]
-        if not math.isfinite(interval):
+        left = (1.0 - float(self.done[job])) * self._total(job, k)
+        interval = self._interval[job]
+        if interval == math.inf:
             return min(left, elapsed), 0.0
-        period = interval + self.write_s[job]
+        period = interval + self._write[job]
         cycles = math.floor(elapsed / period)
         worked = cycles * interval + min(elapsed - cycles * period, interval)
         return min(left, worked), min(left, cycles * interval)
+
+    def _refresh_progress(self, now: float) -> None:
+        if self.policy.preemptive:  # only a preemptive policy reads progress at every call
+            super()._refresh_progress(now)
 
     def _fraction_done(self, jobs: np.ndarray, now: float) -> np.ndarray:
         """The running jobs' fraction done at ``now``: none during a restart or a checkpoint write."""
@@ -208,27 +224,28 @@ class FailureSimulation(PreemptiveSimulation):
         return np.minimum(1.0, fraction)
 
     def _start(self, placements: list[Placement], now: float) -> None:
-        env = self._env
+        env, fates, epoch, timing = self._env, self.fates.failed_lengths, self.epoch, self.timing
         for p in placements:
             job, k = self._occupy(p, now)
-            delay = float(self.restart_s[job]) if self.resumed[job] else 0.0
-            if np.isnan(self.first_start[job]):
+            delay = self._restart[job] if self.resumed[job] else 0.0
+            if self.first_start[job] != self.first_start[job]:  # NaN: its first start
                 self.first_start[job] = now
             self.start[job] = now  # the view's: when the GPUs were taken (a policy's estimate of their end)
             self.segment_start[job] = now
             self.work_start[job] = now + delay
-            if self.timing is not None and self._num[job] > 1:
+            if timing is not None and self._num[job] > 1:
                 self._charge(job, k)
-            left = (1.0 - self.done[job]) * self.truth[job, k] * self.slowdown[job]
-            duration = delay + left + self._writes(job, left) * float(self.write_s[job])
-            token = (job, int(self.epoch[job]))
+            left = (1.0 - float(self.done[job])) * self._total(job, k)
+            duration = delay + left + self._writes(job, left) * self._write[job]
+            token = (job, int(epoch[job]))
             env.timeout(duration, token).callbacks.append(self._finish)
-            plan = self.fates.failed_lengths[job]
-            i = int(self.next_failure[job])
-            if i < len(plan):
-                at = plan[i] * float(self._length_scale[job, k]) - float(self.attempt_held[job])
-                if at < duration:
-                    env.timeout(max(0.0, at), token).callbacks.append(self._attempt_fails)
+            plan = fates[job]
+            if plan:
+                i = self.next_failure[job]
+                if i < len(plan):
+                    at = plan[i] * self._scale[job * self._num_types + k] - self.attempt_held[job]
+                    if at < duration:
+                        env.timeout(max(0.0, at), token).callbacks.append(self._attempt_fails)
 
     def _close_segment(self, job: int, k: int, now: float, worked: float, ended: int = COMPLETED) -> None:
         start = float(self.segment_start[job])
@@ -241,8 +258,9 @@ class FailureSimulation(PreemptiveSimulation):
             packed = self.truth[job, k] * self.slowdown[job]
             compute = self.timing.compute_runtime_of(job, k)
             self.communicated[job] += worked * max(0.0, 1.0 - compute / packed) if packed > 0 else 0.0
-        self.attained[job] = self._attained_before[job] = self._attained_before[job] + held * self._num[job]
-        self.held_by_type[k] += held * self._num[job]
+        gpu_seconds = held * self._num[job]
+        self.attained[job] = self._attained_before[job] = self._attained_before[job] + gpu_seconds
+        self.held_by_type[k] += gpu_seconds
         self.attempt_held[job] += held
         self.restart_spent[job] += restart
         self.write_spent[job] += writing
@@ -251,13 +269,13 @@ class FailureSimulation(PreemptiveSimulation):
     def _stop(self, job: int, now: float, ended: int) -> int:
         """Take running ``job`` off its GPUs at ``now`` (a suspension or a failure); returns its type."""
         _, k = self.view.running.pop(job)
-        worked, saved = self._worked_saved(job, now)
+        worked, saved = self._worked_saved(job, now, k)
         self._close_segment(job, k, now, worked, ended)
-        total = self.truth[job, k] * self.slowdown[job]
+        total = self._total(job, k)
         kept = worked if ended == PREEMPTED else saved  # a suspension checkpoints; a failure keeps the last write
         self.lost_work[job] += worked - kept
         if total > 0:
-            self.done[job] = self.fraction[job] = min(1.0, self.done[job] + kept / total)
+            self.done[job] = self.fraction[job] = min(1.0, float(self.done[job]) + kept / total)
         self.state.release(k, self.gpus_of[job])
         self.epoch[job] += 1  # its queued completion (and failure) are stale now
         self.resumed[job] = True
@@ -279,8 +297,8 @@ class FailureSimulation(PreemptiveSimulation):
         if epoch == self.epoch[job] and job in self.view.running:
             now = self._env.now
             _, k = self.view.running.pop(job)
-            left = (1.0 - self.done[job]) * self.truth[job, k] * self.slowdown[job]
-            self._close_segment(job, k, now, left, int(self._outcome[job]))
+            left = (1.0 - float(self.done[job])) * self._total(job, k)
+            self._close_segment(job, k, now, left, self._outcome[job])
             self.state.release(k, self.gpus_of[job])
             self.done[job] = self.fraction[job] = 1.0
             self._ended(job, now)
@@ -311,7 +329,7 @@ class FailureSimulation(PreemptiveSimulation):
     def _attempt_fails(self, ev) -> None:
         job, epoch = ev.value
         if epoch == self.epoch[job] and job in self.view.running:
-            i = int(self.next_failure[job])
+            i = self.next_failure[job]
             self.next_failure[job] = i + 1
             self._fail(job, FAILED, float(self.fates.gaps[job][i]))
         self._after_event()
@@ -406,20 +424,23 @@ class FailureSimulation(PreemptiveSimulation):
     def _records(self) -> pd.DataFrame:
         records = super()._records()
         placed = self.type_of >= 0
+        ending = np.asarray(self.ending, dtype=np.int64)
         status = np.where(self.rejected, "rejected",
                           np.asarray(["completed", "failed", "cancelled"], dtype=object)[
-                              np.select([self.ending == FAILED, self.ending == CANCELLED], [1, 2], 0)])
+                              np.select([ending == FAILED, ending == CANCELLED], [1, 2], 0)])
         submit = records["submit"].to_numpy()
         records["status"] = pd.array(status, dtype=records["status"].dtype)
-        records["start"] = self.first_start
-        records["queueing_delay"] = self.first_start - submit
-        records["attempts"] = np.where(placed, 1 + self.failed_attempts, 0)
-        records["failed_attempts"] = self.failed_attempts
+        first_start = np.asarray(self.first_start, dtype="float64")
+        failed = np.asarray(self.failed_attempts, dtype=np.int64)
+        records["start"] = first_start
+        records["queueing_delay"] = first_start - submit
+        records["attempts"] = np.where(placed, 1 + failed, 0)
+        records["failed_attempts"] = failed
         records["gpu_seconds"] = np.where(placed, self.attained, 0.0)
-        records["lost_work_s"] = self.lost_work
-        records["checkpoint_s"] = self.write_spent
+        records["lost_work_s"] = np.asarray(self.lost_work, dtype="float64")
+        records["checkpoint_s"] = np.asarray(self.write_spent, dtype="float64")
         records["checkpoint_interval_s"] = self.interval
-        records["restart_overhead_s"] = self.restart_spent
+        records["restart_overhead_s"] = np.asarray(self.restart_spent, dtype="float64")
         return records
 
     def outages_frame(self) -> pd.DataFrame:

@@ -23,6 +23,7 @@ from predictor.inputs import short
 from predictor.outputs import atomic_file, check_writable, inside
 from simulator.sweep.points import load_results, read_json, read_table
 from simulator.sweep.tables import normalise_to_truth, pooled_ratio, source_label
+from simulator.timeline import FAILED_STRETCHES
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -391,8 +392,11 @@ def held_gpus(run: Path, jobs: pd.DataFrame) -> pd.DataFrame:
     if bad.any():
         i = int(np.argmax(bad))
         raise PlotInputError(f"{path}: row {i + 1} field 'job': {job[i]:g} is not a row of the run's jobs.parquet")
-    return pd.DataFrame({"start": segments["start"], "end": segments["end"],
+    held = pd.DataFrame({"start": segments["start"], "end": segments["end"],
                          "num_gpus": jobs["num_gpus"].to_numpy()[job.astype(np.int64)]})
+    if "ended" in segments:  # a run with failures: why each stretch ended
+        held["failed"] = segments["ended"].astype(str).isin(FAILED_STRETCHES).to_numpy()
+    return held
 
 
 def _manifest(run: Path) -> dict | None:
@@ -447,8 +451,13 @@ def plot_run(run: Path, out: Path) -> list[Path]:
     ax.set_title(f"JCT CDF: {label}", fontsize=9)
     paths = _save(fig, out, "jct_cdf")
     fig, ax = plt.subplots(figsize=(7, 3.4))
-    t, u = utilisation_series(held_gpus(run, jobs), _total_gpus(run))
-    ax.step(t / 3600, u, where="post", lw=0.9)
+    held, total = held_gpus(run, jobs), _total_gpus(run)
+    t, u = utilisation_series(held, total)
+    ax.step(t / 3600, u, where="post", lw=0.9, label="held")
+    if "failed" in held and held["failed"].any():  # a run with failures: the GPUs of stretches that failed
+        t, u = utilisation_series(held[held["failed"]], total)
+        ax.step(t / 3600, u, where="post", lw=0.9, color="tab:red", label="held by attempts that failed")
+        ax.legend(fontsize=7, loc="upper right")
     ax.set_xlabel("time (h)")
     ax.set_ylabel("busy GPUs / total")
     ax.set_ylim(0, 1.05)

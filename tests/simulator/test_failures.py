@@ -263,3 +263,75 @@ def test_every_policy_with_random_failures(jobs, groups, policy, nodes, every, s
         on = per_gpu[per_gpu["gpu"].astype(int).map(lambda g: sim.state.gpu_node[g]) == node]
         assert ((on["end"] <= failed_at + 1e-9) | (on["start"] >= repaired_at - 1e-9)).all()
     assert not sim.state.down or sim.outages  # a node down at the end failed during the run
+
+
+def test_replay_of_a_three_job_log_by_hand(tmp_path):
+    # checkpoints never: a failed attempt loses all its work; each start after the first pays the
+    # 10 s restart. A: 100 s, then 300 s after a 50 s gap -> work 400; fails at 100, back at 150,
+    # 10 + 400 -> ends at 560. B: one attempt of 200 s. C: 50 s, gap 10, 30 s, gap 10, then 100 s
+    # -> work 180; fails at 50 and at 60 + 30 = 90, back at 100, 10 + 180 -> ends at 290.
+    def attempt(start, end):
+        return {"start_time": f"2017-10-01 00:{start // 60:02d}:{start % 60:02d}",
+                "end_time": f"2017-10-01 00:{end // 60:02d}:{end % 60:02d}"}
+
+    log = [{"id": "A", "num_gpus": 1, "submitted_time": "2017-10-01 00:00:00",
+            "attempts": [attempt(0, 100), attempt(150, 450)]},
+           {"id": "B", "num_gpus": 1, "submitted_time": "2017-10-01 00:00:00", "attempts": [attempt(0, 200)]},
+           {"id": "C", "num_gpus": 1, "submitted_time": "2017-10-01 00:00:00",
+            "attempts": [attempt(0, 50), attempt(60, 90), attempt(100, 200)]}]
+    path = tmp_path / "log.json"
+    path.write_text(json.dumps(log))
+    from traces.philly import load_json
+
+    trace = load_json(path, epoch="2017-10-01 00:00:00")
+    config = RunConfig(policy="fifo", predictor="truth", trace=f"philly-json:{path}", failures="replay",
+                       checkpoint_every="none", deadline_fraction=0.0)
+    out = execute(config, trace=trace, cluster=homogeneous_groups([("V100", 4, 1)], "t"))
+    r = out.records.set_index("job_id")
+    assert r["end"].to_dict() == {"A": 560.0, "B": 200.0, "C": 290.0}
+    assert r["failed_attempts"].to_dict() == {"A": 1, "B": 0, "C": 2}
+    assert r["lost_work_s"].to_dict() == {"A": 100.0, "B": 0.0, "C": 70.0}
+    assert out.summary["attempts_mean"] == pytest.approx(6 / 3)
+    assert out.manifest["failures"]["models"][0]["model"] == "replay"
+
+
+def test_the_timeline_marks_failed_stretches_and_failed_nodes(tmp_path):
+    from simulator.timeline import run_timeline
+
+    out = execute(RunConfig(policy="fifo", predictor="truth", workload="pai-like:200", failures="nodes:5"))
+    run = out.write(tmp_path / "run")
+    events = run_timeline(run)["traceEvents"]
+    failed = [e for e in events if e.get("cat") == "job" and e.get("cname") == "terrible"]
+    down = [e for e in events if e.get("cat") == "outage"]
+    assert failed and all(e["args"]["stretch_ended"] == "node failure" for e in failed)
+    assert len({(e["args"]["node"], e["ts"]) for e in down}) == len(out.outages)
+
+
+def test_the_command_line_refuses_a_bad_failure_spec_in_one_line():
+    from click.testing import CliRunner
+
+    from simulator.cli import main
+
+    for spec in ("nodes:-1", "jobs:nowhere", "nodes:1,repair=0", "replay+jobs:philly"):
+        result = CliRunner().invoke(main, ["--policy", "fifo", "--predictor", "truth", "--workload", "pai-like:5",
+                                           "--failures", spec, "--quiet"])
+        assert result.exit_code != 0 and "--failures" in result.output, result.output
+        assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_a_sweep_grid_takes_failures_and_checkpoints_as_axes():
+    from simulator.sweep.grid import plan
+
+    configs = plan("fifo", "truth", failures=["none,nodes:1,repair=600"], checkpoints="optimal,600")
+    got = sorted((c.failures, str(c.checkpoint_every)) for c in configs)
+    assert got == [("nodes:1,repair=600", "600"), ("nodes:1,repair=600", "optimal"), ("none", "None")]
+
+
+def test_a_run_with_failures_plots_the_gpus_of_failed_attempts(tmp_path):
+    from simulator.plots import held_gpus, plot_run
+
+    out = execute(RunConfig(policy="fifo", predictor="truth", workload="pai-like:100", failures="nodes:5"))
+    run = out.write(tmp_path / "run")
+    held = held_gpus(run, out.records)
+    assert held["failed"].sum() == (out.segments["ended"] == "node failure").sum() > 0
+    assert {p.name for p in plot_run(run, tmp_path / "plots")} >= {"utilisation.png", "jct_cdf.png"}
