@@ -32,6 +32,7 @@ from predictor.outputs import (
 from predictor.tables import TableError, open_cache
 from simulator.cluster import PRESETS, ClusterError
 from simulator.communication import PLACEMENTS, PlacementError
+from simulator.engine import SimulationError
 from simulator.failure_models import FAILURES_HELP, FailureSpecError
 from simulator.run import DEFAULT_CLUSTER, DEFAULT_WORKLOAD, RunConfig, RunOutput, WorkloadSpecError, execute, readable
 from simulator.timing import PREDICTOR_HELP, PredictorSpecError
@@ -42,7 +43,7 @@ from traces.synthetic import KINDS as SYNTHETIC_KINDS
 
 USER_ERRORS = (TraceError, TraceSpecError, ClusterError, PolicySpecError, PredictorSpecError,
                WorkloadSpecError, UnknownGpuTypeError, BindingError, TableError, OutputError, PlacementError,
-               CollectiveError, FailureSpecError)
+               CollectiveError, FailureSpecError, SimulationError)
 
 
 def format_summary(summary: dict) -> str:

@@ -49,9 +49,10 @@ import pandas as pd
 
 from policies.base import Placement, Policy
 from predictor.inputs import short
+from simulator.engine import SimulationError
 from simulator.failure_models import FailureModel, FailureSpecError, JobFates
 from simulator.preemption import PreemptiveSimulation, Segments
-from traces.schema import JobTrace
+from traces.schema import MAX_ATTEMPTS, JobTrace
 
 NO_FAILURES = "none"  # the --failures value of a run where nothing fails (the plain engines run it)
 CHECKPOINT_OPTIMAL = "optimal"
@@ -201,6 +202,18 @@ class FailureSimulation(PreemptiveSimulation):
         worked = cycles * interval + min(elapsed - cycles * period, interval)
         return min(left, worked), min(left, cycles * interval)
 
+    def _schedule(self) -> None:
+        if self.policy.preemptive:
+            super()._schedule()
+            return
+        self._pending = False  # a non-preemptive policy: no rounds, no suspensions, placements only
+        view = self.view
+        view.now = now = self._env.now
+        if self._new or view.waiting:
+            placements = self._decide(view)
+            if placements:
+                self._start(placements, now)
+
     def _refresh_progress(self, now: float) -> None:
         if self.policy.preemptive:  # only a preemptive policy reads progress at every call
             super()._refresh_progress(now)
@@ -340,6 +353,12 @@ class FailureSimulation(PreemptiveSimulation):
         now = self._env.now
         self._stop(job, now, ended)
         self.failed_attempts[job] += 1
+        if self.failed_attempts[job] > MAX_ATTEMPTS:  # it would start again for ever: a hang, not a result
+            raise SimulationError(
+                f"job {self.view.job_ids[job]!s} failed {self.failed_attempts[job]:,} times by simulated time "
+                f"{now:.4g} s: it cannot finish between failures (it checkpoints "
+                f"{'never' if self._interval[job] == math.inf else f'every {self._interval[job]:g} s'}); "
+                "checkpoint more often (--checkpoint-every) or lower the failure rate")
         self.attempt_held[job] = 0.0
         self.events += 1
         self._pending = True

@@ -335,3 +335,12 @@ def test_a_run_with_failures_plots_the_gpus_of_failed_attempts(tmp_path):
     held = held_gpus(run, out.records)
     assert held["failed"].sum() == (out.segments["ended"] == "node failure").sum() > 0
     assert {p.name for p in plot_run(run, tmp_path / "plots")} >= {"utilisation.png", "jct_cdf.png"}
+
+
+def test_a_job_that_cannot_finish_between_failures_stops_the_run_with_a_reason():
+    # no checkpoints and a node failure every ~10 s on a job of 1,000 s: it would start again for ever
+    from simulator.engine import SimulationError
+
+    model = FailureModel(spec="test", replay=False, jobs=None, nodes=RandomNodes(10.0))
+    with pytest.raises(SimulationError, match="cannot finish between failures"):
+        simulate([job("A", 1000.0)], [("V100", 1, 1)], fates([()]), model=model)
