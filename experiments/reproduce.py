@@ -19,6 +19,7 @@ computed from what ships with the package — the pretrained checkpoints, the wo
    (:mod:`experiments.preemption`);
 9. our Gavel and Tiresias beside the peers' own simulators (:mod:`experiments.peers`);
 10. multi-GPU jobs charged for their placement against blind timing (:mod:`experiments.placement`);
+11. what failures cost each policy and where checkpoints should go (:mod:`experiments.failures`);
 and the reliability diagram of every checkpoint's prediction intervals (with section 1).
 
     python -m experiments.reproduce [--quick] [--out reports/reproduce] [--workers 2]
@@ -238,6 +239,13 @@ def main(quick: bool, out: Path, devices: str, ablations: Path, workers: int) ->
     jobs, seeds = (120, 1) if quick else (placement.JOBS, 3)
     placement_table, placement_figures = placement.run(out / "placement", jobs, seeds, workers, quick)
     figures += placement_figures
+    from experiments import failures
+
+    jobs, seeds = (120, 1) if quick else (failures.JOBS, 3)
+    failure_parts = failures.run(out / "failures", jobs, seeds, workers, quick)
+    failures.write(out / "failures", jobs, seeds, quick, failure_parts)
+    growth, least, checkpoints, best, failed, _, failure_figures = failure_parts
+    figures += failure_figures
     text = [f"# Reproduction ({'quick' if quick else 'full'})",
             f"Held-out configs: {sequences['config_id'].nunique()} (the workload catalog); devices: emulated "
             f"{', '.join(gpus)}.",
@@ -264,6 +272,12 @@ def main(quick: bool, out: Path, devices: str, ablations: Path, workers: int) ->
             "(`python -m experiments.placement`)",
             "Communication spec-derived (fitted to real collectives), compute emulated; mean ± 95 % t-interval over "
             "seeds.", placement.markdown(placement_table),
+            "## 11. Failures: JCT growth per policy and the checkpoint interval (`python -m experiments.failures`)",
+            "Predictions emulated; avg JCT pooled over seeds as a ratio to the same runs without failures "
+            "(Young/Daly's checkpoint interval); the failure models' sources and every cell in `failures/report.md`.",
+            failures.growth_markdown(growth), failures.least_markdown(least),
+            failures.checkpoint_markdown(checkpoints, best) if len(best) else "-",
+            failures.failed_markdown(failed),
             "## Figures", "\n".join(f"- `{f}`" for f in figures if str(f).endswith(".png"))]
     (out / "README.md").write_text("\n\n".join(text) + "\n")
     (out / "results.json").write_text(json.dumps({"accuracy": rows, "convergence": curves.to_dict("records"),
@@ -272,7 +286,9 @@ def main(quick: bool, out: Path, devices: str, ablations: Path, workers: int) ->
                                                   "risk": risk_table.to_dict("records"),
                                                   "preemption": preemption_table.to_dict("records"),
                                                   "peers": peers,
-                                                  "placement": placement_table.to_dict("records")},
+                                                  "placement": placement_table.to_dict("records"),
+                                                  "failures": growth.to_dict("records"),
+                                                  "failure_checkpoints": best.to_dict("records")},
                                                  indent=1, default=float) + "\n")
     click.echo(f"wrote {out / 'README.md'} and {len(figures)} figure files")
 
