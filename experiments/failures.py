@@ -67,6 +67,7 @@ QUICK_CHECKPOINT_POLICIES = ("hydra",)
 NO_END = "cannot finish between failures"
 JOBS = 400
 GROUP = ["workload", "policy", "predictor", "failures", "interval"]
+OVERALL = "overall (geometric mean)"
 
 
 def rate_of(spec: str) -> float | None:
@@ -215,10 +216,14 @@ def least_degraded(growth: pd.DataFrame) -> pd.DataFrame:
         if complete.empty:
             continue
         mean = complete.groupby("policy")["jct_ratio"].apply(lambda r: float(np.exp(np.log(r).mean())))
-        out.append({"workload": workload, "predictor": predictor, "failures": "overall (geometric mean)",
+        out.append({"workload": workload, "predictor": predictor, "failures": OVERALL,
                     "least": mean.idxmin(), "least_ratio": mean.min(), "most": mean.idxmax(),
                     "most_ratio": mean.max(), "policies": len(mean)})
-    return pd.DataFrame(out)
+    table = pd.DataFrame(out, columns=["workload", "predictor", "failures", "least", "least_ratio", "most",
+                                       "most_ratio", "policies"])
+    order = {"predictor": list(PREDICTORS), "failures": [*FAILURES, OVERALL]}
+    return table.sort_values(["workload", "predictor", "failures"], kind="stable", key=lambda c: c.map(
+        {v: i for i, v in enumerate(order[c.name])}) if c.name in order else c).reset_index(drop=True)
 
 
 def checkpoint_cells(table: pd.DataFrame, policies=CHECKPOINT_POLICIES) -> pd.DataFrame:
@@ -307,8 +312,10 @@ def growth_figure(growth: pd.DataFrame, out: Path) -> list[Path]:
             ax.axhline(1.0, color="grey", linewidth=0.8)
             ax.set_xticks(x, policies, fontsize=8)
             ax.set(title=f"{workload}, {predictor}", ylabel="avg JCT / without failures")
-    axes[0][0].legend(fontsize=7, title="failures (× = run failed)", title_fontsize=7)
-    fig.tight_layout()
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=len(models), fontsize=8,
+               title="failures (× = a run failed)", title_fontsize=8)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / (3.6 * len(workloads))))
     return _save(fig, out, "failures_growth")
 
 
@@ -320,7 +327,7 @@ def checkpoint_figure(points: pd.DataFrame, out: Path) -> list[Path]:
     from simulator.plots import _pyplot, _save
 
     plt = _pyplot()
-    panels = list(dict.fromkeys(zip(points["workload"], points["policy"])))
+    panels = sorted(dict.fromkeys(zip(points["workload"], points["policy"])), key=lambda p: (p[1], p[0]))
     fig, axes = plt.subplots(2, len(panels), figsize=(4.6 * len(panels), 7), squeeze=False)
     fixed = sorted({float(i) for i in points["interval"] if i.replace(".", "").isdigit()})
     never_x = 4 * max(fixed) if fixed else 1.0
