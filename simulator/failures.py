@@ -47,7 +47,7 @@ from array import array
 import numpy as np
 import pandas as pd
 
-from policies.base import Placement, Policy
+from policies.base import Placement, Policy, PolicyError
 from predictor.inputs import short
 from simulator.engine import SimulationError
 from simulator.failure_models import FailureModel, FailureSpecError, JobFates
@@ -296,8 +296,6 @@ class FailureSimulation(PreemptiveSimulation):
 
     # -- the policy's stops and the jobs' ends -------------------------------------------------
     def _suspend(self, job: int, now: float) -> None:
-        from policies.base import PolicyError
-
         if job not in self.view.running:
             raise PolicyError(f"policy {self.policy.name!r} preempted job {job}, which is not running")
         self._stop(job, now, PREEMPTED)
