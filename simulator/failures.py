@@ -49,7 +49,7 @@ import pandas as pd
 
 from policies.base import Placement, Policy, PolicyError
 from predictor.inputs import short
-from simulator.engine import SimulationError
+from simulator.engine import Simulation, SimulationError
 from simulator.failure_models import FailureModel, FailureSpecError, JobFates
 from simulator.preemption import PreemptiveSimulation, Segments
 from traces.schema import MAX_ATTEMPTS, JobTrace
@@ -167,6 +167,7 @@ class FailureSimulation(PreemptiveSimulation):
         self._node_sizes = np.array([node.num_gpus for node in cluster.nodes], dtype="float64")
         self.outages: list[tuple[int, float, float]] = []  # (node, failed at, repaired at)
         self._has_on_finish = callable(getattr(policy, "on_finish", None))
+        self._preemptive = policy.preemptive
         if not policy.preemptive:  # it reads neither (as without failures): kept current at stops only
             self.view.progress = self.view.attained = None
 
@@ -203,7 +204,7 @@ class FailureSimulation(PreemptiveSimulation):
         return min(left, worked), min(left, cycles * interval)
 
     def _schedule(self) -> None:
-        if self.policy.preemptive:
+        if self._preemptive:
             super()._schedule()
             return
         self._pending = False  # a non-preemptive policy: no rounds, no suspensions, placements only
@@ -214,8 +215,14 @@ class FailureSimulation(PreemptiveSimulation):
             if placements:
                 self._start(placements, now)
 
+    def _arrive(self, ev) -> None:
+        if self._preemptive:
+            super()._arrive(ev)
+        else:  # no rounds to begin or arm
+            Simulation._arrive(self, ev)
+
     def _refresh_progress(self, now: float) -> None:
-        if self.policy.preemptive:  # only a preemptive policy reads progress at every call
+        if self._preemptive:  # only a preemptive policy reads progress at every call
             super()._refresh_progress(now)
 
     def _fraction_done(self, jobs: np.ndarray, now: float) -> np.ndarray:
@@ -238,27 +245,31 @@ class FailureSimulation(PreemptiveSimulation):
 
     def _start(self, placements: list[Placement], now: float) -> None:
         env, fates, epoch, timing = self._env, self.fates.failed_lengths, self.epoch, self.timing
+        restart, resumed, first_start, write = self._restart, self.resumed, self.first_start, self._write
+        done = self.done
+        occupy, total, writes, nt, scale = self._occupy, self._total, self._writes, self._num_types, self._scale
+        start, segment_start, work_start = self.start, self.segment_start, self.work_start
         for p in placements:
-            job, k = self._occupy(p, now)
-            delay = self._restart[job] if self.resumed[job] else 0.0
-            if self.first_start[job] != self.first_start[job]:  # NaN: its first start
-                self.first_start[job] = now
-            self.start[job] = now  # the view's: when the GPUs were taken (a policy's estimate of their end)
-            self.segment_start[job] = now
-            self.work_start[job] = now + delay
+            job, k = occupy(p, now)
+            delay = restart[job] if resumed[job] else 0.0
+            if first_start[job] != first_start[job]:  # NaN: its first start
+                first_start[job] = now
+            start[job] = now  # the view's: when the GPUs were taken (a policy's estimate of their end)
+            segment_start[job] = now
+            work_start[job] = now + delay
             if timing is not None and self._num[job] > 1:
                 self._charge(job, k)
-            left = (1.0 - float(self.done[job])) * self._total(job, k)
-            duration = delay + left + self._writes(job, left) * self._write[job]
+            left = (1.0 - float(done[job])) * total(job, k)
+            duration = delay + left + writes(job, left) * write[job]
             token = (job, int(epoch[job]))
-            env.timeout(duration, token).callbacks.append(self._finish)
             plan = fates[job]
-            if plan:
-                i = self.next_failure[job]
-                if i < len(plan):
-                    at = plan[i] * self._scale[job * self._num_types + k] - self.attempt_held[job]
-                    if at < duration:
-                        env.timeout(max(0.0, at), token).callbacks.append(self._attempt_fails)
+            i = self.next_failure[job]
+            if i < len(plan):  # one event per stretch: its failure if that comes first, else its end
+                at = plan[i] * scale[job * nt + k] - self.attempt_held[job]
+                if at < duration:
+                    env.timeout(max(0.0, at), token).callbacks.append(self._attempt_fails)
+                    continue
+            env.timeout(duration, token).callbacks.append(self._finish)
 
     def _close_segment(self, job: int, k: int, now: float, worked: float, ended: int = COMPLETED) -> None:
         start = float(self.segment_start[job])
@@ -329,7 +340,8 @@ class FailureSimulation(PreemptiveSimulation):
         its own running set, and begin the round an event-driven or "work" policy would."""
         if self._has_on_finish:
             self.policy.on_finish(self.view, job, now)
-        self._event_round()
+        if self._preemptive:
+            self._event_round()
 
     def _event_round(self) -> None:
         """Begin a round where the policy's rounds would have one now: every event of an
@@ -376,15 +388,16 @@ class FailureSimulation(PreemptiveSimulation):
         self._new.append(job)
         self.events += 1
         self._pending = True
-        if not self.policy.preemptive:  # its view's run times: what is left of the work
+        if self._preemptive:
+            self._event_round()
+            self._arm_round()
+        else:  # its view's run times: what is left of the work
             left = 1.0 - float(self.done[job])
             ratio = left / self._left_share[job]
             self._left_share[job] = left
             self.predicted[job] = self.initial_predicted[job] * left
             for matrix in self._quantiles.values():
                 matrix[job] *= ratio
-        self._event_round()
-        self._arm_round()
 
     # -- nodes ---------------------------------------------------------------------------------
     def _arm_node_failure(self) -> None:
