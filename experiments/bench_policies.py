@@ -11,6 +11,15 @@ synthetic and Philly traces get simrun's default deadlines (20 % of jobs).
                                          [--policy SPEC ...]
     python -m experiments.bench_policies --hydra-budgets [--repeats 3] [--slow 3] [--variant work=N ...]
     python -m experiments.bench_policies --gavel-lp [--repeats 3]
+    python -m experiments.bench_policies --per-decision [--case philly-10k] [--policy SPEC ...] [--label NAME]
+
+``--per-decision`` (issue 55): microseconds per policy decision (its ``schedule`` call) against
+the jobs waiting at that moment, per policy, on one case (default ``philly-10k``: the overloaded
+default cluster, queues of thousands): the cost of a decision that re-examines the queue grows
+with it. Each (case, policy, ``--label``) runs in its own process, appended to
+``per_decision.csv`` (a rerun skips what is there); binned by powers of two of jobs waiting, median
+and mean per bin, plotted (``per_decision.png``/``.pdf``; one line style per label, e.g. before
+and after a change).
 
 ``--hydra-budgets`` (issue 31): Hydra's default budget in work units against the wall-clock default
 it replaced (``budget_ms`` 20 online, 1000 offline), on the Hydra cases (heavy and light 400, both
@@ -194,6 +203,19 @@ def run_hydra_budgets(out: Path, repeats: int, slow: float, variants: tuple[str,
     return text
 
 
+def code_label() -> str:
+    """The checkout's commit, with '+' when its tree has changes (what a before/after run ran)."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=root,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, cwd=root).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+" if dirty else "")
+
+
 def bare_fifo(submit: np.ndarray, num_gpus: np.ndarray, duration: np.ndarray, total_gpus: int) -> int:
     """FIFO on one pool of ``total_gpus`` GPUs with a heap of completions: the floor of an event
     loop over these jobs. Returns the number of events (arrivals + completions)."""
@@ -262,6 +284,137 @@ def measure(case: Case, policy: str, limit_s: float) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+# -- per-decision cost against queue length (issue 55) ---------------------------------------------
+DECISION_BINS = 2.0 ** np.arange(0, 21)  # jobs waiting: [0, 1), [1, 2), [2, 4), ... [2^19, 2^20)
+
+
+@contextmanager
+def timed_decisions(samples: list[tuple[int, float]]) -> Iterator[None]:
+    """Every policy :func:`simulator.run.execute` makes while inside has its ``schedule`` timed:
+    (jobs waiting, seconds) appended to ``samples`` per call."""
+    import simulator.run as run
+
+    real = run.make_policy
+
+    def make(spec: str):
+        policy = real(spec)
+        schedule = policy.schedule
+
+        def timed(view):
+            waiting = len(view.waiting)
+            t0 = time.perf_counter()
+            decisions = schedule(view)
+            samples.append((waiting, time.perf_counter() - t0))
+            return decisions
+
+        policy.schedule = timed
+        return policy
+
+    run.make_policy = make
+    try:
+        yield
+    finally:
+        run.make_policy = real
+
+
+def decision_bins(samples: list[tuple[int, float]]) -> list[dict]:
+    """Per bin of jobs waiting (lower edge inclusive): decisions, median and mean microseconds."""
+    waiting = np.array([w for w, _ in samples], dtype=np.int64)
+    micros = np.array([dt for _, dt in samples]) * 1e6
+    edges = np.concatenate(([0.0], DECISION_BINS))
+    which = np.searchsorted(edges, waiting, side="right") - 1
+    rows = []
+    for b in np.unique(which):
+        mine = micros[which == b]
+        rows.append({"waiting_lo": int(edges[b]), "waiting_hi": int(edges[b + 1]) - 1, "decisions": int(len(mine)),
+                     "median_us": float(np.median(mine)), "mean_us": float(mine.mean())})
+    return rows
+
+
+def decisions_one(case: Case, policy: str) -> list[dict]:
+    """One run of ``policy`` on ``case`` in this process, its decisions timed and binned."""
+    from simulator.cluster import resolve
+    from simulator.run import execute, load_workload
+
+    config = case.config(policy)
+    trace = load_workload(config)
+    samples: list[tuple[int, float]] = []
+    with timed_decisions(samples):
+        execute(config, trace=trace, cluster=resolve(case.cluster))
+    return decision_bins(samples)
+
+
+def run_per_decision(out: Path, case: Case, policies: tuple[str, ...], label: str, limit_s: float) -> str:
+    """Each policy's binned decision costs on ``case`` (a child process per policy), appended to
+    ``per_decision.csv``; the plot and a table of the median per bin."""
+    from tqdm import tqdm
+
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "per_decision.csv"
+    done = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=["case", "policy", "label"])
+    seen = set(zip(done["case"], done["policy"], done["label"].astype(str)))
+    for policy in tqdm([p for p in policies or ONLINE if (case.name, p, label) not in seen],
+                       desc="per-decision cost", unit="policy"):
+        cmd = [sys.executable, "-m", "experiments.bench_policies", "--one-decisions", case.name, policy]
+        try:
+            child = subprocess.run(cmd, capture_output=True, text=True, timeout=limit_s,
+                                   cwd=Path(__file__).resolve().parents[1])
+        except subprocess.TimeoutExpired:
+            click.echo(f"{policy}: not finished in {limit_s:.0f} s (nothing recorded)", err=True)
+            continue
+        if child.returncode != 0:
+            tail = (child.stderr.strip().splitlines() or ["(no output)"])[-1]
+            click.echo(f"{policy}: failed: {tail}", err=True)
+            continue
+        rows = [{"case": case.name, "policy": policy, "label": label, **r}
+                for r in json.loads(child.stdout.strip().splitlines()[-1])]
+        pd.DataFrame(rows).to_csv(path, mode="a", header=not path.exists(), index=False)
+    df = pd.read_csv(path)
+    df = df[df["case"] == case.name]
+    plot_per_decision(df, out / "per_decision")
+    return decision_table(df)
+
+
+def decision_table(df: pd.DataFrame) -> str:
+    """Median microseconds per decision by jobs waiting: a row per (policy, label)."""
+    bins = sorted(set(zip(df["waiting_lo"], df["waiting_hi"])))
+    head = " | ".join(f"{lo:,}–{hi:,}" if hi > lo else f"{lo:,}" for lo, hi in bins)
+    lines = [f"| policy | label | {head} |", "|---|---|" + "---:|" * len(bins)]
+    for (policy, label), g in df.groupby(["policy", "label"], sort=False):
+        by = {(r.waiting_lo, r.waiting_hi): r.median_us for r in g.itertuples()}
+        cells = " | ".join(f"{by[b]:,.0f}" if b in by else "" for b in bins)
+        lines.append(f"| {policy} | {label} | {cells} |")
+    return "\n".join(lines)
+
+
+def plot_per_decision(df: pd.DataFrame, stem: Path) -> None:
+    """Median microseconds per decision against jobs waiting (log-log), a colour per policy and a
+    line style per label."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    colours = {p: f"C{i}" for i, p in enumerate(dict.fromkeys(df["policy"]))}
+    styles = {lab: s for lab, s in zip(dict.fromkeys(df["label"].astype(str)), ("-", "--", ":", "-."))}
+    for (policy, label), g in df.groupby(["policy", "label"], sort=False):
+        x = np.maximum(g["waiting_lo"].to_numpy(), 0.5)  # the [0, 1) bin at 0.5 on a log axis
+        ax.plot(x, g["median_us"], marker="o", ms=3, color=colours[policy], linestyle=styles.get(str(label), "-"),
+                label=f"{policy} ({label})" if len(styles) > 1 else policy)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("jobs waiting at the decision (bin's lower edge; 0 at 0.5)")
+    ax.set_ylabel("median µs per decision")
+    ax.set_title(f"Cost of a policy decision against the queue ({df['case'].iloc[0]})")
+    ax.legend(fontsize=7, ncol=2)
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    for ext in ("png", "pdf"):
+        fig.savefig(stem.with_suffix(f".{ext}"))
+    plt.close(fig)
+
+
 def table(df: pd.DataFrame) -> str:
     lines = ["| case | policy | jobs | wall s | policy s | decisions | decisions/s | peak MiB | "
              "FIFO / bare loop | tardiness s |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -318,6 +471,12 @@ def gavel_lp_table(jobs: int = 1000, repeats: int = 3, seed: int = 0) -> str:
 @click.option("--case", "names", multiple=True, type=click.Choice(list(CASES)), help="Only these cases.")
 @click.option("--policy", "policies", multiple=True, help="Only these policy specs (e.g. hydra, allox:window=all).")
 @click.option("--one", nargs=2, hidden=True, default=None)
+@click.option("--one-decisions", nargs=2, hidden=True, default=None)
+@click.option("--per-decision", is_flag=True,
+              help="Instead: microseconds per decision against jobs waiting, per policy, on one case "
+                   "(--case, default philly-10k), with a plot.")
+@click.option("--label", default="", help="--per-decision: this run's name in the table and plot "
+              "[default: the git commit, '+' if the tree has changes].")
 @click.option("--hydra-budgets", is_flag=True,
               help="Instead: Hydra's default work budget against its former time budget (issue 31).")
 @click.option("--repeats", type=click.IntRange(1, 100), default=3, show_default=True,
@@ -331,7 +490,17 @@ def gavel_lp_table(jobs: int = 1000, repeats: int = 3, seed: int = 0) -> str:
 @click.option("--gavel-lp", is_flag=True, help="Instead: seconds per round of Gavel's LPs, 1,000 jobs x 4 types.")
 def main(out: Path, limit_s: float, names: tuple[str, ...], policies: tuple[str, ...],
          one: tuple[str, str] | None, hydra_budgets: bool, repeats: int, slow: float, variants: tuple[str, ...],
-         budget_cases: tuple[str, ...], gavel_lp: bool) -> None:
+         budget_cases: tuple[str, ...], gavel_lp: bool, one_decisions: tuple[str, str] | None, per_decision: bool,
+         label: str) -> None:
+    if one_decisions:
+        click.echo(json.dumps(decisions_one(CASES[one_decisions[0]], one_decisions[1])))
+        return
+    if per_decision:
+        if len(names) > 1:
+            raise click.UsageError("--per-decision takes one --case")
+        click.echo(run_per_decision(out, CASES[names[0] if names else "philly-10k"], policies,
+                                    label or code_label(), limit_s))
+        return
     if gavel_lp:
         click.echo(gavel_lp_table(repeats=repeats))
         return
