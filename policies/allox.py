@@ -37,7 +37,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numba import njit
 from scipy.optimize import linear_sum_assignment
+from sortedcontainers import SortedList
 
 from policies.base import Placement, Policy
 from policies.candidates import first_by, round_robin_pick
@@ -149,21 +151,73 @@ def _first_guess(P: np.ndarray, feasible: np.ndarray, group_type: np.ndarray, gr
     The guess changes the work, and which of several equal-cost plans is found; never the cost."""
     group_of = np.repeat(np.arange(len(size)), size)
     times = np.where(feasible, P, np.inf)
-    finish = group_avail[group_of].astype(np.float64)
-    machine_times = times[:, group_type[group_of]]
-    length = np.zeros(len(finish), dtype=np.int64)
-    for j in np.argsort(times.min(axis=1), kind="stable").tolist():
-        ends = finish + machine_times[j]
-        i = int(ends.argmin())
-        if ends[i] < np.inf:
-            finish[i] = ends[i]
-            length[i] += 1
-    greedy = np.maximum.reduceat(length, np.flatnonzero(np.diff(group_of, prepend=-1)))
-    type_speed = {t: 1.0 / np.median(P[feasible[:, t], t]) if feasible[:, t].any() else 0.0
+    order = np.argsort(times.min(axis=1), kind="stable")
+    greedy = _greedy_longest(times[:, group_type[group_of]], group_avail[group_of].astype(np.float64), order,
+                             group_of, len(size))
+    type_speed = {t: 1.0 / _median(P[feasible[:, t], t]) if feasible[:, t].any() else 0.0
                   for t in set(group_type.tolist())}
     speed = np.array([type_speed[t] for t in group_type.tolist()])
     share = P.shape[0] * speed / max(float(np.dot(speed, size)), 1e-300)
-    return np.nan_to_num(np.maximum(greedy, share), nan=P.shape[0], posinf=P.shape[0])  # zero times
+    guess = np.maximum(greedy, share)
+    # as np.nan_to_num(guess, nan=n, posinf=n) (zero times), without its overhead
+    guess[np.isnan(guess) | (guess == np.inf)] = P.shape[0]
+    guess[guess == -np.inf] = np.finfo(guess.dtype).min
+    return guess
+
+
+@njit(cache=True)
+def _slot_costs(P: np.ndarray, arrival: np.ndarray, feasible: np.ndarray, t_row: np.ndarray, avail_row: np.ndarray,
+                k_row: np.ndarray) -> np.ndarray:
+    """The cost matrix, slots by jobs: D + k*P = max(0, avail - arrival) + k * P[job, type], or
+    INFEASIBLE where the job cannot run on the slot's type — numpy's arithmetic, element by element
+    (np.maximum(0, x) keeps a NaN), compiled: built at every decision."""
+    cost = np.empty((len(t_row), len(arrival)))
+    for r in range(len(t_row)):
+        t, k = t_row[r], float(k_row[r])
+        for j in range(len(arrival)):
+            if not feasible[j, t]:
+                cost[r, j] = INFEASIBLE
+                continue
+            late = avail_row[r] - arrival[j]
+            cost[r, j] = (0.0 if 0.0 >= late else late) + k * P[j, t]
+    return cost
+
+
+@njit(cache=True)
+def _greedy_longest(machine_times: np.ndarray, finish: np.ndarray, order: np.ndarray, group_of: np.ndarray,
+                    groups: int) -> np.ndarray:
+    """The greedy plan of :func:`_first_guess`: jobs in ``order``, each on the machine where it
+    would finish first (the first such), if any; per group of machines (``group_of``), the most
+    jobs one of them got. Compiled: a step per job, at every decision."""
+    length = np.zeros(len(finish), dtype=np.int64)
+    longest = np.zeros(groups, dtype=np.int64)
+    if len(finish) == 0:
+        return longest
+    for j in order:
+        best, at = finish[0] + machine_times[j, 0], 0
+        for i in range(1, len(finish)):
+            end = finish[i] + machine_times[j, i]
+            if end < best:
+                best, at = end, i
+        if best < np.inf:
+            finish[at] = best
+            length[at] += 1
+    for i in range(len(finish)):
+        longest[group_of[i]] = max(longest[group_of[i]], length[i])
+    return longest
+
+
+def _median(values: np.ndarray) -> np.floating:
+    """``np.median`` of a non-empty 1-D float array, as numpy computes it (the middle value, or the
+    mean of the two middle ones), by a sort: a window's few values, without np.median's overhead.
+    With a NaN, or a zero in the middle (a sort and numpy's partition may place -0.0 and 0.0
+    differently, and 1 / median differs), numpy's own."""
+    ordered = np.sort(values)
+    half = len(ordered) // 2
+    middle = ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
+    if np.isnan(ordered[-1]) or middle == 0 or ordered[half] == 0:
+        return np.median(values)
+    return middle
 
 
 def _match(P: np.ndarray, arrival: np.ndarray, feasible: np.ndarray, group_type: np.ndarray,
@@ -178,10 +232,7 @@ def _match(P: np.ndarray, arrival: np.ndarray, feasible: np.ndarray, group_type:
     offset = np.arange(len(group_of_row)) - first[group_of_row]
     k_of_row = offset // size[group_of_row] + 1   # slot position from the end
     copy_of_row = offset % size[group_of_row]     # which member of the group
-    t_row = group_type[group_of_row]
-    delay = np.maximum(0.0, group_avail[group_of_row][:, None] - arrival[None, :])  # D[i][j]
-    cost = delay + k_of_row[:, None] * P.T[t_row]
-    cost[~feasible.T[t_row]] = INFEASIBLE
+    cost = _slot_costs(P, arrival, feasible, group_type[group_of_row], group_avail[group_of_row], k_of_row)
     rows, cols = linear_sum_assignment(cost)
     placed = cost[rows, cols] < INFEASIBLE  # a job with no feasible slot (cannot happen while some type fits it)
     rows, cols = rows[placed], cols[placed]
@@ -198,12 +249,38 @@ class AlloxPolicy(Policy):
         self._queues = PlannedQueues()
         self._gpus_of_type: tuple | None = None  # (the run's per-GPU type array, GPU ids per type), made once
         self.max_work = 0  # the largest cost matrix (cells) one decision solved
+        # online, with a window and no fairness filter: the waiting jobs in each type's order, kept
+        # as they arrive and start (the window's candidates without sorting every waiting job)
+        self._orders: WaitingOrders | None = None
+        self._kept = self.mode == "online" and self.window is not None and self.alpha >= 1.0
 
     def describe(self) -> dict:
         return {"name": self.name, "window": self.window or "all", "alpha": self.alpha, "mode": self.mode,
                 "max_work_per_decision": self.max_work}
 
     # -- candidate selection -----------------------------------------------------------------
+    def on_arrival(self, view, jobs: list[int]) -> None:
+        if self._kept:
+            self._synced_orders(view, jobs).add(view, jobs)
+
+    def _synced_orders(self, view, arrived: list[int] = ()) -> WaitingOrders:
+        """This run's orders, holding exactly the waiting jobs but those ``arrived`` (not added yet):
+        made anew for a new run, or should a job have left the waiting set unseen."""
+        orders = self._orders
+        if orders is None or orders.submit is not view.submit or len(orders) + len(arrived) != len(view.waiting):
+            orders = self._orders = WaitingOrders(view)
+            new = set(arrived)
+            orders.add(view, [j for j in view.waiting if j not in new])
+        return orders
+
+    def _online_candidates(self, view) -> list[int]:
+        """What ``_window(_fairness_filter(waiting))`` picks, from the kept orders when they apply."""
+        if not self._kept or len(view.waiting) <= self.window:
+            return self._window(view, self._fairness_filter(view, list(view.waiting)))
+        orders = self._synced_orders(view)
+        by_type = [orders.first(k, self.window) for k in range(len(view.gpu_types))]
+        return sorted(round_robin_pick(by_type, self.window))
+
     def _fairness_filter(self, view, jobs: list[int]) -> list[int]:
         if self.alpha >= 1.0:
             return jobs
@@ -256,7 +333,7 @@ class AlloxPolicy(Policy):
             self._queues.clear()
             if not view.free_by_type.any():
                 return []  # only idle GPUs' heads start, and the plan is redone at the next event
-            pending = list(view.waiting)
+            candidates = self._online_candidates(view)
             avail = None  # only the GPUs that can take a job are looked at (_earliest_gpus)
         else:
             planned = self._queues.planned_jobs()
@@ -264,7 +341,7 @@ class AlloxPolicy(Policy):
             avail = view.gpu_available_at()
             for g, q in self._queues.queues.items():
                 avail[g] += float(view.predicted[q, view.gpu_type[g]].sum())
-        candidates = self._window(view, self._fairness_filter(view, pending))
+            candidates = self._window(view, self._fairness_filter(view, pending))
         if candidates:
             idx = np.array(candidates)
             # a type whose pool is too small, or that the trace says the job cannot run on (+inf)
@@ -286,4 +363,43 @@ class AlloxPolicy(Policy):
                 if online and view.gpu_job[gpu] >= 0:
                     continue  # online, only idle GPUs' heads start; the rest is re-planned anyway
                 self._queues.extend(gpu, [int(idx[p]) for p in positions])
-        return self._queues.start_heads(view)
+        started = self._queues.start_heads(view)
+        if self._orders is not None:
+            self._orders.remove([int(p.job) for p in started])
+        return started
+
+
+class WaitingOrders:
+    """The waiting jobs in each GPU type's order — (predicted run time there, job index), the order
+    of :func:`policies.candidates.first_by` — kept sorted as jobs arrive and start.
+
+    Why: a window's candidates are the first jobs of each order; sorting every waiting job at every
+    decision made a decision's cost grow with the queue. A waiting job's predictions do not change
+    while it waits (the engine changes them for a running job it measures, or before a failed job
+    is submitted again, an arrival), so its keys are read once, as it arrives."""
+
+    def __init__(self, view) -> None:
+        self.submit = view.submit  # the run these orders belong to
+        self.orders = [SortedList() for _ in view.gpu_types]
+        self.keys: dict[int, list[float]] = {}  # per waiting job, its keys as added
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def add(self, view, jobs: list[int]) -> None:
+        for job, row in zip(jobs, view.predicted[jobs].tolist()):
+            self.remove([job])  # should it be there still (not seen to start)
+            self.keys[job] = row
+            for order, key in zip(self.orders, row):
+                order.add((key, job))
+
+    def remove(self, jobs: list[int]) -> None:
+        for job in jobs:
+            row = self.keys.pop(job, None)
+            if row is not None:
+                for order, key in zip(self.orders, row):
+                    order.remove((key, job))
+
+    def first(self, k: int, limit: int) -> list[int]:
+        """The first ``limit`` waiting jobs in type k's order."""
+        return [job for _, job in self.orders[k].islice(0, limit)]

@@ -41,6 +41,9 @@ class PreemptivePolicy(Policy):
     # and at an arrival while nothing runs; "event", as Tiresias' simulator: at every arrival and
     # completion, and at the policy's own next_event
     rounds = "grid"
+    # whether the policy reads view.progress (every running job's fraction done): the engine keeps
+    # it current at every call only for one that does, and leaves it out (None) otherwise
+    reads_progress = True
 
     def __init__(self, lease: float | str = 360.0, restart: float | str = 10.0,
                  storage_gbps: float | str = 2.0) -> None:

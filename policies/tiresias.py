@@ -74,6 +74,7 @@ def most_room(room: list[int], n: int, able: np.ndarray | None = None) -> int | 
 class TiresiasPolicy(PreemptivePolicy):
     name = "tiresias"
     rounds = "event"  # every arrival, completion and demotion reschedules
+    reads_progress = False  # 2D-LAS reads attained service alone (view.attained)
 
     def __init__(self, thresholds: str | tuple[float, ...] = (3250.0, 7200.0), starve: float | str = 0.0,
                  timer: str = "paper", restart: float | str = 10.0, storage_gbps: float | str = 2.0) -> None:
@@ -85,7 +86,7 @@ class TiresiasPolicy(PreemptivePolicy):
 
     def on_arrival(self, view, jobs: list[int]) -> None:
         if self._run is None or self._run.size != len(view.submit):
-            self._run = _Run(view.submit, view.num_gpus, len(self.thresholds) + 1)
+            self._run = _Run(view.submit, view.num_gpus, len(self.thresholds) + 1, len(view.total_by_type))
             self._run.limits = np.append(self.thresholds, np.inf)  # per queue: the service that demotes
         run = self._run
         run.queues[0].joined.extend(jobs)
@@ -99,88 +100,50 @@ class TiresiasPolicy(PreemptivePolicy):
         """``job`` ended, or its attempt failed (it may come back as an arrival): out of its queue."""
         if self._run is not None:
             queue = self._run.queues[self._run.queue_of[job]]
-            for part in (queue.running, queue.joined, queue.waiting):
+            if job in queue.running:
+                self._run.leave(queue, job)
+                return
+            for part in (queue.joined, queue.waiting):
                 if job in part:
                     part.remove(job)
                     break
 
     def schedule(self, view) -> list[Placement | Preemption]:
-        run, now = self._run, view.now
+        run = self._run
         if run is None:
             return []
         running = view.running
-        # demotion: running jobs whose service reached their queue's threshold, one queue down
-        service = view.attained - run.base
-        if running:
-            jobs = np.fromiter(running, dtype=np.int64, count=len(running))
-            q = run.queue_of[jobs]
-            due = jobs[service[jobs] >= run.limits[q]]  # the last queue's limit is inf
-            for job in sorted(due.tolist(), key=run.order.__getitem__):
-                q = run.queue_of[job]
-                run.queues[q].running.remove(job)
-                run.queues[q + 1].joined.append(job)
-                run.queue_of[job] = q + 1
+        self._demote(view)
         if self.starve > 0:
-            self._promote_starving(view, service)
-        run.checked = now
+            self._promote_starving(view, view.attained - run.base)
+        run.checked = view.now
         if all(not queue.waiting and all(j in running for j in queue.joined) for queue in run.queues):
             # nobody waits: every running job keeps its GPUs (the demoted ones, at their new queue's end)
             for queue in run.queues:
-                queue.running += queue.joined
+                for job in queue.joined:
+                    run.join_running(queue, job, running[job][1])
                 queue.joined = []
-            run.running_after = set(running)
             return []
-        # the walk: each queue in its order (running, waiting, joined at this event); a job runs if
-        # GPUs are left for it, else is skipped; once no GPU is left the rest keep their state,
-        # but for the running jobs among them, which are preempted
-        room = view.total_by_type.astype(np.int64).tolist()
-        most = max(room)
-        num_gpus, gpu_types = run.need, view.gpu_types
-        out: list[Placement | Preemption] = []
-        place: list[Placement] = []
-        runs: set[int] = set()
+        walk = _Walk(view, run)
         for queue in run.queues:
-            stay: list[int] = []  # running jobs that keep running, then those started, in order
-            started: set[int] = set()
-            scanned = 0
-            for part in (queue.running, queue.waiting, queue.joined):
-                for i, job in enumerate(part):
-                    if most == 0:
-                        break
-                    if part is queue.waiting:
-                        scanned = i + 1
-                    n = num_gpus[job]
-                    now_on = running.get(job)
-                    if now_on is not None and room[now_on[1]] >= n:
-                        room[now_on[1]] -= n
-                        most = max(room)
-                        stay.append(job)
-                        continue
-                    if n > most:
-                        continue
-                    k = most_room(room, n, view.can_run(job))
-                    if k is None:
-                        continue
-                    room[k] -= n
-                    most = max(room)
-                    stay.append(job)
-                    started.add(job)
-                    if now_on is not None:  # reached, but its type had no room: it moves
-                        out.append(Preemption(job))
-                    place.append(Placement(job, gpu_types[k]))
-            # running jobs not given GPUs (skipped, or not reached once none was left) are
-            # preempted; then the queue is running jobs first, waiting ones after, each in order
-            kept = set(stay)
-            stopped = [j for j in queue.running if j not in kept]
-            joined = [j for j in queue.joined if j not in kept]
-            out += [Preemption(j) for j in stopped + joined if j in running]
-            waiting = [j for j in queue.waiting[:scanned] if j not in started] + queue.waiting[scanned:]
-            queue.running = stay
-            queue.waiting = stopped + waiting + joined
-            queue.joined = []
-            runs.update(stay)
-        run.running_after = runs
-        return out + place
+            walk.queue(queue)
+        return walk.out + walk.place
+
+    def _demote(self, view) -> None:
+        """Running jobs whose service reached their queue's threshold move one queue down, to its
+        end (in the runnable list's order). Only the queues with a threshold are looked at: the
+        jobs running at a call are exactly the queues' running parts (see :class:`_Queue`)."""
+        run = self._run
+        ids = [job for queue in run.queues[:-1] for job in queue.running]
+        if not ids:
+            return
+        jobs = np.array(ids, dtype=np.int64)
+        due = jobs[view.attained[jobs] - run.base[jobs] >= run.limits[run.queue_of[jobs]]]
+        for job in sorted(due.tolist(), key=run.order.__getitem__):
+            q = run.queue_of[job]
+            run.leave(run.queues[q], job)
+            run.queues[q + 1].joined.append(job)
+            run.queue_of[job] = q + 1
 
     def _promote_starving(self, view, service: np.ndarray) -> None:
         """Tiresias' starvation rule: a waiting job of a lower queue that has waited ``starve``
@@ -205,9 +168,10 @@ class TiresiasPolicy(PreemptivePolicy):
         if run is None:
             return math.inf
         first = math.inf
-        jobs = np.fromiter(run.running_after, dtype=np.int64, count=len(run.running_after))
-        jobs = jobs[run.queue_of[jobs] < len(self.thresholds)]  # the last queue has no threshold
-        if len(jobs):
+        # the jobs running now: after a call, the queues' running parts (the last queue's have no threshold)
+        ids = [job for queue in run.queues[:-1] for job in queue.running]
+        if ids:
+            jobs = np.array(ids, dtype=np.int64)
             limit = self.thresholds[run.queue_of[jobs]]
             n = view.num_gpus[jobs].astype(np.float64)
             service = view.attained[jobs] - run.base[jobs]
@@ -230,29 +194,138 @@ class TiresiasPolicy(PreemptivePolicy):
 
 class _Queue:
     """One queue in Tiresias' order: its running jobs, then its waiting ones, then the jobs that
-    joined it at this event (new, demoted or promoted), each part in order."""
+    joined it at this event (new, demoted or promoted), each part in order. Between calls the
+    running part holds exactly the queue's running jobs (a job leaves it as it ends: ``on_finish``);
+    ``held`` is their GPUs per type, so a walk can see at once that they all keep their GPUs."""
 
-    __slots__ = ("running", "waiting", "joined")
+    __slots__ = ("running", "waiting", "joined", "held")
 
-    def __init__(self) -> None:
+    def __init__(self, types: int) -> None:
         self.running: list[int] = []
         self.waiting: list[int] = []
         self.joined: list[int] = []
+        self.held: list[int] = [0] * types
 
 
 class _Run:
     """One run's queues and per-job state."""
 
-    def __init__(self, submit: np.ndarray, num_gpus: np.ndarray, queues: int) -> None:
+    def __init__(self, submit: np.ndarray, num_gpus: np.ndarray, queues: int, types: int) -> None:
         size = self.size = len(submit)
         self.need: list[int] = num_gpus.tolist()  # GPUs per job, as Python ints (read at every step of a walk)
-        self.queues = [_Queue() for _ in range(queues)]
+        # a queue's running jobs are kept whole when they fit (_Walk): exact only if each needs a GPU
+        self.whole = all(n >= 1 for n in self.need)
+        self.on_type: list[int] = [-1] * size  # the type each running job holds
+        self.queues = [_Queue(types) for _ in range(queues)]
         self.queue_of = np.zeros(size, dtype=np.int64)
         self.base = np.zeros(size)  # attained service when the job last joined the first queue
         self.pending = np.zeros(size)  # seconds waited since then, once it has run
         self.order = np.empty(size, dtype=np.int64)  # the simulator's runnable list: arrival order (then index)
         self.order[np.lexsort((np.arange(size), submit))] = np.arange(size)
         self.checked = 0.0
-        self.running_after: set[int] = set()
         self.limits = np.array([np.inf])  # per queue: the service that demotes (set by the policy)
         self.promotions = 0
+
+    def join_running(self, queue: _Queue, job: int, k: int) -> None:
+        """``job``, running on type k, at the end of the queue's running part."""
+        queue.running.append(job)
+        queue.held[k] += self.need[job]
+        self.on_type[job] = k
+
+    def leave(self, queue: _Queue, job: int) -> None:
+        """``job`` out of the queue's running part (it ended, or moves down)."""
+        queue.running.remove(job)
+        queue.held[self.on_type[job]] -= self.need[job]
+
+
+class _Walk:
+    """One call's walk over the queues: the GPUs left per type, and the decisions so far. A job runs
+    (or keeps running) if GPUs are left for it, else is skipped; once no GPU is left the rest keep
+    their state, but for the running jobs among them, which are preempted."""
+
+    def __init__(self, view, run: _Run) -> None:
+        self.view, self.run, self.running = view, run, view.running
+        self.room: list[int] = view.total_by_type.astype(np.int64).tolist()
+        self.most = max(self.room)
+        self.out: list[Placement | Preemption] = []
+        self.place: list[Placement] = []
+
+    def queue(self, queue: _Queue) -> None:
+        """Walk one queue in its order (running, waiting, joined at this event); after it the queue
+        is its running jobs first, waiting ones after, each in order."""
+        stay, stopped, whole = self._running_part(queue)
+        started: set[int] = set()
+        scanned = 0
+        for i, job in enumerate(queue.waiting):
+            if self.most == 0:
+                break
+            scanned = i + 1
+            if self._visit(job, stay):
+                started.add(job)
+        for job in queue.joined:
+            if self.most == 0:
+                break
+            if self._visit(job, stay):
+                started.add(job)
+        # running jobs not given GPUs (skipped, or not reached once none was left) are preempted
+        joined = [j for j in queue.joined if j not in started]
+        self.out += [Preemption(j) for j in stopped + joined if j in self.running]
+        waiting = queue.waiting
+        if started and scanned:
+            waiting = [j for j in waiting[:scanned] if j not in started] + waiting[scanned:]
+        queue.waiting = stopped + waiting + joined if stopped or joined else waiting
+        queue.joined = []
+        self._settle(queue, stay, whole)
+
+    def _running_part(self, queue: _Queue) -> tuple[list[int], list[int], bool]:
+        """The queue's running jobs that keep running (none listed if all keep their GPUs untouched:
+        they stay as they are), those skipped or not reached (to be preempted), and whether all did."""
+        room = self.room
+        if self.run.whole and all(h <= r for h, r in zip(queue.held, room)):
+            # all fit where they run, each in turn, with a GPU left at every step: the walk keeps each
+            for k, h in enumerate(queue.held):
+                room[k] -= h
+            self.most = max(room)
+            return [], [], True
+        stay: list[int] = []
+        stopped: list[int] = []
+        for job in queue.running:
+            if self.most == 0 or not self._visit(job, stay):
+                stopped.append(job)
+        return stay, stopped, False
+
+    def _settle(self, queue: _Queue, stay: list[int], whole: bool) -> None:
+        """The jobs in ``stay`` run in this queue after the walk: appended to its running part when
+        its running jobs all kept their GPUs untouched, else the running part anew (some stopped or moved)."""
+        run = self.run
+        if not whole:
+            queue.running = []
+            queue.held = [0] * len(queue.held)
+        for job in stay:
+            run.join_running(queue, job, run.on_type[job])
+
+    def _visit(self, job: int, stay: list[int]) -> bool:
+        """The walk reaches ``job``: it keeps its GPUs, or starts (or moves) on the type with the most
+        free GPUs that it can run on, if its GPUs are left; appended to ``stay`` if so."""
+        run, room = self.run, self.room
+        n = run.need[job]
+        now_on = self.running.get(job)
+        if now_on is not None and room[now_on[1]] >= n:
+            room[now_on[1]] -= n
+            self.most = max(room)
+            run.on_type[job] = now_on[1]
+            stay.append(job)
+            return True
+        if n > self.most:
+            return False
+        k = most_room(room, n, self.view.can_run(job))
+        if k is None:
+            return False
+        room[k] -= n
+        self.most = max(room)
+        run.on_type[job] = k
+        stay.append(job)
+        if now_on is not None:  # reached, but its type had no room: it moves
+            self.out.append(Preemption(job))
+        self.place.append(Placement(job, self.view.gpu_types[k]))
+        return True

@@ -422,6 +422,7 @@ class FailureSimulation(PreemptiveSimulation):
         for job in sorted({int(state.gpu_job[g]) for g in ids} - {-1, -2}):
             self._fail(job, NODE_FAILURE, 0.0)
         state.take_down(node)
+        self._event_round()  # fewer GPUs: the round an event-driven policy has at any event (none ran on it too)
         repair = float(self._nodes.repair.sample(self._rng, 1)[0])
         now = self._env.now
         self.outages.append((node, now, now + repair))

@@ -154,7 +154,9 @@ class PreemptiveSimulation(Simulation):
         self._attained_before = np.zeros(n)  # attained service when the current segment began
         self._num_array = jobs["num_gpus"].to_numpy(dtype="float64")
         self._segments = Segments()
-        self.view.progress = read_only(self.fraction)
+        # progress is kept current at every call only for a policy that reads it (none: not there)
+        self._reads_progress = bool(getattr(policy, "reads_progress", True))
+        self.view.progress = read_only(self.fraction) if self._reads_progress else None
         self.view.attained = read_only(self.attained)
         self._round_armed = False
         rounds = policy.rounds if policy.preemptive else None
@@ -259,7 +261,8 @@ class PreemptiveSimulation(Simulation):
         if not running:
             return
         jobs = np.fromiter(running, dtype=np.int64, count=len(running))
-        self.fraction[jobs] = self._fraction_done(jobs, now)
+        if self._reads_progress:
+            self.fraction[jobs] = self._fraction_done(jobs, now)
         self.attained[jobs] = self._attained_before[jobs] + (now - self.segment_start[jobs]) * self._num_array[jobs]
 
     # -- the policy's turn ---------------------------------------------------------------------
@@ -294,9 +297,11 @@ class PreemptiveSimulation(Simulation):
         running = self.view.running
         if job not in running:
             raise PolicyError(f"policy {self.policy.name!r} preempted job {job}, which is not running")
+        # refreshed at this call's start (_schedule) where the policy reads it; else computed now
+        fraction = self.fraction[job] if self._reads_progress else self._fraction_done(np.array([job]), now)[0]
         _, k = running.pop(job)
         self._close_segment(job, k, now, max(0.0, now - self.work_start[job]))
-        self.done[job] = self.fraction[job]  # current: refreshed at this call's start (_schedule)
+        self.done[job] = self.fraction[job] = fraction
         self.state.release(k, self.gpus_of[job])
         self.epoch[job] += 1  # its queued completion is stale now
         self.preemptions[job] += 1

@@ -112,6 +112,28 @@ def test_progress_is_conserved_across_preemptions_and_moves_between_types():
     assert (moved > 1).any()  # some job resumed on the other type
 
 
+def test_a_policy_that_reads_no_progress_gets_none_and_its_preempted_work_is_kept():
+    # Tiresias reads attained service alone: the engine leaves progress out of its view and works
+    # out a suspended job's fraction done at the suspension; every job's work still adds up to one.
+    rng = np.random.default_rng(5)
+    jobs = [job(f"j{i}", float(rng.integers(50, 1500)), submit=float(rng.integers(0, 2000)),
+                num_gpus=int(rng.choice([1, 1, 2]))) for i in range(40)]
+    policy, seen = make_policy("tiresias:thresholds=100/400,restart=5"), []
+    schedule = policy.schedule
+
+    def recorded(view):
+        seen.append(view.progress is None)
+        return schedule(view)
+
+    policy.schedule = recorded
+    res = run(jobs, [("V100", 2, 2)], policy)
+    assert seen and all(seen)
+    assert res.records["preemptions"].sum() > 5
+    duration = {j["job_id"]: j["duration_s"] for j in jobs}
+    worked = res.segments.groupby("job_id")["work_s"].sum()
+    assert np.allclose([worked[j] / duration[j] for j in worked.index], 1.0, rtol=0, atol=1e-9)
+
+
 def test_srtf_with_an_infinite_lease_is_sjf():
     rng = np.random.default_rng(11)
     jobs = [{"job_id": f"j{i}", "submit_s": float(rng.integers(0, 500)), "num_gpus": int(rng.choice([1, 2, 4])),
