@@ -61,8 +61,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from policies import hydra_greedy as kernels
-from policies.base import Placement, Policy
-from policies.candidates import first_by, round_robin_pick
+from policies.base import IDLE_GPU, Placement, Policy
 from policies.options import count_or_all, number, planning_mode, quantile_level, switch
 from policies.queues import PlannedQueues
 
@@ -121,18 +120,31 @@ def srtf(job_set, jobs: Jobs) -> list[int]:
 
 def swap_heuristic(seq: list[int], t0: float, jobs: Jobs, t0_due: float | None = None) -> tuple[list[int], Cost]:
     """Slide a window of deadline-violating jobs (on the due clock) left from the right-most
-    violation; keep the best sequence seen (so it is never worse than its input)."""
+    violation; keep the best sequence seen (so it is never worse than its input). Costs are
+    :func:`queue_cost`'s, on each job's facts read once as Python floats (the same IEEE sums)."""
     t0_due = t0 if t0_due is None else t0_due
     seq = list(seq)
-    best, best_cost = list(seq), queue_cost(seq, t0, jobs, t0_due)
+    facts = {j: (float(jobs.p[j]), float(jobs.due_p[j]), float(jobs.submit[j]), float(jobs.deadline[j])) for j in seq}
+
+    def cost(s: list[int]) -> Cost:
+        t, t_due, tard, jct = t0, t0_due, 0.0, 0.0
+        for j in s:
+            p, due_p, submit, deadline = facts[j]
+            t += p
+            t_due += due_p
+            jct += t - submit
+            if t_due > deadline:
+                tard += t_due - deadline
+        return tard, jct
 
     def violating(s: list[int]) -> list[bool]:
         t, out = t0_due, []
         for j in s:
-            t += jobs.due_p[j]
-            out.append(t > jobs.deadline[j])
+            t += facts[j][1]
+            out.append(t > facts[j][3])
         return out
 
+    best, best_cost = list(seq), cost(seq)
     late = violating(seq)
     if not any(late):
         return best, best_cost
@@ -143,9 +155,9 @@ def swap_heuristic(seq: list[int], t0: float, jobs: Jobs, t0_due: float | None =
         seq[lo - 1:hi] = seq[lo:hi + 1]
         seq[hi] = displaced
         lo, hi = lo - 1, hi - 1
-        cost = queue_cost(seq, t0, jobs, t0_due)
-        if cost < best_cost:
-            best, best_cost = list(seq), cost
+        candidate = cost(seq)
+        if candidate < best_cost:
+            best, best_cost = list(seq), candidate
         late = violating(seq)
         if late[hi + 1]:
             hi += 1  # the displaced job now misses its deadline: it joins the window
@@ -358,10 +370,70 @@ class GpuState:
             self.t0_due = self.t0
 
 
+@dataclass
+class Assignment:
+    """The greedy's result as arrays over its groups (columns ``used``; the first ``m`` given, the
+    rest split off them in order): a group's parent (-1: given), its queue length, and its queue:
+    ``ordered[c]`` (job ids) where an ordering was searched, else its SRTF order, row indices in
+    ``seqs[slot[c], :length[c]]``. ``tardiness`` is of each queue as ordered."""
+
+    m: int
+    used: int
+    rows: np.ndarray
+    parent: np.ndarray
+    length: np.ndarray
+    slot: np.ndarray
+    srtf: np.ndarray
+    seqs: np.ndarray
+    tardiness: np.ndarray
+    ordered: dict[int, list[int]]
+
+    def queue(self, c: int) -> list[int]:
+        """Group c's planned jobs, first to run first."""
+        return self.queues([c])[0]
+
+    def queues(self, columns: list[int]) -> list[list[int]]:
+        """The planned jobs of each group in ``columns``, first to run first (one conversion for all)."""
+        cols = np.asarray(columns, dtype=np.int64)
+        jobs, ends = kernels.flat_queues(cols, self.rows, self.seqs, self.slot, self.length)
+        flat, bounds = jobs.tolist(), ends.tolist()
+        return [flat[a:b] if self.srtf[c] else self.ordered[c]
+                for c, a, b in zip(columns, [0, *bounds[:-1]], bounds)]
+
+
 def greedy_assign(waiting: list[int], gpus: list[GpuState], per_type: list[Jobs],
                   feasible: np.ndarray, orderer: QueueOrderer) -> list[GpuState]:
     """Hydra's greedy assignment of ``waiting`` jobs (rows of ``feasible[job, type]``) to GPU
-    groups with empty plans; returns the groups, new ones (split off a group) appended.
+    groups with empty plans; returns the groups, new ones (split off a group) appended, each new
+    one holding the first GPU left in its parent (:func:`assign` on groups given as objects)."""
+    if any(g.seq for g in gpus):
+        raise ValueError("greedy_assign takes GPU groups with empty plans; a group came with one")
+    if not waiting:
+        return list(gpus)
+    rows = np.asarray(waiting, dtype=np.int64)
+    row_p = np.stack([np.asarray(jobs.p, dtype=np.float64)[rows] for jobs in per_type])
+    row_due_p = np.stack([np.asarray(jobs.due_p, dtype=np.float64)[rows] for jobs in per_type])
+    row_ok = np.ascontiguousarray(np.asarray(feasible, dtype=bool)[rows].T)
+    given = (np.array([g.type_k for g in gpus], dtype=np.int64), np.array([g.t0 for g in gpus], dtype=np.float64),
+             np.array([g.t0_due for g in gpus], dtype=np.float64),
+             np.array([len(g.members) for g in gpus], dtype=np.int64))
+    plan = assign(rows, row_p, row_due_p, row_ok, per_type, given, orderer)
+    out = list(gpus)
+    for u in range(plan.m, plan.used):  # in the order they split off their group
+        parent = gpus[plan.parent[u]]
+        out.append(GpuState(parent.type_k, parent.t0, [parent.members.pop(0)], [], t0_due=parent.t0_due))
+    for c, group in enumerate(out):
+        if plan.length[c]:
+            group.seq = plan.queue(c)
+            group.tardiness = float(plan.tardiness[c])
+    return out
+
+
+def assign(rows: np.ndarray, row_p: np.ndarray, row_due_p: np.ndarray, row_ok: np.ndarray, per_type: list[Jobs],
+           given: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], orderer: QueueOrderer,
+           lazy: bool = True) -> Assignment:
+    """Hydra's greedy assignment of jobs ``rows`` (their (type, row) run times on both clocks and
+    feasibility) to GPU groups with empty plans, ``given`` as arrays: type, t0, t0_due and GPU count.
 
     Each round takes the (job, GPU) pair of least absolute queue cost. Pairs are first scored by
     SRTF, which is exact when SRTF meets every deadline and otherwise gives a lower bound
@@ -370,74 +442,63 @@ def greedy_assign(waiting: list[int], gpus: list[GpuState], per_type: list[Jobs]
     the current minimum, so the choice is the same as scoring every pair exactly. Once the
     decision's budget is spent, every pair is scored by its SRTF cost as exact and queues are
     ordered by SRTF. Scoring and the rounds whose queue SRTF orders on time run compiled
-    (:mod:`policies.hydra_greedy`); the budget is checked whenever control is back here (at least
-    every ``ROUNDS_PER_CHECK`` rounds).
+    (:mod:`policies.hydra_greedy`); the budget is checked whenever control is back here (with a
+    time budget, at least every ``ROUNDS_PER_CHECK`` rounds; a work budget changes only here).
+    With ``lazy`` (when exact: no run time < 0, no GPU free before a job's submission), a grown
+    queue's pairs get lower bounds scored only when least, and groups split off an empty group are
+    scored only once that group gets a job (:func:`policies.hydra_greedy.add_job`): the same picks.
     """
-    if any(g.seq for g in gpus):
-        raise ValueError("greedy_assign takes GPU groups with empty plans; a group came with one")
-    n, m = len(waiting), len(gpus)
-    if n == 0:
-        return list(gpus)
+    n, m = len(rows), len(given[0])
     width = m + n  # every assignment can split at most one new group off
-    rows = np.asarray(waiting, dtype=np.int64)
     tard, jct = np.full((n, width), np.inf), np.full((n, width), np.inf)
     code = np.zeros((n, width), dtype=np.int8)
     alive = np.ones(n, dtype=bool)
-    row_p = np.stack([np.asarray(jobs.p, dtype=np.float64)[rows] for jobs in per_type])
-    row_due_p = np.stack([np.asarray(jobs.due_p, dtype=np.float64)[rows] for jobs in per_type])
-    row_ok = np.ascontiguousarray(np.asarray(feasible, dtype=bool)[rows].T)
     row_submit = np.asarray(per_type[0].submit, dtype=np.float64)[rows]
     row_deadline = np.asarray(per_type[0].deadline, dtype=np.float64)[rows]
-    g_type, g_t0 = np.zeros(width, dtype=np.int64), np.zeros(width)
-    g_type[:m] = [g.type_k for g in gpus]
-    g_t0[:m] = [g.t0 for g in gpus]
-    g_t0_due = np.zeros(width)
-    g_t0_due[:m] = [g.t0_due for g in gpus]
+    g_type, g_t0, g_t0_due, g_count = (np.zeros(width, dtype=np.int64), np.zeros(width), np.zeros(width),
+                                       np.zeros(width, dtype=np.int64))
+    g_type[:m], g_t0[:m], g_t0_due[:m], g_count[:m] = given
     g_tard, g_len = np.zeros(width), np.zeros(width, dtype=np.int64)
     g_slot, g_parent = np.full(width, -1, dtype=np.int64), np.full(width, -1, dtype=np.int64)
-    g_count = np.zeros(width, dtype=np.int64)
-    g_count[:m] = [len(g.members) for g in gpus]
     g_srtf = np.zeros(width, dtype=bool)  # whether a group's plan is its SRTF order (else in ``ordered``)
     seqs = np.empty((n, n), dtype=np.int64)
-    counters = np.array([m, 0, 0], dtype=np.int64)
+    # held-back scores are exact only if no GPU frees before a job's submission and no run time is < 0
+    lazy = lazy and m > 0 and bool(min(g_t0[:m].min(), g_t0_due[:m].min()) >= row_submit.max()
+                                   and row_p.min() >= 0.0 and row_due_p.min() >= 0.0)
+    counters = np.array([m, 0, 0, lazy, n], dtype=np.int64)
+    # per row: its least cell; per group: whether its scores are held back (kernels.add_job); the rows left
+    best = (np.full(n, -1, dtype=np.int64), np.full(n, np.inf), np.full(n, np.inf), np.zeros(width, dtype=bool),
+            np.arange(n, dtype=np.int64))
     scores = (tard, jct, code, alive, rows, row_p, row_ok, row_submit, row_deadline)
     groups = (g_type, g_t0, g_tard, g_len, g_slot)
     due = (row_due_p, g_t0_due)
     ordered: dict[int, list[int]] = {}
+    rounds = ROUNDS_PER_CHECK if orderer.stop_at != math.inf else n + 1  # untimed: pause never needed
     srtf_only = False  # the budget is spent: SRTF scores are taken as exact
-    kernels.fill_all(srtf_only, *scores, *groups, seqs, counters, *due)
+    kernels.start(srtf_only, *scores, *groups, seqs, counters, *due, *best)
     while True:
         if not srtf_only and orderer.spent():
             srtf_only = True
-            kernels.fill_all(srtf_only, *scores, *groups, seqs, counters, *due)
-        status, r, c = kernels.advance(ROUNDS_PER_CHECK, srtf_only, *scores, *groups, g_count, g_parent, g_srtf,
-                                       seqs, counters, *due)
+            kernels.start(srtf_only, *scores, *groups, seqs, counters, *due, *best)
+        status, r, c = kernels.advance(rounds, srtf_only, *scores, *groups, g_count, g_parent, g_srtf,
+                                       seqs, counters, *due, *best)
         if status == kernels.DONE:
             break
         if status == kernels.PAUSE:
             continue
         k = int(g_type[c])
         planned = rows[seqs[g_slot[c], :g_len[c]]].tolist() if g_len[c] else []
-        seq, cost = orderer.order(frozenset(planned) | {waiting[r]}, float(g_t0[c]), k, per_type[k],
+        seq, cost = orderer.order(frozenset(planned) | {int(rows[r])}, float(g_t0[c]), k, per_type[k],
                                   float(g_t0_due[c]))
         if code[r, c] == kernels.BOUND:  # the bound is the minimum: score the pair exactly
-            tard[r, c], jct[r, c] = cost
-            code[r, c] = kernels.EXACT
+            kernels.set_exact(r, c, cost[0], cost[1], tard, jct, code, counters[kernels.USED], *best[:3])
             continue
         target = kernels.add_job(r, c, cost[0], srtf_only, *scores, *groups, g_count, g_parent, seqs, counters,
-                                 *due)
+                                 *due, *best)
         ordered[target] = seq
         g_srtf[target] = False
     orderer.pairs += int(counters[kernels.WORK])
-    out = list(gpus)
-    for u in range(m, int(counters[kernels.USED])):  # in the order they split off their group
-        out.append(GpuState(int(g_type[u]), float(g_t0[u]), [gpus[g_parent[u]].members.pop(0)], [],
-                            t0_due=float(g_t0_due[u])))
-    for c, group in enumerate(out):
-        if g_len[c]:
-            group.seq = rows[seqs[g_slot[c], :g_len[c]]].tolist() if g_srtf[c] else ordered[c]
-            group.tardiness = float(g_tard[c])
-    return out
+    return Assignment(m, int(counters[kernels.USED]), rows, g_parent, g_len, g_slot, g_srtf, seqs, g_tard, ordered)
 
 
 class HydraPolicy(Policy):
@@ -460,7 +521,8 @@ class HydraPolicy(Policy):
         self.window = count_or_all("window", window)
         self.orderer = QueueOrderer(self.bnb, self.budget_ms, self.max_nodes, self.work)
         self._queues = PlannedQueues()
-        self._static: tuple[list[Jobs], np.ndarray] | None = None
+        self._static: _Facts | None = None
+        self._mark: np.ndarray | None = None  # scratch of :meth:`_window`
         self.max_work = 0  # the most work units one decision took (QueueOrderer.work)
         self.max_search_work = 0  # the most search work one decision took (what ``work`` bounds)
 
@@ -489,66 +551,93 @@ class HydraPolicy(Policy):
             self._queues.clear()
             if not view.free_by_type.any():
                 return []  # only idle GPUs' heads start, and the plan is redone at the next event
-            pending = self._window(view, list(view.waiting))
+            pending = self._window(view)
         else:
             planned = self._queues.planned_jobs()
-            pending = [j for j in view.waiting if j not in planned]
-        if pending:
-            avail = view.gpu_available_at()
+            pending = np.array([j for j in view.waiting if j not in planned], dtype=np.int64)
+        if len(pending):
+            avail = self._available_at(view, view.predicted)
             q = self.deadline_quantile
-            self._plan(view, pending, avail, avail if q is None else view.gpu_available_at(view.quantile(q)))
+            self._plan(view, pending, avail, avail if q is None else self._available_at(view, view.quantile(q)))
         return self._queues.start_heads(view)
 
-    def _window(self, view, jobs: list[int]) -> list[int]:
-        """The jobs planned in one online decision: round-robin over longest-waiting, earliest
-        deadline and shortest predicted run time (on any type), ``window`` in all."""
+    @staticmethod
+    def _available_at(view, runtimes: np.ndarray) -> np.ndarray:
+        """``view.gpu_available_at(runtimes)``, compiled."""
+        return kernels.available_at(float(view.now), view.gpu_job, view.start, view.type_of, runtimes)
+
+    def _window(self, view) -> np.ndarray:
+        """The jobs planned in one online decision (ascending): round-robin over longest-waiting,
+        earliest deadline and shortest predicted run time (on any type), ``window`` in all."""
+        jobs = np.fromiter(view.waiting, dtype=np.int64, count=len(view.waiting))
         if self.window is None or len(jobs) <= self.window:
             return jobs
-        idx = np.asarray(jobs)
-        due = view.deadline[idx]
-        dated = ~np.isnan(due)
-        orders = [jobs[:self.window], first_by(idx[dated], due[dated], self.window),
-                  first_by(idx, view.predicted[idx].min(axis=1), self.window)]
-        return sorted(round_robin_pick(orders, self.window))
+        if self._mark is None or len(self._mark) != len(view.submit):
+            self._mark = np.zeros(len(view.submit), dtype=bool)  # scratch: one flag per job
+        return kernels.window(jobs, view.deadline, view.predicted, self.window, self._mark)
 
-    def _plan(self, view, pending: list[int], avail: np.ndarray, avail_due: np.ndarray) -> None:
+    def _plan(self, view, pending: np.ndarray, avail: np.ndarray, avail_due: np.ndarray) -> None:
         """Plan ``pending`` on the GPUs, free at ``avail`` (``avail_due`` on the due clock)."""
-        if self._static is None:  # per-job facts that never change during a run (the engine keeps
-            # the run-time arrays current: these are views of them)
+        static = self._facts(view)
+        per_type = static.per_type
+        t0, t0_due = avail, avail_due
+        if self._queues.queues:  # offline: new jobs go behind installed queues
+            t0, t0_due = avail.copy(), avail_due.copy()
+            for g, queue in self._queues.queues.items():
+                jobs = per_type[view.gpu_type[g]]
+                ahead = float(jobs.p[queue].sum())
+                t0[g] += ahead
+                t0_due[g] += ahead if jobs.due_p is jobs.p else float(jobs.due_p[queue].sum())
+        # idle before busy at equal times (a job that overran its prediction is "free now" too, but a
+        # job given to that GPU would wait for it). Only len(pending) GPUs of a type can receive a job:
+        # a GPU that frees later than each of the len(pending) first ones, and no earlier on the due
+        # clock, costs more than any of them still empty (exact; without the option: the len(pending)
+        # earliest-free GPUs). Equal t0 and t0_due: one group.
+        g_type, g_t0, g_t0_due, g_count, g_first, members = kernels.group_gpus(
+            static.by_type, static.type_start, t0, t0_due, view.gpu_job >= 0, len(pending))
+        rows = pending
+        row_p = np.ascontiguousarray(static.predicted[rows].T)
+        row_due_p = row_p if static.due is None else np.ascontiguousarray(static.due[rows].T)
+        row_ok = np.ascontiguousarray(static.feasible[rows].T)
+        self.orderer.start_decision()
+        plan = assign(rows, row_p, row_due_p, row_ok, per_type, (g_type, g_t0, g_t0_due, g_count), self.orderer)
+        lead = kernels.leads(plan.m, plan.used, plan.parent, g_first, members)
+        columns = np.flatnonzero(plan.length[:plan.used])
+        if self.mode == "online":  # only idle GPUs' queues are read before the next re-plan
+            columns = columns[view.gpu_job[lead[columns]] == IDLE_GPU]
+        columns = columns.tolist()
+        for gpu, queue in zip(lead[columns].tolist(), plan.queues(columns)):
+            self._queues.extend(gpu, queue)
+        self.max_work = max(self.max_work, self.orderer.work)
+        self.max_search_work = max(self.max_search_work, self.orderer.search_work)
+
+    def _facts(self, view) -> _Facts:
+        """Per-job and per-GPU facts that never change during a run (the engine keeps the run-time
+        arrays current: these are views of them)."""
+        if self._static is None:
             deadline = np.where(np.isnan(view.deadline), np.inf, view.deadline)
             q = self.deadline_quantile
             due_p = None if q is None else view.quantile(q)  # None: the due clock is the point clock
-            self._static = ([Jobs(view.predicted[:, k], view.submit, deadline,
-                                  None if due_p is None else due_p[:, k]) for k in range(len(view.gpu_types))],
-                            # a pool too small, or a type the trace says the job cannot run on (+inf)
-                            (view.num_gpus[:, None] <= view.total_by_type[None, :]) & np.isfinite(view.predicted))
-        per_type, feasible = self._static
-        t0, t0_due = avail.copy(), avail_due.copy()
-        for g, queue in self._queues.queues.items():  # offline: new jobs go behind installed queues
-            jobs = per_type[view.gpu_type[g]]
-            ahead = float(jobs.p[queue].sum())
-            t0[g] += ahead
-            t0_due[g] += ahead if jobs.due_p is jobs.p else float(jobs.due_p[queue].sum())
-        gpus: list[GpuState] = []
-        for k in range(len(view.gpu_types)):
-            ids = np.flatnonzero(view.gpu_type == k)
-            # idle before busy at equal times (a job that overran its prediction is "free now" too,
-            # but a job given to that GPU would wait for it)
-            ids = ids[np.lexsort((view.gpu_job[ids] >= 0, t0_due[ids], t0[ids]))]
-            if len(ids) > len(pending):
-                # Only len(pending) GPUs can receive a job: a GPU that frees later than each of the
-                # len(pending) first ones, and no earlier on the due clock, costs more than any of them
-                # still empty (exact; without the option: the len(pending) earliest-free GPUs).
-                first = ids[:len(pending)]
-                ids = ids[(t0[ids] <= t0[first[-1]]) | (t0_due[ids] < t0_due[first].max())]
-            times, due_times, members = t0[ids], t0_due[ids], ids.tolist()
-            changes = (times[1:] != times[:-1]) | (due_times[1:] != due_times[:-1])
-            cuts = [0, *(np.flatnonzero(changes) + 1).tolist(), len(members)]
-            for a, b in zip(cuts, cuts[1:]):  # equal t0 and t0_due: one group
-                gpus.append(GpuState(k, float(times[a]), members[a:b], [], t0_due=float(due_times[a])))
-        self.orderer.start_decision()
-        for group in greedy_assign(pending, gpus, per_type, feasible, self.orderer):
-            if group.seq:
-                self._queues.extend(group.members[0], group.seq)
-        self.max_work = max(self.max_work, self.orderer.work)
-        self.max_search_work = max(self.max_search_work, self.orderer.search_work)
+            per_type = [Jobs(view.predicted[:, k], view.submit, deadline, None if due_p is None else due_p[:, k])
+                        for k in range(len(view.gpu_types))]
+            # a pool too small, or a type the trace says the job cannot run on (+inf)
+            feasible = (view.num_gpus[:, None] <= view.total_by_type[None, :]) & np.isfinite(view.predicted)
+            by_type = np.argsort(view.gpu_type, kind="stable").astype(np.int64)
+            type_start = np.searchsorted(view.gpu_type[by_type], np.arange(len(view.gpu_types) + 1)).astype(np.int64)
+            self._static = _Facts(per_type, feasible, np.asarray(view.predicted, dtype=np.float64),
+                                  None if due_p is None else np.asarray(due_p, dtype=np.float64), by_type, type_start)
+        return self._static
+
+
+@dataclass(frozen=True)
+class _Facts:
+    """What :meth:`HydraPolicy._plan` reads at every decision and computes once: per type the jobs'
+    arrays, feasibility (job, type), run times (job, type) on both clocks (``due`` None: the point
+    clock), and the GPU ids grouped by type (ascending; type k's from ``type_start[k]``)."""
+
+    per_type: list[Jobs]
+    feasible: np.ndarray
+    predicted: np.ndarray
+    due: np.ndarray | None
+    by_type: np.ndarray
+    type_start: np.ndarray

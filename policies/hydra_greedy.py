@@ -27,10 +27,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-BOUND, ON_TIME, EXACT = 0, 1, 2  # score codes
+BOUND, ON_TIME, EXACT, LAZY = 0, 1, 2, 3  # score codes (LAZY: see fill_lazy)
 DONE, ASK, PAUSE = 0, 1, 2  # why advance() returned
-# indices into the int64 ``counters`` array
-USED, SLOTS, WORK = 0, 1, 2
+# indices into the int64 ``counters`` array (LAZY: 1 when new groups' scores may wait, see add_job;
+# LIVE: how many rows are left, ``live[:LIVE]`` in order)
+USED, SLOTS, WORK, LAZY, LIVE = 0, 1, 2, 3, 4
 
 
 @njit(cache=True)
@@ -139,11 +140,7 @@ def fill_column(c, srtf_only, tard, jct, code, alive, rows, row_p, row_ok, row_s
             code[i, c] = ON_TIME if tard[i, c] == 0.0 else EXACT
         return
     seq = seqs[g_slot[c]]
-    ends, ends_due = np.empty(size + 1), np.empty(size + 1)
-    ends[0], ends_due[0] = t0, t0_due
-    for m in range(size):  # sequential sums, as queue_cost adds
-        ends[m + 1] = ends[m] + row_p[k, seq[m]]
-        ends_due[m + 1] = ends_due[m] + due_p[k, seq[m]]
+    ends, ends_due = queue_ends(seq, size, k, t0, t0_due, row_p, due_p)
     waits = np.empty(size)
     lates = np.empty(size)
     for i in range(n):
@@ -152,33 +149,111 @@ def fill_column(c, srtf_only, tard, jct, code, alive, rows, row_p, row_ok, row_s
             jct[i, c] = inf
             code[i, c] = EXACT
             continue
-        pj, qj = row_p[k, i], due_p[k, i]
-        before = srtf_position(seq, size, k, i, rows, row_p)
-        for m in range(size):
-            x = seq[m]
-            if m < before:
-                shifted, shifted_due = ends[m + 1], ends_due[m + 1]
-            else:
-                shifted, shifted_due = ends[m + 1] + pj, ends_due[m + 1] + qj
-            waits[m] = shifted - row_submit[x]
-            late = shifted_due - row_deadline[x]
-            lates[m] = late if late > 0.0 else 0.0
-        end_j = ends[before] + pj
-        own_late = ends_due[before] + qj - row_deadline[i]
-        total_jct = pairwise_sum(waits, size) + end_j - row_submit[i]
-        total_tard = pairwise_sum(lates, size) + (own_late if own_late > 0.0 else 0.0)
-        jct[i, c] = total_jct
-        if total_tard == 0.0:
-            tard[i, c] = 0.0
-            code[i, c] = ON_TIME
-        elif srtf_only:
-            tard[i, c] = total_tard
+        score_row(i, c, k, srtf_only, t0_due, seq, size, ends, ends_due, waits, lates, tard, jct, code, rows,
+                  row_p, due_p, row_submit, row_deadline, g_tard)
+
+
+@njit(cache=True)
+def queue_ends(seq, size, k, t0, t0_due, row_p, due_p):
+    """When each job of a queue (SRTF order) ends, on both clocks: sequential sums, as queue_cost adds."""
+    ends, ends_due = np.empty(size + 1), np.empty(size + 1)
+    ends[0], ends_due[0] = t0, t0_due
+    for m in range(size):
+        ends[m + 1] = ends[m] + row_p[k, seq[m]]
+        ends_due[m + 1] = ends_due[m] + due_p[k, seq[m]]
+    return ends, ends_due
+
+
+@njit(cache=True)
+def score_row(i, c, k, srtf_only, t0_due, seq, size, ends, ends_due, waits, lates, tard, jct, code, rows,
+              row_p, due_p, row_submit, row_deadline, g_tard):
+    """Score row i (alive, feasible) on group c's non-empty queue ``seq[:size]`` ending at ``ends``."""
+    pj, qj = row_p[k, i], due_p[k, i]
+    before = srtf_position(seq, size, k, i, rows, row_p)
+    for m in range(size):
+        x = seq[m]
+        if m < before:
+            shifted, shifted_due = ends[m + 1], ends_due[m + 1]
+        else:
+            shifted, shifted_due = ends[m + 1] + pj, ends_due[m + 1] + qj
+        waits[m] = shifted - row_submit[x]
+        late = shifted_due - row_deadline[x]
+        lates[m] = late if late > 0.0 else 0.0
+    end_j = ends[before] + pj
+    own_late = ends_due[before] + qj - row_deadline[i]
+    total_jct = pairwise_sum(waits, size) + end_j - row_submit[i]
+    total_tard = pairwise_sum(lates, size) + (own_late if own_late > 0.0 else 0.0)
+    jct[i, c] = total_jct
+    if total_tard == 0.0:
+        tard[i, c] = 0.0
+        code[i, c] = ON_TIME
+    elif srtf_only:
+        tard[i, c] = total_tard
+        code[i, c] = EXACT
+    else:
+        alone = t0_due + qj - row_deadline[i]
+        alone = alone if alone > 0.0 else 0.0
+        tard[i, c] = g_tard[c] if g_tard[c] > alone else alone
+        code[i, c] = BOUND
+
+
+@njit(cache=True)
+def fill_lazy(c, tard, jct, code, rows, row_p, row_ok, row_submit, row_deadline,
+              g_type, g_t0, g_len, g_slot, seqs, counters, row_due_p, g_t0_due, best_c, best_t, best_j, live):
+    """Like :func:`fill_column` on a non-empty queue, but each live pair gets a lower bound in
+    O(1), marked :data:`LAZY`, scored by :func:`score_cell` only if it is ever the least.
+
+    With every run time >= 0 (both clocks), a job's cell is, in floating point too (rounding is
+    monotone, and each sum only gains terms no smaller): tardiness >= its tardiness run first
+    (``alone``, as :func:`fill_column` computes it; each of its scores is >= that), JCT >= the
+    queue's own summed waits (numpy's pairwise order, over the same positions: each wait only
+    grows) plus the job's JCT run first. So the least of bounds and scores, scored when a bound,
+    is the least score, and equals are resolved in the same (row, column) order. Only the rows
+    left (``live``) are scored (no other is read again), each one's best cell kept as
+    :func:`refresh_column` keeps it."""
+    n = rows.shape[0]
+    counters[WORK] += n
+    k = g_type[c]
+    t0, t0_due = g_t0[c], g_t0_due[c]
+    size = g_len[c]
+    seq = seqs[g_slot[c]]
+    ends, _ = queue_ends(seq, size, k, t0, t0_due, row_p, row_due_p)
+    waits = np.empty(size)
+    for m in range(size):
+        waits[m] = ends[m + 1] - row_submit[seq[m]]
+    queue_jct = pairwise_sum(waits, size)
+    used = counters[USED]
+    for at in range(counters[LIVE]):
+        i = live[at]
+        if not row_ok[k, i]:
+            t, j = np.inf, np.inf
             code[i, c] = EXACT
         else:
-            alone = t0_due + qj - row_deadline[i]
-            alone = alone if alone > 0.0 else 0.0
-            tard[i, c] = g_tard[c] if g_tard[c] > alone else alone
-            code[i, c] = BOUND
+            alone = t0_due + row_due_p[k, i] - row_deadline[i]
+            t = alone if alone > 0.0 else 0.0
+            j = queue_jct + (t0 + row_p[k, i]) - row_submit[i]
+            code[i, c] = LAZY
+        tard[i, c], jct[i, c] = t, j
+        b, bt, bj = best_c[i], best_t[i], best_j[i]
+        if b == c:
+            if t < bt or (t == bt and j <= bj):
+                best_t[i], best_j[i] = t, j
+            else:
+                rescan_row(i, tard, jct, used, best_c, best_t, best_j)
+        elif t < bt or (t == bt and (j < bj or (j == bj and b >= 0 and c < b))):
+            best_c[i], best_t[i], best_j[i] = c, t, j
+
+
+@njit(cache=True)
+def score_cell(r, c, srtf_only, tard, jct, code, rows, row_p, row_submit, row_deadline,
+               g_type, g_t0, g_tard, g_len, g_slot, seqs, row_due_p, g_t0_due):
+    """The score :func:`fill_column` gives pair (r, c), for a pair :func:`fill_lazy` bounded."""
+    k = g_type[c]
+    size = g_len[c]
+    seq = seqs[g_slot[c]]
+    ends, ends_due = queue_ends(seq, size, k, g_t0[c], g_t0_due[c], row_p, row_due_p)
+    score_row(r, c, k, srtf_only, g_t0_due[c], seq, size, ends, ends_due, np.empty(size), np.empty(size), tard, jct,
+              code, rows, row_p, row_due_p, row_submit, row_deadline, g_tard)
 
 
 @njit(cache=True)
@@ -206,13 +281,117 @@ def pick(tard, jct, alive, used):
 
 
 @njit(cache=True)
+def rescan_row(r, tard, jct, used, best_c, best_t, best_j):
+    """Row r's least (tardiness, JCT) over the first ``used`` columns, first among equals, as
+    :func:`pick` scans a row; column -1 when no cell can be picked."""
+    bc, bt, bj = -1, np.inf, np.inf
+    for c in range(used):
+        t = tard[r, c]
+        if t < bt or (t == bt and jct[r, c] < bj):
+            bt, bj, bc = t, jct[r, c], c
+    best_c[r], best_t[r], best_j[r] = bc, bt, bj
+
+
+@njit(cache=True)
+def rescan_rows(tard, jct, alive, used, best_c, best_t, best_j):
+    for r in range(tard.shape[0]):
+        if alive[r]:
+            rescan_row(r, tard, jct, used, best_c, best_t, best_j)
+
+
+@njit(cache=True)
+def refresh_column(c, tard, jct, alive, used, best_c, best_t, best_j):
+    """Column c was rescored: keep each live row's best cell current. A row whose best was c and
+    got costlier is rescanned; any other row compares c's new cell with its best (ties: lower column)."""
+    for r in range(tard.shape[0]):
+        if not alive[r]:
+            continue
+        t, j, b = tard[r, c], jct[r, c], best_c[r]
+        bt, bj = best_t[r], best_j[r]
+        if b == c:
+            if t < bt or (t == bt and j <= bj):
+                best_t[r], best_j[r] = t, j
+            else:
+                rescan_row(r, tard, jct, used, best_c, best_t, best_j)
+        elif t < bt or (t == bt and (j < bj or (j == bj and b >= 0 and c < b))):
+            best_c[r], best_t[r], best_j[r] = c, t, j
+
+
+@njit(cache=True)
+def pick_best(alive, best_c, best_t, best_j):
+    """:func:`pick` from the rows' best cells: the first row of least (tardiness, JCT)."""
+    best_r, bt, bj = -1, np.inf, np.inf
+    for r in range(alive.shape[0]):
+        if alive[r] and best_c[r] >= 0:
+            t = best_t[r]
+            if t < bt or (t == bt and best_j[r] < bj):
+                bt, bj, best_r = t, best_j[r], r
+    if best_r < 0:
+        return -1, -1
+    return best_r, best_c[best_r]
+
+
+@njit(cache=True)
+def pick_live(live, count, best_c, best_t, best_j):
+    """:func:`pick_best` over the rows left, ``live[:count]`` (ascending)."""
+    best_r, bt, bj = -1, np.inf, np.inf
+    for at in range(count):
+        r = live[at]
+        if best_c[r] >= 0:
+            t = best_t[r]
+            if t < bt or (t == bt and best_j[r] < bj):
+                bt, bj, best_r = t, best_j[r], r
+    if best_r < 0:
+        return -1, -1
+    return best_r, best_c[best_r]
+
+
+@njit(cache=True)
+def set_exact(r, c, t, j, tard, jct, code, used, best_c, best_t, best_j):
+    """Score pair (r, c) exactly (no lower than its bound): row r's best cell is found again."""
+    tard[r, c], jct[r, c] = t, j
+    code[r, c] = EXACT
+    rescan_row(r, tard, jct, used, best_c, best_t, best_j)
+
+
+@njit(cache=True)
+def start(srtf_only, tard, jct, code, alive, rows, row_p, row_ok, row_submit, row_deadline,
+          g_type, g_t0, g_tard, g_len, g_slot, seqs, counters, row_due_p, g_t0_due, best_c, best_t, best_j, g_lazy,
+          live):
+    """Score every pair (:func:`fill_all`, scores held back included) and find each row's best cell."""
+    fill_all(srtf_only, tard, jct, code, alive, rows, row_p, row_ok, row_submit, row_deadline,
+             g_type, g_t0, g_tard, g_len, g_slot, seqs, counters, row_due_p, g_t0_due)
+    g_lazy[:] = False
+    counters[LIVE] = 0
+    for r in range(alive.shape[0]):
+        if alive[r]:
+            live[counters[LIVE]] = r
+            counters[LIVE] += 1
+    rescan_rows(tard, jct, alive, counters[USED], best_c, best_t, best_j)
+
+
+@njit(cache=True)
 def add_job(r, c, tardiness, srtf_only, tard, jct, code, alive, rows, row_p, row_ok, row_submit, row_deadline,
-            g_type, g_t0, g_tard, g_len, g_slot, g_count, g_parent, seqs, counters, row_due_p, g_t0_due):
+            g_type, g_t0, g_tard, g_len, g_slot, g_count, g_parent, seqs, counters, row_due_p, g_t0_due,
+            best_c, best_t, best_j, g_lazy, live):
     """Give row r to group c (whose queue, ordered, has ``tardiness``); a group of several GPUs
-    hands the job to a new group split off it (its first GPU). Returns the group that got it."""
+    hands the job to a new group split off it (its first GPU). Returns the group that got it.
+
+    A group split off an empty group (its queue: this one job) costs every job at least what the
+    empty group costs it, on both clocks, in floating point too (with every run time >= 0 and every
+    GPU free no earlier than any job's submission, ``counters[LAZY]``: each sum only adds terms >=
+    0, and rounding is monotone), and the empty group comes first among equals: none of its pairs
+    can be the least while the empty group stays empty. Its scores are held back (``g_lazy``) and
+    computed when that group gets a job itself (counted as scored now, as before)."""
     alive[r] = False
     tard[r, :] = np.inf
     jct[r, :] = np.inf
+    left = 0
+    for i in range(counters[LIVE]):
+        if live[i] != r:
+            live[left] = live[i]
+            left += 1
+    counters[LIVE] = left
     target = c
     if g_count[c] > 1:
         target = counters[USED]
@@ -238,9 +417,34 @@ def add_job(r, c, tardiness, srtf_only, tard, jct, code, alive, rows, row_p, row
     seq[at] = r
     g_len[target] = size + 1
     g_tard[target] = tardiness
-    fill_column(target, srtf_only, tard, jct, code, alive, rows, row_p, row_ok, row_submit, row_deadline,
-                g_type, g_t0, g_tard, g_len, g_slot, seqs, counters, row_due_p, g_t0_due)
+    if target != c and g_len[c] == 0 and counters[LAZY]:
+        g_lazy[target] = True
+        counters[WORK] += rows.shape[0]
+        return target
+    _rescore(target, srtf_only, tard, jct, code, alive, rows, row_p, row_ok, row_submit, row_deadline,
+             g_type, g_t0, g_tard, g_len, g_slot, seqs, counters, row_due_p, g_t0_due, best_c, best_t, best_j, live)
+    if target == c:  # c's queue is no longer empty: the groups split off it may now cost less
+        for u in range(counters[USED]):
+            if g_lazy[u] and g_parent[u] == c:
+                g_lazy[u] = False
+                _rescore(u, srtf_only, tard, jct, code, alive, rows, row_p, row_ok, row_submit, row_deadline,
+                         g_type, g_t0, g_tard, g_len, g_slot, seqs, counters, row_due_p, g_t0_due, best_c, best_t,
+                         best_j, live)
+                counters[WORK] -= rows.shape[0]  # counted when it split off
     return target
+
+
+@njit(cache=True)
+def _rescore(c, srtf_only, tard, jct, code, alive, rows, row_p, row_ok, row_submit, row_deadline,
+             g_type, g_t0, g_tard, g_len, g_slot, seqs, counters, row_due_p, g_t0_due, best_c, best_t, best_j, live):
+    """Score group c's column after its queue grew (bounds when ``counters[LAZY]``), rows' best cells kept."""
+    if counters[LAZY]:
+        fill_lazy(c, tard, jct, code, rows, row_p, row_ok, row_submit, row_deadline,
+                  g_type, g_t0, g_len, g_slot, seqs, counters, row_due_p, g_t0_due, best_c, best_t, best_j, live)
+    else:
+        fill_column(c, srtf_only, tard, jct, code, alive, rows, row_p, row_ok, row_submit, row_deadline,
+                    g_type, g_t0, g_tard, g_len, g_slot, seqs, counters, row_due_p, g_t0_due)
+        refresh_column(c, tard, jct, alive, counters[USED], best_c, best_t, best_j)
 
 
 @njit(cache=True)
@@ -262,19 +466,276 @@ def meets_deadlines(r, c, rows, row_p, row_deadline, g_type, g_len, g_slot, seqs
 
 @njit(cache=True)
 def advance(max_rounds, srtf_only, tard, jct, code, alive, rows, row_p, row_ok, row_submit, row_deadline,
-            g_type, g_t0, g_tard, g_len, g_slot, g_count, g_parent, g_srtf, seqs, counters, row_due_p, g_t0_due):
+            g_type, g_t0, g_tard, g_len, g_slot, g_count, g_parent, g_srtf, seqs, counters, row_due_p, g_t0_due,
+            best_c, best_t, best_j, g_lazy, live):
     """Run greedy rounds while the best pair's queue orders on time by SRTF (its SRTF order is
     then its optimal order, cost zero tardiness). Returns (DONE, -1, -1) when nothing is left,
-    (ASK, r, c) when the best pair needs a real ordering, (PAUSE, -1, -1) after ``max_rounds``."""
-    for _ in range(max_rounds):
-        r, c = pick(tard, jct, alive, counters[USED])
+    (ASK, r, c) when the best pair needs a real ordering, (PAUSE, -1, -1) after ``max_rounds``.
+    The best pair is :func:`pick`'s, found from the rows' best cells (kept current by
+    :func:`add_job`) instead of a scan of the whole matrix."""
+    rounds = 0
+    while rounds < max_rounds:
+        r, c = pick_live(live, counters[LIVE], best_c, best_t, best_j)
         if r < 0:
             return DONE, -1, -1
+        if code[r, c] == LAZY:  # a bound is the least: score the pair, and look again
+            score_cell(r, c, srtf_only, tard, jct, code, rows, row_p, row_submit, row_deadline,
+                       g_type, g_t0, g_tard, g_len, g_slot, seqs, row_due_p, g_t0_due)
+            rescan_row(r, tard, jct, counters[USED], best_c, best_t, best_j)
+            continue
+        rounds += 1
         if code[r, c] != ON_TIME or not meets_deadlines(r, c, rows, row_p, row_deadline, g_type, g_len, g_slot,
                                                         seqs, row_due_p, g_t0_due):
             return ASK, r, c  # (the second: only if rounding differs from the score's sums)
         target = add_job(r, c, 0.0, srtf_only, tard, jct, code, alive, rows, row_p, row_ok, row_submit,
                          row_deadline, g_type, g_t0, g_tard, g_len, g_slot, g_count, g_parent, seqs, counters,
-                         row_due_p, g_t0_due)
+                         row_due_p, g_t0_due, best_c, best_t, best_j, g_lazy, live)
         g_srtf[target] = True
     return PAUSE, -1, -1
+
+
+@njit(cache=True)
+def _nth_smallest(values, n):
+    """The n-th smallest (1-based) of ``values`` (a copy is partitioned)."""
+    return np.partition(values.copy(), n - 1)[n - 1]
+
+
+@njit(cache=True)
+def _by_busy(ids, busy):
+    """Idle before busy, each in the order they came (a stable sort on ``busy``)."""
+    out = np.empty_like(ids)
+    at = 0
+    for flag in (False, True):
+        for g in ids:
+            if busy[g] == flag:
+                out[at] = g
+                at += 1
+    return out
+
+
+@njit(cache=True)
+def _sort_ties(ids, t0_due, busy):
+    """Stable sort of ``ids`` (equal t0) by (t0_due, busy): their order in ``np.lexsort``."""
+    same_due = True
+    for g in ids:
+        same_due = same_due and t0_due[g] == t0_due[ids[0]]
+    if same_due:
+        return _by_busy(ids, busy)
+    keys = np.empty(ids.shape[0])
+    for i in range(ids.shape[0]):
+        keys[i] = t0_due[ids[i]]
+    by_due = ids[np.argsort(keys, kind="mergesort")]
+    lo = 0
+    while lo < by_due.shape[0]:
+        hi = lo
+        while hi < by_due.shape[0] and t0_due[by_due[hi]] == t0_due[by_due[lo]]:
+            hi += 1
+        by_due[lo:hi] = _by_busy(by_due[lo:hi].copy(), busy)
+        lo = hi
+    return by_due
+
+
+@njit(cache=True)
+def _by_t0(ids, t0):
+    """``ids`` (ascending) stably sorted by t0. The GPUs free earliest (every idle one: t0 = now)
+    are often most of them: they come first in the order given, and only the others are sorted."""
+    if ids.shape[0] == 0:
+        return ids.copy()
+    first = t0[ids[0]]
+    for g in ids:
+        first = min(first, t0[g])
+    head = ids[t0[ids] == first]
+    rest = ids[t0[ids] != first]
+    keys = np.empty(rest.shape[0])
+    for i in range(rest.shape[0]):
+        keys[i] = t0[rest[i]]
+    out = np.empty_like(ids)
+    out[:head.shape[0]] = head
+    out[head.shape[0]:] = rest[np.argsort(keys, kind="mergesort")]
+    return out
+
+
+@njit(cache=True)
+def sort_gpus(ids, t0, t0_due, busy):
+    """``ids[np.lexsort((busy[ids], t0_due[ids], t0[ids]))]`` for ascending ``ids``: a stable sort
+    by t0, then each run of equal t0 by (t0_due, busy) when they differ in it."""
+    out = _by_t0(ids, t0)
+    lo = 0
+    while lo < out.shape[0]:
+        hi, mixed = lo + 1, False
+        while hi < out.shape[0] and t0[out[hi]] == t0[out[lo]]:
+            mixed = mixed or t0_due[out[hi]] != t0_due[out[lo]] or busy[out[hi]] != busy[out[lo]]
+            hi += 1
+        if mixed:
+            out[lo:hi] = _sort_ties(out[lo:hi].copy(), t0_due, busy)
+        lo = hi
+    return out
+
+
+@njit(cache=True)
+def _kept(ids, t0, t0_due, n):
+    """Of one type's GPUs (more than n), those that can receive a job: freeing no later than the
+    n-th earliest (in (t0, t0_due, busy, id) order), or earlier on the due clock than one of the n
+    first. The n first are those with t0 < T and the first of those with t0 == T."""
+    times = np.empty(ids.shape[0])
+    for i in range(ids.shape[0]):
+        times[i] = t0[ids[i]]
+    last = _nth_smallest(times, n)
+    fewer, tied, due_max = 0, 0, -np.inf
+    for g in ids:
+        if t0[g] < last:
+            fewer += 1
+            due_max = max(due_max, t0_due[g])
+        elif t0[g] == last:
+            tied += 1
+    tie_due = np.empty(tied)
+    at = 0
+    for g in ids:
+        if t0[g] == last:
+            tie_due[at] = t0_due[g]
+            at += 1
+    due_max = max(due_max, _nth_smallest(tie_due, n - fewer))  # the last of the n first, on the due clock
+    keep = np.empty(ids.shape[0], dtype=np.bool_)
+    for i in range(ids.shape[0]):
+        keep[i] = t0[ids[i]] <= last or t0_due[ids[i]] < due_max
+    return ids[keep]
+
+
+@njit(cache=True)
+def group_gpus(by_type, type_start, t0, t0_due, busy, n):
+    """Hydra's GPU groups for a decision planning n jobs: per type (GPU ids ``by_type[type_start[k]:
+    type_start[k + 1]]``, ascending), the GPUs that can receive a job, ordered by when they free
+    (t0, then t0_due; idle before busy at equal times, then by id), cut into runs of equal (t0,
+    t0_due). Returns per group its type, t0, t0_due, GPU count and first position in ``members``,
+    the groups' GPUs in order."""
+    num_types = type_start.shape[0] - 1
+    members = np.empty(by_type.shape[0], dtype=np.int64)
+    cap = by_type.shape[0]
+    g_type, g_t0, g_t0_due = np.empty(cap, np.int64), np.empty(cap), np.empty(cap)
+    g_count, g_first = np.empty(cap, np.int64), np.empty(cap, np.int64)
+    used, placed = 0, 0
+    for k in range(num_types):
+        ids = by_type[type_start[k]:type_start[k + 1]]
+        if ids.shape[0] > n:
+            ids = _kept(ids, t0, t0_due, n)
+        ids = sort_gpus(ids, t0, t0_due, busy)
+        for i in range(ids.shape[0]):
+            g = ids[i]
+            if i == 0 or t0[g] != t0[ids[i - 1]] or t0_due[g] != t0_due[ids[i - 1]]:
+                g_type[used], g_t0[used], g_t0_due[used] = k, t0[g], t0_due[g]
+                g_count[used], g_first[used] = 0, placed
+                used += 1
+            g_count[used - 1] += 1
+            members[placed] = g
+            placed += 1
+    return g_type[:used], g_t0[:used], g_t0_due[:used], g_count[:used], g_first[:used], members[:placed]
+
+
+@njit(cache=True)
+def leads(m, used, g_parent, g_first, members):
+    """Each group's lead GPU once the greedy is done: a group split off group c takes c's first GPU
+    left (groups split in column order), and group c keeps the one after those handed out."""
+    handed = np.zeros(m, np.int64)
+    out = np.empty(used, np.int64)
+    for u in range(m, used):
+        c = g_parent[u]
+        out[u] = members[g_first[c] + handed[c]]
+        handed[c] += 1
+    for c in range(m):
+        out[c] = members[g_first[c] + handed[c]]
+    return out
+
+
+@njit(cache=True)
+def first_by(jobs, key, limit):
+    """:func:`policies.candidates.first_by` compiled: the first ``limit`` of ``jobs`` in (key, job) order."""
+    if jobs.shape[0] > limit:
+        kth = np.partition(key.copy(), limit - 1)[limit - 1]
+        keep = key <= kth
+        jobs, key = jobs[keep], key[keep]
+    by_job = np.argsort(jobs)  # distinct jobs: any sort is the stable one
+    jobs, key = jobs[by_job], key[by_job]
+    return jobs[np.argsort(key, kind="mergesort")][:limit]
+
+
+@njit(cache=True)
+def round_robin(orders, lengths, count, mark):
+    """:func:`policies.candidates.round_robin_pick` on ``orders[k, :lengths[k]]``, as a sorted array.
+    ``mark`` (one flag per job, all False) is left as it came."""
+    picked = np.empty(count, np.int64)
+    cursor = np.zeros(orders.shape[0], np.int64)
+    size = 0
+    while size < count:
+        moved = False
+        for k in range(orders.shape[0]):
+            while cursor[k] < lengths[k] and mark[orders[k, cursor[k]]]:
+                cursor[k] += 1
+            if cursor[k] < lengths[k] and size < count:
+                mark[orders[k, cursor[k]]] = True
+                picked[size] = orders[k, cursor[k]]
+                size += 1
+                moved = True
+        if not moved:
+            break
+    for i in range(size):
+        mark[picked[i]] = False
+    return np.sort(picked[:size])
+
+
+@njit(cache=True)
+def window(jobs, deadline, predicted, count, mark):
+    """Hydra's online window: ``count`` jobs (sorted) picked round-robin from the longest-waiting
+    (``jobs`` is in arrival order), the earliest deadline (NaN: none) and the shortest predicted run
+    time on any type, each order's ties broken by job index."""
+    orders = np.empty((3, count), np.int64)
+    lengths = np.empty(3, np.int64)
+    orders[0, :count] = jobs[:count]
+    lengths[0] = count
+    dated = ~np.isnan(deadline[jobs])
+    due = first_by(jobs[dated], deadline[jobs[dated]], count)
+    orders[1, :due.shape[0]] = due
+    lengths[1] = due.shape[0]
+    shortest = np.empty(jobs.shape[0])
+    for i in range(jobs.shape[0]):
+        row = predicted[jobs[i]]
+        low = row[0]
+        for k in range(1, row.shape[0]):
+            if row[k] < low or row[k] != row[k]:  # NaN propagates, as in numpy's min
+                low = row[k]
+        shortest[i] = low
+    short = first_by(jobs, shortest, count)
+    orders[2, :short.shape[0]] = short
+    lengths[2] = short.shape[0]
+    return round_robin(orders, lengths, count, mark)
+
+
+@njit(cache=True)
+def available_at(now, gpu_job, start, type_of, runtimes):
+    """:meth:`policies.base.SchedulerView.gpu_available_at` compiled: per GPU, now when idle, else
+    when its job is expected to end (never before now)."""
+    out = np.empty(gpu_job.shape[0])
+    for g in range(gpu_job.shape[0]):
+        j = gpu_job[g]
+        if j < 0:
+            out[g] = now
+        else:
+            end = start[j] + runtimes[j, type_of[j]]
+            out[g] = end if end > now or end != end else now  # np.maximum(now, end)
+    return out
+
+
+@njit(cache=True)
+def flat_queues(columns, rows, seqs, slot, length):
+    """The SRTF queues (job ids) of ``columns``, one after another, and where each ends."""
+    ends = np.empty(columns.shape[0], np.int64)
+    total = 0
+    for i in range(columns.shape[0]):
+        total += length[columns[i]]
+        ends[i] = total
+    jobs = np.empty(total, np.int64)
+    at = 0
+    for c in columns:
+        for m in range(length[c]):
+            jobs[at] = rows[seqs[slot[c], m]]
+            at += 1
+    return jobs, ends
