@@ -14,8 +14,9 @@ Objectives (``objective=``), under Gavel's constraints — X >= 0, Σ_k X[j, k] 
   Σ_k T[j, k] X[j, k] and prop_j the job's throughput on Gavel's proportional share (each type in
   proportion to its GPUs; ``share=perf``, the default). The LP's optimum is not unique — beyond
   the worst-off job any split is optimal — and Gavel takes the one its interior-point solver
-  lands on: ``solver=ecos`` (the default) solves Gavel's own formulation with CVXPY and ECOS, as
-  Gavel does, so that the split is Gavel's; ``solver=highs`` solves it with SciPy's HiGHS (a
+  lands on: ``solver=ecos`` (the default) solves Gavel's own formulation with ECOS, as Gavel
+  does, given the very problem CVXPY compiles it to (built directly, without CVXPY's cost), so
+  that the split is Gavel's; ``solver=highs`` solves it with SciPy's HiGHS (a
   vertex of the optimum: faster, but a different split). ``share=isolated`` normalises by the
   job's equal 1/n share instead (X_iso[j, k] = G_k / ΣG × min(1, ΣG / (n s_j)), HiGHS): what a
   job would get if the cluster were split evenly among the jobs present, which unlike Gavel's
@@ -54,7 +55,7 @@ from policies.preemptive import PreemptivePolicy
 
 OBJECTIVES = ("max_min", "ftf", "makespan")
 SHARES = ("perf", "isolated")  # max_min's normalisation: Gavel's proportional share, or the equal 1/n share
-SOLVERS = ("ecos", "highs")  # max_min with share=perf: Gavel's CVXPY + ECOS, or HiGHS (a vertex of the optimum)
+SOLVERS = ("ecos", "highs")  # max_min with share=perf: Gavel's ECOS (on CVXPY's problem), or HiGHS (a vertex)
 FTF_STEPS = 16  # at most this many LPs improving finish-time fairness (see Allocation.ftf)
 FTF_TOLERANCE = 1e-6  # ... and none once one improves the worst ρ by less than this, relatively
 
@@ -202,20 +203,71 @@ def proportional_throughput(throughput: np.ndarray, gpus_by_type: np.ndarray) ->
     return throughput @ (gpus_by_type / float(gpus_by_type.sum()))
 
 
-def max_min_perf_ecos(throughput: np.ndarray, num_gpus: np.ndarray, gpus_by_type: np.ndarray) -> np.ndarray | None:
-    """Gavel's ``MaxMinFairnessPolicyWithPerf.get_allocation`` as Gavel writes and solves it —
-    CVXPY, ECOS, rows in job order, columns in type-name order (the caller's) — so that of the
-    LP's many optima the one Gavel's interior-point solver lands on is taken: maximise
-    min_j s_j Σ_k T[j, k] X[j, k] / prop_j, X >= 0, Σ_j s_j X[j, k] <= G_k, Σ_k X[j, k] <= 1,
-    clipped to [0, 1]. None if ECOS does not report an optimum."""
-    import cvxpy as cp
-
-    n, m = throughput.shape
+def _max_min_perf_coefficients(throughput: np.ndarray, num_gpus: np.ndarray,
+                               gpus_by_type: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Gavel's objective coefficients s_j T[j, k] / prop_j and its GPUs-per-job matrix, computed
+    as Gavel computes them (the same floating-point operations, so the same LP to the bit)."""
+    m = throughput.shape[1]
     prop = proportional_throughput(throughput, gpus_by_type)
     weights = 1.0 / np.where(prop > 0, prop, 1.0)
     scale = np.repeat(num_gpus.astype("float64")[:, None], m, axis=1)
+    return np.multiply(throughput * weights[:, None], scale), scale
+
+
+def max_min_perf_ecos_data(throughput: np.ndarray, num_gpus: np.ndarray,
+                           gpus_by_type: np.ndarray) -> tuple[np.ndarray, sparse.csc_matrix, np.ndarray]:
+    """(c, G, h) of ``min c·v s.t. G v <= h`` that CVXPY hands ECOS for Gavel's max-min LP, built
+    directly: CVXPY's compilation cost far more than ECOS's solve at every reset. The layout is
+    CVXPY's own — v = (t, X in column-major order), t the epigraph of -min_j; rows: t's n rows
+    (-t - Σ_k a[j, k] X[j, k] <= 0, zero coefficients left out), -X <= 0, the types' capacities,
+    Σ_k X[j, k] <= 1 — entry for entry (tests compare it with CVXPY's), so ECOS takes the same
+    steps and lands on the same optimum, Gavel's split of it included."""
+    n, m = throughput.shape
+    coef, scale = _max_min_perf_coefficients(throughput, num_gpus, gpus_by_type)
+    nx = n * m
+    j, k = np.tile(np.arange(n), m), np.repeat(np.arange(m), n)  # X's column-major order
+    rows = np.column_stack([j, n + np.arange(nx), n + nx + k, n + nx + m + j])
+    values = np.column_stack([-coef.ravel(order="F"), -np.ones(nx), scale.ravel(order="F"), np.ones(nx)])
+    keep = values != 0  # CVXPY stores no zero coefficient
+    indptr = np.concatenate([[0, n], n + np.cumsum(keep.sum(axis=1))])
+    indices = np.concatenate([np.arange(n), rows[keep]])
+    data = np.concatenate([-np.ones(n), values[keep]])
+    g = sparse.csc_matrix((data, indices, indptr), shape=(2 * n + nx + m, nx + 1))
+    h = np.concatenate([np.zeros(n + nx), gpus_by_type.astype("float64"), np.ones(n)])
+    c = np.zeros(nx + 1)
+    c[0] = 1.0
+    return c, g, h
+
+
+def max_min_perf_ecos(throughput: np.ndarray, num_gpus: np.ndarray, gpus_by_type: np.ndarray) -> np.ndarray | None:
+    """Gavel's ``MaxMinFairnessPolicyWithPerf.get_allocation`` as Gavel writes and solves it —
+    CVXPY's ECOS problem (:func:`max_min_perf_ecos_data`), rows in job order, columns in
+    type-name order (the caller's) — so that of the LP's many optima the one Gavel's
+    interior-point solver lands on is taken: maximise min_j s_j Σ_k T[j, k] X[j, k] / prop_j,
+    X >= 0, Σ_j s_j X[j, k] <= G_k, Σ_k X[j, k] <= 1, clipped to [0, 1]. None if ECOS does not
+    report an optimum (CVXPY's status "optimal": ECOS's exit flag 0)."""
+    import ecos
+
+    n, m = throughput.shape
+    c, g, h = max_min_perf_ecos_data(throughput, num_gpus, gpus_by_type)
+    try:
+        solution = ecos.solve(c, g, h, {"l": g.shape[0], "q": [], "e": 0}, None, None, verbose=False)
+    except ValueError:  # ECOS refuses the data (CVXPY raises a SolverError then)
+        return None
+    if solution["info"]["exitFlag"] != 0:
+        return None
+    return np.asarray(solution["x"][1:], dtype="float64").reshape((n, m), order="F").clip(min=0.0, max=1.0)
+
+
+def max_min_perf_cvxpy(throughput: np.ndarray, num_gpus: np.ndarray, gpus_by_type: np.ndarray) -> np.ndarray | None:
+    """:func:`max_min_perf_ecos` through CVXPY, Gavel's own code path: the reference the direct
+    construction is checked against."""
+    import cvxpy as cp
+
+    n, m = throughput.shape
+    coef, scale = _max_min_perf_coefficients(throughput, num_gpus, gpus_by_type)
     x = cp.Variable((n, m))
-    objective = cp.Maximize(cp.min(cp.sum(cp.multiply(np.multiply(throughput * weights[:, None], scale), x), axis=1)))
+    objective = cp.Maximize(cp.min(cp.sum(cp.multiply(coef, x), axis=1)))
     constraints = [x >= 0, cp.sum(cp.multiply(scale, x), axis=0) <= gpus_by_type.astype("float64"),
                    cp.sum(x, axis=1) <= 1]
     problem = cp.Problem(objective, constraints)
@@ -256,7 +308,9 @@ class GavelPolicy(PreemptivePolicy):
         self.solver = choice("solver", solver, SOLVERS)
         self._book: GavelRounds | None = None
         self._walk: list[int] = []
-        self._admitted: np.ndarray | None = None
+        self._last_arrival = -np.inf  # the last admitted job's submit time
+        self._can_run: np.ndarray | None = None  # (job, type): finite predicted time
+        self._arrived: list[int] = []  # jobs arrived since the last round
         self.equal_share_rounds = 0  # resets whose LP could not be solved: the equal share instead
         self.ecos_fallbacks = 0  # resets ECOS could not solve, solved with HiGHS instead
 
@@ -294,6 +348,9 @@ class GavelPolicy(PreemptivePolicy):
             return 1.0 / np.maximum(view.predicted[jobs], 1e-6)  # a job of no predicted time: done at once
 
     # -- the rounds ----------------------------------------------------------------------------
+    def on_arrival(self, view, jobs: list[int]) -> None:
+        self._arrived += jobs  # taken in at the next round (Gavel adds arrivals at a round's end)
+
     def on_finish(self, view, job: int, now: float) -> None:
         if self._book is not None:
             self._book.finish(job, now)
@@ -303,7 +360,9 @@ class GavelPolicy(PreemptivePolicy):
         self._walk = fastest_first(view.predicted)
         # jobs some type can hold and run: the others are rejected and never arrive
         holds = view.num_gpus[:, None] <= view.total_by_type[None, :]
-        self._admitted = (holds & np.isfinite(view.predicted)).any(axis=1)
+        self._can_run = np.isfinite(view.predicted)
+        admitted = (holds & self._can_run).any(axis=1)
+        self._last_arrival = float(view.submit[admitted].max()) if admitted.any() else -np.inf
         self.equal_share_rounds = self.ecos_fallbacks = 0
 
     def schedule(self, view) -> list[Placement | Preemption]:
@@ -312,25 +371,25 @@ class GavelPolicy(PreemptivePolicy):
         if self._book is None or len(self._book.held) != len(view.submit):
             self._start_run(view)
         book, now = self._book, view.now
-        present = np.sort(np.fromiter([*view.running, *view.waiting], dtype=np.int64))
-        arrivals_left = bool(np.any((view.submit > now) & self._admitted))
-        can_run = np.isfinite(view.predicted)
+        # the jobs arrived since the last round (every job waiting or running is held, or one of them)
+        arrived = np.sort(np.asarray(self._arrived, dtype=np.int64))
+        self._arrived = []
+        arrivals_left = self._last_arrival > now  # an admitted job has yet to arrive
+        can_run = self._can_run
+        # (job, type) with a finite predicted time: the engine's predictions are finite exactly where
+        # the job can run, and online feedback replaces one by a finite truth, so a row never changes
+        can_run[arrived] = np.isfinite(view.predicted[arrived])
         for _ in range(2):  # a round that runs nothing with every job in: Gavel resets and goes again
-            book.begin(now, present, arrivals_left)
+            book.begin(now, arrived, arrivals_left)
             if book.due(now):
                 held = np.flatnonzero(book.held)
                 book.reset(now, self.allocation(view, held) if len(held) else np.zeros((0, len(view.gpu_types))))
             given = book.choose(can_run, view.num_gpus, view.total_by_type, self._walk)
-            if given or not len(present) or arrivals_left:
+            if given or not (view.running or view.waiting) or arrivals_left:
                 break
-        out: list[Placement | Preemption] = []
-        for job, (_, k) in view.running.items():
-            if given.get(job) != k:
-                out.append(Preemption(job))
-        for job, k in given.items():
-            running = view.running.get(job)
-            if running is None or running[1] != k:
-                out.append(Placement(job, view.gpu_types[k]))
+        running, types = view.running, view.gpu_types
+        out: list[Placement | Preemption] = [Preemption(job) for job, (_, k) in running.items() if given.get(job) != k]
+        out += [Placement(job, types[k]) for job, k in given.items() if running.get(job, (None, -1))[1] != k]
         return out
 
     def describe(self) -> dict:

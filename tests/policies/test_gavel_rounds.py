@@ -135,3 +135,19 @@ def test_a_job_that_is_never_admitted_is_not_waited_for():
     records, _ = _run(jobs, [("V100", 1, 1)], "gavel:restart=0")
     assert records.loc["c", "start"] == 2.0 and records.loc["c", "end"] == 7.0
     assert records.loc["d", "status"] == "rejected"
+
+
+def test_a_job_that_failed_and_came_back_before_the_next_round_is_held_once_as_a_new_job():
+    """With failures a job ends (its attempt failed) and is submitted again; back before the next
+    round, it was kept in the order and appended as new, so the walk saw it twice and its round's
+    time was counted twice. It is new once: at the end of the order, its time and deficit anew."""
+    book = GavelRounds(L, 0.0, 3, 1)
+    can_run, one, room = np.ones((3, 1), dtype=bool), np.ones(3), np.array([3])
+    book.begin(0.0, np.arange(3), arrivals_left=False)
+    book.reset(0.0, np.full((3, 1), 1 / 3))
+    assert book.choose(can_run, one, room, walk=[0]) == {0: 0, 1: 0, 2: 0}
+    book.finish(0, 100.0)  # its attempt failed at 100 s; it is back (waiting) by the round at 360 s
+    book.begin(360.0, np.arange(3), arrivals_left=False)
+    assert book.order.tolist() == [1, 2, 0]
+    assert book.worker_time.tolist() == [3 * L / 2 + 100.0 + 2 * 360.0]  # job 0's 100 s counted once
+    assert book.job_time[0, 0] == L / 2 and book.deficit[0, 0] == 0.0
