@@ -234,14 +234,7 @@ def fill_lazy(c, tard, jct, code, rows, row_p, row_ok, row_submit, row_deadline,
             j = queue_jct + (t0 + row_p[k, i]) - row_submit[i]
             code[i, c] = LAZY
         tard[i, c], jct[i, c] = t, j
-        b, bt, bj = best_c[i], best_t[i], best_j[i]
-        if b == c:
-            if t < bt or (t == bt and j <= bj):
-                best_t[i], best_j[i] = t, j
-            else:
-                rescan_row(i, tard, jct, used, best_c, best_t, best_j)
-        elif t < bt or (t == bt and (j < bj or (j == bj and b >= 0 and c < b))):
-            best_c[i], best_t[i], best_j[i] = c, t, j
+        update_best(i, c, tard, jct, used, best_c, best_t, best_j)
 
 
 @njit(cache=True)
@@ -304,36 +297,29 @@ def refresh_column(c, tard, jct, alive, used, best_c, best_t, best_j):
     """Column c was rescored: keep each live row's best cell current. A row whose best was c and
     got costlier is rescanned; any other row compares c's new cell with its best (ties: lower column)."""
     for r in range(tard.shape[0]):
-        if not alive[r]:
-            continue
-        t, j, b = tard[r, c], jct[r, c], best_c[r]
-        bt, bj = best_t[r], best_j[r]
-        if b == c:
-            if t < bt or (t == bt and j <= bj):
-                best_t[r], best_j[r] = t, j
-            else:
-                rescan_row(r, tard, jct, used, best_c, best_t, best_j)
-        elif t < bt or (t == bt and (j < bj or (j == bj and b >= 0 and c < b))):
-            best_c[r], best_t[r], best_j[r] = c, t, j
+        if alive[r]:
+            update_best(r, c, tard, jct, used, best_c, best_t, best_j)
 
 
 @njit(cache=True)
-def pick_best(alive, best_c, best_t, best_j):
-    """:func:`pick` from the rows' best cells: the first row of least (tardiness, JCT)."""
-    best_r, bt, bj = -1, np.inf, np.inf
-    for r in range(alive.shape[0]):
-        if alive[r] and best_c[r] >= 0:
-            t = best_t[r]
-            if t < bt or (t == bt and best_j[r] < bj):
-                bt, bj, best_r = t, best_j[r], r
-    if best_r < 0:
-        return -1, -1
-    return best_r, best_c[best_r]
+def update_best(r, c, tard, jct, used, best_c, best_t, best_j):
+    """Row r's cell in column c changed: keep the row's best cell current. If c was its best and
+    got costlier the row is rescanned; else c's cell is compared with its best (ties: lower column)."""
+    t, j, b = tard[r, c], jct[r, c], best_c[r]
+    bt, bj = best_t[r], best_j[r]
+    if b == c:
+        if t < bt or (t == bt and j <= bj):
+            best_t[r], best_j[r] = t, j
+        else:
+            rescan_row(r, tard, jct, used, best_c, best_t, best_j)
+    elif t < bt or (t == bt and (j < bj or (j == bj and b >= 0 and c < b))):
+        best_c[r], best_t[r], best_j[r] = c, t, j
 
 
 @njit(cache=True)
 def pick_live(live, count, best_c, best_t, best_j):
-    """:func:`pick_best` over the rows left, ``live[:count]`` (ascending)."""
+    """:func:`pick` from the rows' best cells, over the rows left, ``live[:count]`` (ascending):
+    the first row of least (tardiness, JCT)."""
     best_r, bt, bj = -1, np.inf, np.inf
     for at in range(count):
         r = live[at]

@@ -20,6 +20,7 @@ from simulator.failure_models import FailureModel, JobFates
 from simulator.failures import FailureSimulation
 from simulator.preemption import make_simulation
 from simulator.timing import make_predictor
+from tests.failing import RandomNodes
 from tests.records import from_records
 
 TYPES = ("A100", "V100")
@@ -99,22 +100,6 @@ def random_case(rng: np.random.Generator) -> tuple[list[dict], list[tuple[str, i
 
 def frames(result) -> tuple[pd.DataFrame, pd.DataFrame]:
     return result.records, result.segments
-
-
-class RandomNodes:
-    """A node fails every ~``mean`` seconds and is repaired after 1-60 s (the engine's rng)."""
-
-    def __init__(self, mean: float) -> None:
-        self.mean, self.repair, self.rate_per_gpu_day = mean, self, 86400.0 / mean / 8
-
-    def interval(self, rng, up_gpus):
-        return float(rng.exponential(self.mean)) if up_gpus else math.inf
-
-    def sample(self, rng, n):
-        return rng.uniform(1.0, 60.0, n)
-
-    def describe(self):
-        return {}
 
 
 @pytest.mark.parametrize("seed", range(40))

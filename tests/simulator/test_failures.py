@@ -24,6 +24,7 @@ from simulator.failures import (
 from simulator.metrics import summarize
 from simulator.run import RunConfig, WorkloadSpecError, execute
 from simulator.timing import make_predictor
+from tests.failing import RandomNodes
 from tests.records import from_records
 
 
@@ -197,24 +198,6 @@ def test_node_failures_end_to_end_are_deterministic_per_seed(tmp_path):
 # -- every policy, random failures ---------------------------------------------------------------
 GPU_TYPES = ["V100", "T4"]
 POLICY_SPECS = sorted(POLICIES) + ["srtf:lease=20,restart=3", "tiresias:thresholds=40/200,restart=3"]
-
-
-class RandomNodes:
-    """Node failures every ~``mean`` seconds, repaired after 1-60 s (drawn from the engine's rng)."""
-
-    def __init__(self, mean: float):
-        self.mean = mean
-        self.repair = self
-        self.rate_per_gpu_day = 86400.0 / mean / 8  # about right for these clusters' 8 GPUs: MTBF for Young/Daly
-
-    def interval(self, rng, up_gpus):
-        return float(rng.exponential(self.mean)) if up_gpus else math.inf
-
-    def sample(self, rng, n):
-        return rng.uniform(1.0, 60.0, n)
-
-    def describe(self):
-        return {}
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
