@@ -11,7 +11,9 @@ as its authors' simulator does, with its known bug fixed:
 * **Ordering a GPU's queue**: SRTF when it violates no deadline (then optimal); otherwise
   best-first branch-and-bound (the FixNonDDL variant: deadline-free jobs keep SRTF order among
   themselves) and a node budget per search (``nodes``), raced against the swap heuristic; the
-  cheaper wins. ``bnb=off`` is the heuristic alone (Hydra's ``hydra_alpha_0``).
+  cheaper wins. ``bnb=off`` is the heuristic alone (Hydra's ``hydra_alpha_0``). The search is
+  compiled (:mod:`policies.hydra_search`, bit-identical: same nodes, order, cost) for queues of at
+  most 63 jobs without a wall-clock budget; the Python search does the rest.
 * **Budget of a decision**, by default in search work units (``work=N|all``, default
   :data:`DEFAULT_WORK`: 2,000 online, 200,000 offline): the positions the swap heuristic starts
   from plus the branch-and-bound nodes expanded, summed over the decision's orderings; a search
@@ -61,6 +63,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from policies import hydra_greedy as kernels
+from policies import hydra_search as search_kernel
 from policies.base import IDLE_GPU, Placement, Policy
 from policies.options import count_or_all, number, planning_mode, quantile_level, switch
 from policies.queues import PlannedQueues
@@ -177,6 +180,36 @@ class SearchStats:
 def branch_and_bound(job_set, t0: float, jobs: Jobs, *, t0_due: float | None = None, stop_at: float = math.inf,
                      max_nodes: int | None, incumbent: tuple[list[int], Cost] | None = None,
                      ) -> tuple[list[int], Cost, SearchStats]:
+    """:func:`branch_and_bound_py`, compiled (:mod:`policies.hydra_search`, the same nodes, order,
+    cost and stats) when it can be: at most ``MAX_JOBS`` jobs, finite run times and submit times,
+    no NaN deadline, and no wall-clock stop (the clock is read between nodes, in Python)."""
+    if stop_at != math.inf or len(job_set) > search_kernel.MAX_JOBS:
+        return branch_and_bound_py(job_set, t0, jobs, t0_due=t0_due, stop_at=stop_at, max_nodes=max_nodes,
+                                   incumbent=incumbent)
+    t0_due = t0 if t0_due is None else t0_due
+    order = srtf(job_set, jobs)
+    at = np.array(order, dtype=np.int64)  # the float64 values float() reads, as arrays
+    p = np.asarray(jobs.p, dtype=np.float64)[at]
+    due_p = np.asarray(jobs.due_p, dtype=np.float64)[at]
+    submit = np.asarray(jobs.submit, dtype=np.float64)[at]
+    due = np.asarray(jobs.deadline, dtype=np.float64)[at]
+    if not (np.isfinite(p).all() and np.isfinite(due_p).all() and np.isfinite(submit).all()
+            and not np.isnan(due).any() and math.isfinite(t0) and math.isfinite(t0_due)):
+        return branch_and_bound_py(job_set, t0, jobs, t0_due=t0_due, stop_at=stop_at, max_nodes=max_nodes,
+                                   incumbent=incumbent)
+    best_seq, best = incumbent if incumbent else (order, queue_cost(order, t0, jobs, t0_due))
+    improved, b_tard, b_jct, positions, nodes, stopped = search_kernel.search(
+        p, due_p, submit, due, np.isinf(due), float(t0), float(t0_due), max_nodes is not None,
+        0 if max_nodes is None else int(max_nodes), float(best[0]), float(best[1]))
+    stats = SearchStats(nodes=int(nodes), stopped_by="nodes" if stopped else "")
+    if improved:
+        best_seq, best = [order[x] for x in positions.tolist()], (b_tard, b_jct)
+    return best_seq, best, stats
+
+
+def branch_and_bound_py(job_set, t0: float, jobs: Jobs, *, t0_due: float | None = None, stop_at: float = math.inf,
+                        max_nodes: int | None, incumbent: tuple[list[int], Cost] | None = None,
+                        ) -> tuple[list[int], Cost, SearchStats]:
     """Best-first search over job orders (FixNonDDL) until ``max_nodes`` or ``stop_at``
     (``time.perf_counter``; the clock is read only when ``stop_at`` is finite, so a search bounded
     by nodes alone ends the same way on any machine); returns the best order found and stats.
