@@ -103,10 +103,11 @@ class TiresiasPolicy(PreemptivePolicy):
             if job in queue.running:
                 self._run.leave(queue, job)
                 return
-            for part in (queue.joined, queue.waiting):
-                if job in part:
-                    part.remove(job)
-                    break
+            if job in queue.joined:
+                queue.joined.remove(job)
+            elif job in queue.waiting:
+                queue.waiting.remove(job)
+                queue.count_waiting(self._run.need[job], -1)
 
     def schedule(self, view) -> list[Placement | Preemption]:
         run = self._run
@@ -156,7 +157,9 @@ class TiresiasPolicy(PreemptivePolicy):
                 if run.queue_of[job] > 0 and run.pending[job] >= ran[job] * self.starve:
                     run.base[job] = view.attained[job]
                     run.pending[job] = 0.0
-                    run.queues[run.queue_of[job]].waiting.remove(job)
+                    queue = run.queues[run.queue_of[job]]
+                    queue.waiting.remove(job)
+                    queue.count_waiting(run.need[job], -1)
                     run.queues[0].joined.append(job)
                     run.queue_of[job] = 0
                     run.promotions += 1
@@ -198,13 +201,26 @@ class _Queue:
     running part holds exactly the queue's running jobs (a job leaves it as it ends: ``on_finish``);
     ``held`` is their GPUs per type, so a walk can see at once that they all keep their GPUs."""
 
-    __slots__ = ("running", "waiting", "joined", "held")
+    __slots__ = ("running", "waiting", "joined", "held", "sizes")
 
     def __init__(self, types: int) -> None:
         self.running: list[int] = []
         self.waiting: list[int] = []
         self.joined: list[int] = []
         self.held: list[int] = [0] * types
+        self.sizes: dict[int, int] = {}  # waiting jobs per GPU count: a walk skips a part none of which fits
+
+    def count_waiting(self, n: int, change: int) -> None:
+        """``change`` waiting jobs of ``n`` GPUs more (or fewer)."""
+        left = self.sizes.get(n, 0) + change
+        if left:
+            self.sizes[n] = left
+        else:
+            del self.sizes[n]
+
+    def least_waiting(self) -> int:
+        """The fewest GPUs a waiting job needs (0 with none waiting)."""
+        return min(self.sizes, default=0)
 
 
 class _Run:
@@ -256,12 +272,20 @@ class _Walk:
         stay, stopped, whole = self._running_part(queue)
         started: set[int] = set()
         scanned = 0
-        for i, job in enumerate(queue.waiting):
-            if self.most == 0:
-                break
-            scanned = i + 1
-            if self._visit(job, stay):
-                started.add(job)
+        need = self.run.need
+        waiting = queue.waiting
+        # waiting jobs do not run (the walk that left them there preempted them), so one needing
+        # more GPUs than the most left on a type is skipped, as _visit would, and the GPUs left
+        # only shrink as the walk goes on: the part is skipped whole when none of it can fit
+        if waiting and 0 < self.most and queue.least_waiting() <= self.most:
+            for i, job in enumerate(waiting):
+                most = self.most
+                if most == 0:
+                    break
+                scanned = i + 1
+                if need[job] <= most and self._visit(job, stay):
+                    started.add(job)
+                    queue.count_waiting(need[job], -1)
         for job in queue.joined:
             if self.most == 0:
                 break
@@ -270,10 +294,13 @@ class _Walk:
         # running jobs not given GPUs (skipped, or not reached once none was left) are preempted
         joined = [j for j in queue.joined if j not in started]
         self.out += [Preemption(j) for j in stopped + joined if j in self.running]
-        waiting = queue.waiting
         if started and scanned:
             waiting = [j for j in waiting[:scanned] if j not in started] + waiting[scanned:]
-        queue.waiting = stopped + waiting + joined if stopped or joined else waiting
+        if stopped or joined:
+            for job in stopped + joined:
+                queue.count_waiting(need[job], 1)
+            waiting = stopped + waiting + joined
+        queue.waiting = waiting
         queue.joined = []
         self._settle(queue, stay, whole)
 

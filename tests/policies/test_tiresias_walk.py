@@ -1,20 +1,23 @@
-"""Tiresias' walk keeps a queue's running jobs whole when they all fit where they run: the same
-decisions as visiting them one by one, on seeded random cases (several GPU types, jobs that cannot
-run on some, gang jobs, demotions, starvation, failures).
+"""Tiresias' walk keeps a queue's running jobs whole when they all fit where they run, and skips a
+queue's waiting part when none of it fits: the same decisions as visiting them one by one, on
+seeded random cases (several GPU types, jobs that cannot run on some, gang jobs, demotions,
+starvation, failures).
 
-Why: the whole-queue shortcut and the queues' running parts standing for the running set (for
-demotions and the next event) rest on invariants the engine does not state; these cases check the
-records bit for bit against the job-by-job walk, and the invariants at every call."""
+Why: the whole-queue shortcut, the skipped waiting parts and the queues' running parts standing
+for the running set (for demotions and the next event) rest on invariants the engine does not
+state; these cases check the records bit for bit against the job-by-job walk, and the invariants
+at every call."""
 
 from __future__ import annotations
 
 import math
+from unittest.mock import patch
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from policies.tiresias import TiresiasPolicy
+from policies.tiresias import TiresiasPolicy, _Queue
 from simulator.cluster import homogeneous_groups
 from simulator.failure_models import FailureModel, JobFates
 from simulator.failures import FailureSimulation
@@ -37,6 +40,12 @@ class Checked(TiresiasPolicy):
         self.whole = whole
 
     def schedule(self, view):
+        if not self.whole:  # no waiting part skipped by size either: each waiting job visited
+            with patch.object(_Queue, "least_waiting", lambda _queue: 0):
+                return self._schedule(view)
+        return self._schedule(view)
+
+    def _schedule(self, view):
         run = self._run
         if run is None:
             return super().schedule(view)
@@ -79,6 +88,12 @@ class Checked(TiresiasPolicy):
                 assert run.on_type[job] == view.running[job][1]
                 held[run.on_type[job]] += run.need[job]
             assert held == queue.held
+            # the waiting parts: no job runs (a walk skips one that cannot fit), sizes counted right
+            assert not any(job in view.running for job in queue.waiting)
+            sizes: dict[int, int] = {}
+            for job in queue.waiting:
+                sizes[run.need[job]] = sizes.get(run.need[job], 0) + 1
+            assert sizes == queue.sizes
 
 
 def random_case(rng: np.random.Generator) -> tuple[list[dict], list[tuple[str, int, int]]]:
