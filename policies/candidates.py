@@ -17,14 +17,16 @@ def round_robin_pick(orders: list[list[int]], count: int) -> list[int]:
     Returned in the order picked. Each order is a ranking of (some of) the same jobs.
     """
     picked: dict[int, None] = {}
-    cursor = [0] * len(orders)
-    total = len(set().union(*orders)) if orders else 0
-    while len(picked) < min(count, total):
-        for k, order in enumerate(orders):
-            while cursor[k] < len(order) and order[cursor[k]] in picked:
-                cursor[k] += 1
-            if cursor[k] < len(order) and len(picked) < count:
-                picked[order[cursor[k]]] = None
+    limit = min(count, len(set().union(*orders))) if orders else 0
+    rest = [iter(order) for order in orders]  # each order's cursor: it passes only picked jobs
+    while len(picked) < limit:
+        for order in rest:
+            for job in order:
+                if job not in picked:
+                    picked[job] = None
+                    break
+            if len(picked) == limit:
+                break
     return list(picked)
 
 

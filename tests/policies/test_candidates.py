@@ -28,3 +28,30 @@ def test_round_robin_over_truncated_orders_picks_the_same(seed):
 
 def test_first_by_of_nothing_is_empty():
     assert first_by(np.array([], dtype=int), np.array([]), 5) == []
+
+
+def round_robin_by_cursors(orders: list[list[int]], count: int) -> list[int]:
+    """Round-robin picking written out with a cursor per order: the reference."""
+    picked: list[int] = []
+    cursor = [0] * len(orders)
+    while True:
+        moved = False
+        for k, order in enumerate(orders):
+            while cursor[k] < len(order) and order[cursor[k]] in picked:
+                cursor[k] += 1
+            if cursor[k] < len(order) and len(picked) < count:
+                picked.append(order[cursor[k]])
+                moved = True
+        if not moved:
+            return picked
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_round_robin_picks_as_cursors_do(seed):
+    """Orders of different lengths over overlapping jobs, some empty, counts past the jobs there are."""
+    rng = np.random.default_rng(seed)
+    pool = rng.permutation(500)[:int(rng.integers(1, 80))]
+    orders = [rng.permutation(pool)[:int(rng.integers(0, 60))].tolist() for _ in range(int(rng.integers(1, 5)))]
+    count = int(rng.integers(0, 90))
+    assert round_robin_pick(orders, count) == round_robin_by_cursors(orders, count)
+    assert round_robin_pick([], count) == []
