@@ -239,6 +239,47 @@ def _match(P: np.ndarray, arrival: np.ndarray, feasible: np.ndarray, group_type:
     return (group_of_row[rows], copy_of_row[rows], k_of_row[rows], cols), cost.size
 
 
+@njit(cache=True)
+def earliest_gpus(ids: np.ndarray, bounds: np.ndarray, gpu_job: np.ndarray, start: np.ndarray, predicted: np.ndarray,
+                  type_of: np.ndarray, now: float, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """:meth:`AlloxPolicy._earliest_gpus` over the GPUs of each type (``ids[bounds[t]:bounds[t + 1]]``,
+    by id): per type its first n idle GPUs, and if fewer are idle the busy ones free first (by
+    when, then id; np.maximum(now, start + predicted) as numpy computes it), listed by id; every
+    type's idle GPUs first. Compiled: it runs at every decision, over every GPU."""
+    idle = np.empty(len(ids), np.int64)
+    busy = np.empty(len(ids), np.int64)
+    busy_free = np.empty(len(ids))
+    idle_count = busy_count = 0
+    for t in range(len(bounds) - 1):
+        lo, hi = bounds[t], bounds[t + 1]
+        idle_here = 0
+        for i in range(lo, hi):
+            if gpu_job[ids[i]] < 0:
+                if idle_here < n:
+                    idle[idle_count] = ids[i]
+                    idle_count += 1
+                idle_here += 1
+        if idle_here >= n:
+            continue
+        taken = np.empty(hi - lo - idle_here, np.int64)
+        free = np.empty(len(taken))
+        c = 0
+        for i in range(lo, hi):
+            job = gpu_job[ids[i]]
+            if job >= 0:
+                taken[c] = ids[i]
+                free[c] = np.maximum(now, start[job] + predicted[job, type_of[job]])
+                c += 1
+        keep = np.sort(np.argsort(free, kind="mergesort")[:n - idle_here])  # by (free, id), listed by id
+        for i in keep:
+            busy[busy_count] = taken[i]
+            busy_free[busy_count] = free[i]
+            busy_count += 1
+    order = np.concatenate((idle[:idle_count], busy[:busy_count]))
+    when = np.concatenate((np.full(idle_count, now), busy_free[:busy_count]))
+    return order, when
+
+
 class AlloxPolicy(Policy):
     name = "allox"
 
@@ -247,7 +288,7 @@ class AlloxPolicy(Policy):
         self.alpha = number("alpha", alpha, 0.0, 1.0, low_open=True)
         self.mode = planning_mode(mode)
         self._queues = PlannedQueues()
-        self._gpus_of_type: tuple | None = None  # (the run's per-GPU type array, GPU ids per type), made once
+        self._gpus_of_type: tuple | None = None  # (the run's per-GPU type array, GPU ids by type, bounds), made once
         self.max_work = 0  # the largest cost matrix (cells) one decision solved
         # online, with a window and no fairness filter: the waiting jobs in each type's order, kept
         # as they arrive and start (the window's candidates without sorting every waiting job)
@@ -308,24 +349,11 @@ class AlloxPolicy(Policy):
         by id), idle ones first, with when each is free: what :func:`plan_queues` keeps of all
         GPUs listed idle first, without computing every busy GPU's free time."""
         if self._gpus_of_type is None or self._gpus_of_type[0] is not view.gpu_type:  # a new run
-            self._gpus_of_type = (view.gpu_type,
-                                  [np.flatnonzero(view.gpu_type == k) for k in range(len(view.gpu_types))])
-        idle_parts, busy_parts, busy_avail = [], [], []
-        for ids in self._gpus_of_type[1]:
-            busy = view.gpu_job[ids] >= 0
-            idle = ids[~busy]
-            idle_parts.append(idle[:n])
-            if len(idle) < n:
-                taken = ids[busy]
-                jobs = view.gpu_job[taken]
-                avail = np.maximum(view.now, view.start[jobs] + view.predicted[jobs, view.type_of[jobs]])
-                first = np.lexsort((taken, avail))[:n - len(idle)]
-                keep = np.sort(first)  # listed by id, as among all GPUs
-                busy_parts.append(taken[keep])
-                busy_avail.append(avail[keep])
-        idle = np.concatenate(idle_parts)
-        order = np.concatenate([idle, *busy_parts])
-        return order, np.concatenate([np.full(len(idle), float(view.now)), *busy_avail])
+            by_type = [np.flatnonzero(view.gpu_type == k) for k in range(len(view.gpu_types))]
+            bounds = np.cumsum([0] + [len(ids) for ids in by_type]).astype(np.int64)
+            self._gpus_of_type = (view.gpu_type, np.concatenate(by_type).astype(np.int64), bounds)
+        _, ids, bounds = self._gpus_of_type
+        return earliest_gpus(ids, bounds, view.gpu_job, view.start, view.predicted, view.type_of, float(view.now), n)
 
     # -- scheduling ----------------------------------------------------------------------------
     def schedule(self, view) -> list[Placement]:

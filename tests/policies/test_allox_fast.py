@@ -164,3 +164,42 @@ def test_the_orders_rebuild_when_a_job_left_unseen():
     assert sorted(orders.keys) == [0, 1, 3, 4]
     assert orders.first(0, 10) == sorted([0, 1, 3, 4], key=lambda j: (float(view.predicted[j, 0]), j))
     assert isinstance(allox.WaitingOrders(view), allox.WaitingOrders)
+
+
+def earliest_gpus_numpy(by_type: list[np.ndarray], gpu_job, start, predicted, type_of, now: float, n: int):
+    """The n earliest GPUs per type as numpy computed them before the compiled kernel."""
+    idle_parts, busy_parts, busy_avail = [], [], []
+    for ids in by_type:
+        busy = gpu_job[ids] >= 0
+        idle = ids[~busy]
+        idle_parts.append(idle[:n])
+        if len(idle) < n:
+            taken = ids[busy]
+            jobs = gpu_job[taken]
+            avail = np.maximum(now, start[jobs] + predicted[jobs, type_of[jobs]])
+            keep = np.sort(np.lexsort((taken, avail))[:n - len(idle)])
+            busy_parts.append(taken[keep])
+            busy_avail.append(avail[keep])
+    idle = np.concatenate(idle_parts)
+    return np.concatenate([idle, *busy_parts]), np.concatenate([np.full(len(idle), now), *busy_avail])
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_compiled_earliest_gpus_are_numpys(seed):
+    """GPUs of several types interleaved by id, some idle, busy ones free at tied times (many jobs
+    of equal start and run time) or already overdue (free now), windows smaller and larger than a type."""
+    rng = np.random.default_rng(seed)
+    gpus, types, jobs = int(rng.integers(1, 40)), int(rng.integers(1, 4)), 30
+    gpu_type = rng.integers(0, types, gpus)
+    gpu_job = np.where(rng.random(gpus) < 0.3, -1, rng.integers(0, jobs, gpus))
+    start = rng.choice([0.0, 10.0, 50.0], jobs)
+    predicted = rng.choice([5.0, 20.0, 100.0, 400.0], (jobs, types))
+    type_of = rng.integers(0, types, jobs)
+    now, n = float(rng.choice([0.0, 30.0, 120.0])), int(rng.integers(1, 50))
+    by_type = [np.flatnonzero(gpu_type == k) for k in range(types)]
+    bounds = np.cumsum([0] + [len(ids) for ids in by_type]).astype(np.int64)
+    order, when = allox.earliest_gpus(np.concatenate(by_type).astype(np.int64), bounds, gpu_job, start, predicted,
+                                      type_of, now, n)
+    want_order, want_when = earliest_gpus_numpy(by_type, gpu_job, start, predicted, type_of, now, n)
+    np.testing.assert_array_equal(order, want_order)
+    assert when.tobytes() == want_when.tobytes()
