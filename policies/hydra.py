@@ -481,27 +481,16 @@ def assign(rows: np.ndarray, row_p: np.ndarray, row_due_p: np.ndarray, row_ok: n
     queue's pairs get lower bounds scored only when least, and groups split off an empty group are
     scored only once that group gets a job (:func:`policies.hydra_greedy.add_job`): the same picks.
     """
-    n, m = len(rows), len(given[0])
-    width = m + n  # every assignment can split at most one new group off
-    tard, jct = np.full((n, width), np.inf), np.full((n, width), np.inf)
-    code = np.zeros((n, width), dtype=np.int8)
-    alive = np.ones(n, dtype=bool)
-    row_submit = np.asarray(per_type[0].submit, dtype=np.float64)[rows]
-    row_deadline = np.asarray(per_type[0].deadline, dtype=np.float64)[rows]
-    g_type, g_t0, g_t0_due, g_count = (np.zeros(width, dtype=np.int64), np.zeros(width), np.zeros(width),
-                                       np.zeros(width, dtype=np.int64))
-    g_type[:m], g_t0[:m], g_t0_due[:m], g_count[:m] = given
-    g_tard, g_len = np.zeros(width), np.zeros(width, dtype=np.int64)
-    g_slot, g_parent = np.full(width, -1, dtype=np.int64), np.full(width, -1, dtype=np.int64)
-    g_srtf = np.zeros(width, dtype=bool)  # whether a group's plan is its SRTF order (else in ``ordered``)
-    seqs = np.empty((n, n), dtype=np.int64)
-    # held-back scores are exact only if no GPU frees before a job's submission and no run time is < 0
-    lazy = lazy and m > 0 and bool(min(g_t0[:m].min(), g_t0_due[:m].min()) >= row_submit.max()
-                                   and row_p.min() >= 0.0 and row_due_p.min() >= 0.0)
-    counters = np.array([m, 0, 0, lazy, n], dtype=np.int64)
-    # per row: its least cell; per group: whether its scores are held back (kernels.add_job); the rows left
-    best = (np.full(n, -1, dtype=np.int64), np.full(n, np.inf), np.full(n, np.inf), np.zeros(width, dtype=bool),
-            np.arange(n, dtype=np.int64))
+    n, m = len(rows), len(given[0])  # width m + n: every assignment can split at most one new group off
+    # every array of the decision, made by one compiled call (kernels.new_decision): scores and their
+    # codes, rows left, groups, queues (seqs), counters; per row its least cell; per group whether its
+    # scores are held back (kernels.add_job); the rows left; per row whether its least cell is a lower
+    # bound (kernels.update_best_stale). Held-back scores are exact only if no GPU frees before a job's
+    # submission and no run time is < 0 (``counters[LAZY]``).
+    (tard, jct, code, alive, row_submit, row_deadline, g_type, g_t0, g_t0_due, g_count, g_tard, g_len, g_slot,
+     g_parent, g_srtf, seqs, counters, *best) = kernels.new_decision(
+        rows, row_p, row_due_p, np.asarray(per_type[0].submit, dtype=np.float64),
+        np.asarray(per_type[0].deadline, dtype=np.float64), *given, lazy)
     scores = (tard, jct, code, alive, rows, row_p, row_ok, row_submit, row_deadline)
     groups = (g_type, g_t0, g_tard, g_len, g_slot)
     due = (row_due_p, g_t0_due)

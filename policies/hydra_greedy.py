@@ -199,7 +199,8 @@ def score_row(i, c, k, srtf_only, t0_due, seq, size, ends, ends_due, waits, late
 
 @njit(cache=True)
 def fill_lazy(c, tard, jct, code, rows, row_p, row_ok, row_submit, row_deadline,
-              g_type, g_t0, g_len, g_slot, seqs, counters, row_due_p, g_t0_due, best_c, best_t, best_j, live):
+              g_type, g_t0, g_len, g_slot, seqs, counters, row_due_p, g_t0_due, best_c, best_t, best_j, live,
+              stale):
     """Like :func:`fill_column` on a non-empty queue, but each live pair gets a lower bound in
     O(1), marked :data:`LAZY`, scored by :func:`score_cell` only if it is ever the least.
 
@@ -210,7 +211,7 @@ def fill_lazy(c, tard, jct, code, rows, row_p, row_ok, row_submit, row_deadline,
     grows) plus the job's JCT run first. So the least of bounds and scores, scored when a bound,
     is the least score, and equals are resolved in the same (row, column) order. Only the rows
     left (``live``) are scored (no other is read again), each one's best cell kept as
-    :func:`refresh_column` keeps it."""
+    :func:`update_best_stale` keeps it."""
     n = rows.shape[0]
     counters[WORK] += n
     k = g_type[c]
@@ -222,7 +223,6 @@ def fill_lazy(c, tard, jct, code, rows, row_p, row_ok, row_submit, row_deadline,
     for m in range(size):
         waits[m] = ends[m + 1] - row_submit[seq[m]]
     queue_jct = pairwise_sum(waits, size)
-    used = counters[USED]
     for at in range(counters[LIVE]):
         i = live[at]
         if not row_ok[k, i]:
@@ -234,7 +234,21 @@ def fill_lazy(c, tard, jct, code, rows, row_p, row_ok, row_submit, row_deadline,
             j = queue_jct + (t0 + row_p[k, i]) - row_submit[i]
             code[i, c] = LAZY
         tard[i, c], jct[i, c] = t, j
-        update_best(i, c, tard, jct, used, best_c, best_t, best_j)
+        # update_best_stale(i, c, ...), written out: a call per row costs more than its body
+        bt, bj = best_t[i], best_j[i]
+        if stale[i]:
+            if t < bt or (t == bt and j < bj):
+                best_c[i], best_t[i], best_j[i] = c, t, j
+                stale[i] = False
+            continue
+        b = best_c[i]
+        if b == c:
+            if t < bt or (t == bt and j <= bj):
+                best_t[i], best_j[i] = t, j
+            else:
+                stale[i] = True
+        elif t < bt or (t == bt and (j < bj or (j == bj and b >= 0 and c < b))):
+            best_c[i], best_t[i], best_j[i] = c, t, j
 
 
 @njit(cache=True)
@@ -253,8 +267,33 @@ def score_cell(r, c, srtf_only, tard, jct, code, rows, row_p, row_submit, row_de
 def fill_all(srtf_only, tard, jct, code, alive, rows, row_p, row_ok, row_submit, row_deadline,
              g_type, g_t0, g_tard, g_len, g_slot, seqs, counters, row_due_p, g_t0_due):
     for c in range(counters[USED]):
-        fill_column(c, srtf_only, tard, jct, code, alive, rows, row_p, row_ok, row_submit, row_deadline,
-                    g_type, g_t0, g_tard, g_len, g_slot, seqs, counters, row_due_p, g_t0_due)
+        if g_len[c] == 0:  # fill_column's lone-job case, in a function that allocates nothing (cheaper to call)
+            fill_empty(c, tard, jct, code, alive, row_p, row_ok, row_submit, row_deadline, g_type, g_t0, counters,
+                       row_due_p, g_t0_due)
+        else:
+            fill_column(c, srtf_only, tard, jct, code, alive, rows, row_p, row_ok, row_submit, row_deadline,
+                        g_type, g_t0, g_tard, g_len, g_slot, seqs, counters, row_due_p, g_t0_due)
+
+
+@njit(cache=True)
+def fill_empty(c, tard, jct, code, alive, row_p, row_ok, row_submit, row_deadline, g_type, g_t0, counters,
+               row_due_p, g_t0_due):
+    """:func:`fill_column` on an empty group (the same operations)."""
+    n = tard.shape[0]
+    counters[WORK] += n
+    k = g_type[c]
+    t0 = g_t0[c]
+    t0_due = g_t0_due[c]
+    inf = np.inf
+    for i in range(n):
+        if alive[i] and row_ok[k, i]:
+            late = t0_due + row_due_p[k, i] - row_deadline[i]
+            tard[i, c] = late if late > 0.0 else 0.0
+            jct[i, c] = t0 + row_p[k, i] - row_submit[i]
+        else:
+            tard[i, c] = inf
+            jct[i, c] = inf
+        code[i, c] = ON_TIME if tard[i, c] == 0.0 else EXACT
 
 
 @njit(cache=True)
@@ -317,6 +356,58 @@ def update_best(r, c, tard, jct, used, best_c, best_t, best_j):
 
 
 @njit(cache=True)
+def update_best_stale(r, c, tard, jct, best_c, best_t, best_j, stale):
+    """:func:`update_best`, but a row whose best cell got costlier is not rescanned: it is marked
+    ``stale``, its old best (t, j) kept as a lower bound on every cell of the row, and
+    :func:`pick_fresh` rescans it only if that bound is ever the least. Exact: its old best was no
+    more than any other cell (which did not change), and the changed cell is now above it. A stale
+    row becomes exact again when a changed cell goes strictly below its bound (then that cell is
+    below every other one)."""
+    t, j = tard[r, c], jct[r, c]
+    bt, bj = best_t[r], best_j[r]
+    if stale[r]:
+        if t < bt or (t == bt and j < bj):
+            best_c[r], best_t[r], best_j[r] = c, t, j
+            stale[r] = False
+        return
+    b = best_c[r]
+    if b == c:
+        if t < bt or (t == bt and j <= bj):
+            best_t[r], best_j[r] = t, j
+        else:
+            stale[r] = True
+    elif t < bt or (t == bt and (j < bj or (j == bj and b >= 0 and c < b))):
+        best_c[r], best_t[r], best_j[r] = c, t, j
+
+
+@njit(cache=True)
+def pick_fresh(live, count, tard, jct, used, best_c, best_t, best_j, stale):
+    """:func:`pick_live` with stale rows (:func:`update_best_stale`): while the row picked is stale
+    its best cell is found again (:func:`rescan_row`) and the pick repeated. A stale row's bound is
+    no more than its best cell, so the first exact row of least (tardiness, JCT) is the one a scan
+    of every row's true best cell picks (a stale row before it with an equal bound is rescanned)."""
+    while True:  # pick_live and rescan_row written out (no call: numba counts references to the arrays at each)
+        r, bt, bj = -1, np.inf, np.inf
+        for at in range(count):
+            x = live[at]
+            if best_c[x] >= 0:
+                t = best_t[x]
+                if t < bt or (t == bt and best_j[x] < bj):
+                    bt, bj, r = t, best_j[x], x
+        if r < 0:
+            return -1, -1
+        if not stale[r]:
+            return r, best_c[r]
+        bc, bt, bj = -1, np.inf, np.inf
+        for c in range(used):
+            t = tard[r, c]
+            if t < bt or (t == bt and jct[r, c] < bj):
+                bt, bj, bc = t, jct[r, c], c
+        best_c[r], best_t[r], best_j[r] = bc, bt, bj
+        stale[r] = False
+
+
+@njit(cache=True)
 def pick_live(live, count, best_c, best_t, best_j):
     """:func:`pick` from the rows' best cells, over the rows left, ``live[:count]`` (ascending):
     the first row of least (tardiness, JCT)."""
@@ -343,7 +434,7 @@ def set_exact(r, c, t, j, tard, jct, code, used, best_c, best_t, best_j):
 @njit(cache=True)
 def start(srtf_only, tard, jct, code, alive, rows, row_p, row_ok, row_submit, row_deadline,
           g_type, g_t0, g_tard, g_len, g_slot, seqs, counters, row_due_p, g_t0_due, best_c, best_t, best_j, g_lazy,
-          live):
+          live, stale):
     """Score every pair (:func:`fill_all`, scores held back included) and find each row's best cell."""
     fill_all(srtf_only, tard, jct, code, alive, rows, row_p, row_ok, row_submit, row_deadline,
              g_type, g_t0, g_tard, g_len, g_slot, seqs, counters, row_due_p, g_t0_due)
@@ -354,12 +445,65 @@ def start(srtf_only, tard, jct, code, alive, rows, row_p, row_ok, row_submit, ro
             live[counters[LIVE]] = r
             counters[LIVE] += 1
     rescan_rows(tard, jct, alive, counters[USED], best_c, best_t, best_j)
+    stale[:] = False
+
+
+@njit(cache=True)
+def new_decision(rows, row_p, row_due_p, submit, deadline, given_type, given_t0, given_t0_due, given_count, lazy):
+    """The arrays of one greedy decision (:func:`policies.hydra.assign`) on ``n`` rows and ``m``
+    given groups (``width`` = m + n columns: every assignment splits at most one group off): scores
+    (inf), codes, alive rows, the rows' submit and deadline, the groups (the given ones first),
+    queues, counters, and per row its best cell, per group whether held back, the rows left and
+    per row whether stale. ``counters[LAZY]``: ``lazy`` asked, some group given, no GPU free before
+    a job's submission (both clocks), every run time >= 0 (both clocks), every submit finite, as
+    numpy's ``min``/``max`` (NaN-propagating) tested them before."""
+    n, m = rows.shape[0], given_type.shape[0]
+    width = m + n
+    tard = np.full((n, width), np.inf)
+    jct = np.full((n, width), np.inf)
+    code = np.zeros((n, width), dtype=np.int8)
+    alive = np.ones(n, dtype=np.bool_)
+    row_submit, row_deadline = np.empty(n), np.empty(n)
+    for i in range(n):
+        row_submit[i], row_deadline[i] = submit[rows[i]], deadline[rows[i]]
+    g_type, g_t0, g_t0_due = np.zeros(width, dtype=np.int64), np.zeros(width), np.zeros(width)
+    g_count = np.zeros(width, dtype=np.int64)
+    for c in range(m):
+        g_type[c], g_t0[c], g_t0_due[c], g_count[c] = given_type[c], given_t0[c], given_t0_due[c], given_count[c]
+    g_tard, g_len = np.zeros(width), np.zeros(width, dtype=np.int64)
+    g_slot, g_parent = np.full(width, -1, dtype=np.int64), np.full(width, -1, dtype=np.int64)
+    g_srtf = np.zeros(width, dtype=np.bool_)
+    seqs = np.empty((n, n), dtype=np.int64)
+    ok = lazy and m > 0
+    if ok:
+        # min(g_t0.min(), g_t0_due.min()) >= row_submit.max() with every submit finite: every t0 >= the
+        # latest submit (a NaN t0 fails), and every t0_due too unless one is NaN (Python's min then
+        # keeps g_t0's minimum)
+        latest = -np.inf
+        for i in range(n):
+            ok = ok and np.isfinite(row_submit[i])
+            latest = max(latest, row_submit[i])
+        due_nan, due_ok = False, True
+        for c in range(m):
+            ok = ok and g_t0[c] >= latest
+            due_nan = due_nan or np.isnan(g_t0_due[c])
+            due_ok = due_ok and g_t0_due[c] >= latest
+        ok = ok and (due_nan or due_ok)
+        for k in range(row_p.shape[0]):  # row_p.min() >= 0.0: no NaN, none < 0
+            for i in range(n):
+                ok = ok and row_p[k, i] >= 0.0 and row_due_p[k, i] >= 0.0
+    counters = np.zeros(5, dtype=np.int64)
+    counters[USED], counters[LAZY], counters[LIVE] = m, 1 if ok else 0, n
+    best_c, best_t, best_j = np.full(n, -1, dtype=np.int64), np.full(n, np.inf), np.full(n, np.inf)
+    return (tard, jct, code, alive, row_submit, row_deadline, g_type, g_t0, g_t0_due, g_count, g_tard, g_len,
+            g_slot, g_parent, g_srtf, seqs, counters, best_c, best_t, best_j, np.zeros(width, dtype=np.bool_),
+            np.arange(n), np.zeros(n, dtype=np.bool_))
 
 
 @njit(cache=True)
 def add_job(r, c, tardiness, srtf_only, tard, jct, code, alive, rows, row_p, row_ok, row_submit, row_deadline,
             g_type, g_t0, g_tard, g_len, g_slot, g_count, g_parent, seqs, counters, row_due_p, g_t0_due,
-            best_c, best_t, best_j, g_lazy, live):
+            best_c, best_t, best_j, g_lazy, live, stale):
     """Give row r to group c (whose queue, ordered, has ``tardiness``); a group of several GPUs
     hands the job to a new group split off it (its first GPU). Returns the group that got it.
 
@@ -369,9 +513,28 @@ def add_job(r, c, tardiness, srtf_only, tard, jct, code, alive, rows, row_p, row
     0, and rounding is monotone), and the empty group comes first among equals: none of its pairs
     can be the least while the empty group stays empty. Its scores are held back (``g_lazy``) and
     computed when that group gets a job itself (counted as scored now, as before)."""
+    target = take_row(r, c, tardiness, tard, jct, alive, rows, row_p, g_type, g_t0, g_tard, g_len, g_slot, g_count,
+                      g_parent, seqs, counters, g_t0_due, live)
+    if target != c and g_len[c] == 0 and counters[LAZY]:
+        g_lazy[target] = True
+        counters[WORK] += rows.shape[0]
+        return target
+    rescore_taken(c, target, srtf_only, tard, jct, code, alive, rows, row_p, row_ok, row_submit, row_deadline,
+                  g_type, g_t0, g_tard, g_len, g_slot, g_parent, seqs, counters, row_due_p, g_t0_due,
+                  best_c, best_t, best_j, g_lazy, live, stale)
+    return target
+
+
+@njit(cache=True)
+def take_row(r, c, tardiness, tard, jct, alive, rows, row_p, g_type, g_t0, g_tard, g_len, g_slot, g_count, g_parent,
+             seqs, counters, g_t0_due, live):
+    """The bookkeeping of :func:`add_job`: row r leaves, and joins group c's queue (SRTF order) or
+    that of a group split off c; returns the group that got it. It runs at every greedy round, with
+    no allocation and no call inside (each call counts references to the arrays it passes)."""
     alive[r] = False
-    tard[r, :] = np.inf
-    jct[r, :] = np.inf
+    for x in range(tard.shape[1]):
+        tard[r, x] = np.inf
+        jct[r, x] = np.inf
     left = 0
     for i in range(counters[LIVE]):
         if live[i] != r:
@@ -388,45 +551,59 @@ def add_job(r, c, tardiness, srtf_only, tard, jct, code, alive, rows, row_p, row
         g_slot[target] = counters[SLOTS]
         counters[SLOTS] += 1
         size = g_len[c]
-        if size:
-            seqs[g_slot[target], :size] = seqs[g_slot[c], :size]
+        for m in range(size):
+            seqs[g_slot[target], m] = seqs[g_slot[c], m]
         g_len[target] = size
     elif g_slot[c] < 0:
         g_slot[c] = counters[SLOTS]
         counters[SLOTS] += 1
-    seq = seqs[g_slot[target]]
+    slot = g_slot[target]
     size = g_len[target]
     k = g_type[target]
-    at = srtf_position(seq, size, k, r, rows, row_p)
+    p, job = row_p[k, r], rows[r]
+    at = 0  # srtf_position(seqs[slot], size, k, r, rows, row_p), written out
+    while at < size:
+        q = row_p[k, seqs[slot, at]]
+        if q < p or (q == p and rows[seqs[slot, at]] < job):
+            at += 1
+        else:
+            break
     for m in range(size, at, -1):
-        seq[m] = seq[m - 1]
-    seq[at] = r
+        seqs[slot, m] = seqs[slot, m - 1]
+    seqs[slot, at] = r
     g_len[target] = size + 1
     g_tard[target] = tardiness
-    if target != c and g_len[c] == 0 and counters[LAZY]:
-        g_lazy[target] = True
-        counters[WORK] += rows.shape[0]
-        return target
+    return target
+
+
+@njit(cache=True)
+def rescore_taken(c, target, srtf_only, tard, jct, code, alive, rows, row_p, row_ok, row_submit, row_deadline,
+                  g_type, g_t0, g_tard, g_len, g_slot, g_parent, seqs, counters, row_due_p, g_t0_due,
+                  best_c, best_t, best_j, g_lazy, live, stale):
+    """The rescoring of :func:`add_job` once ``target`` (c or split off it) got a job whose scores
+    are not held back: its column, and if c's queue was empty, the groups held back off it."""
     _rescore(target, srtf_only, tard, jct, code, alive, rows, row_p, row_ok, row_submit, row_deadline,
-             g_type, g_t0, g_tard, g_len, g_slot, seqs, counters, row_due_p, g_t0_due, best_c, best_t, best_j, live)
+             g_type, g_t0, g_tard, g_len, g_slot, seqs, counters, row_due_p, g_t0_due, best_c, best_t, best_j, live,
+             stale)
     if target == c:  # c's queue is no longer empty: the groups split off it may now cost less
         for u in range(counters[USED]):
             if g_lazy[u] and g_parent[u] == c:
                 g_lazy[u] = False
                 _rescore(u, srtf_only, tard, jct, code, alive, rows, row_p, row_ok, row_submit, row_deadline,
                          g_type, g_t0, g_tard, g_len, g_slot, seqs, counters, row_due_p, g_t0_due, best_c, best_t,
-                         best_j, live)
+                         best_j, live, stale)
                 counters[WORK] -= rows.shape[0]  # counted when it split off
-    return target
 
 
 @njit(cache=True)
 def _rescore(c, srtf_only, tard, jct, code, alive, rows, row_p, row_ok, row_submit, row_deadline,
-             g_type, g_t0, g_tard, g_len, g_slot, seqs, counters, row_due_p, g_t0_due, best_c, best_t, best_j, live):
+             g_type, g_t0, g_tard, g_len, g_slot, seqs, counters, row_due_p, g_t0_due, best_c, best_t, best_j, live,
+             stale):
     """Score group c's column after its queue grew (bounds when ``counters[LAZY]``), rows' best cells kept."""
     if counters[LAZY]:
         fill_lazy(c, tard, jct, code, rows, row_p, row_ok, row_submit, row_deadline,
-                  g_type, g_t0, g_len, g_slot, seqs, counters, row_due_p, g_t0_due, best_c, best_t, best_j, live)
+                  g_type, g_t0, g_len, g_slot, seqs, counters, row_due_p, g_t0_due, best_c, best_t, best_j, live,
+                  stale)
     else:
         fill_column(c, srtf_only, tard, jct, code, alive, rows, row_p, row_ok, row_submit, row_deadline,
                     g_type, g_t0, g_tard, g_len, g_slot, seqs, counters, row_due_p, g_t0_due)
@@ -439,11 +616,18 @@ def meets_deadlines(r, c, rows, row_p, row_deadline, g_type, g_len, g_slot, seqs
     summed as :func:`policies.hydra.queue_cost` sums (one start time plus each run time in turn)."""
     k = g_type[c]
     size = g_len[c]
-    seq = seqs[g_slot[c]] if size else seqs[0]
-    before = srtf_position(seq, size, k, r, rows, row_p)
+    slot = g_slot[c] if size else 0
+    p, job = row_p[k, r], rows[r]
+    before = 0  # srtf_position(seqs[slot], size, k, r, rows, row_p), written out (no call)
+    while before < size:
+        q = row_p[k, seqs[slot, before]]
+        if q < p or (q == p and rows[seqs[slot, before]] < job):
+            before += 1
+        else:
+            break
     t = g_t0_due[c]
     for m in range(size + 1):
-        x = seq[m] if m < before else (r if m == before else seq[m - 1])
+        x = seqs[slot, m] if m < before else (r if m == before else seqs[slot, m - 1])
         t += row_due_p[k, x]
         if t > row_deadline[x]:
             return False
@@ -453,7 +637,7 @@ def meets_deadlines(r, c, rows, row_p, row_deadline, g_type, g_len, g_slot, seqs
 @njit(cache=True)
 def advance(max_rounds, srtf_only, tard, jct, code, alive, rows, row_p, row_ok, row_submit, row_deadline,
             g_type, g_t0, g_tard, g_len, g_slot, g_count, g_parent, g_srtf, seqs, counters, row_due_p, g_t0_due,
-            best_c, best_t, best_j, g_lazy, live):
+            best_c, best_t, best_j, g_lazy, live, stale):
     """Run greedy rounds while the best pair's queue orders on time by SRTF (its SRTF order is
     then its optimal order, cost zero tardiness). Returns (DONE, -1, -1) when nothing is left,
     (ASK, r, c) when the best pair needs a real ordering, (PAUSE, -1, -1) after ``max_rounds``.
@@ -461,7 +645,7 @@ def advance(max_rounds, srtf_only, tard, jct, code, alive, rows, row_p, row_ok, 
     :func:`add_job`) instead of a scan of the whole matrix."""
     rounds = 0
     while rounds < max_rounds:
-        r, c = pick_live(live, counters[LIVE], best_c, best_t, best_j)
+        r, c = pick_fresh(live, counters[LIVE], tard, jct, counters[USED], best_c, best_t, best_j, stale)
         if r < 0:
             return DONE, -1, -1
         if code[r, c] == LAZY:  # a bound is the least: score the pair, and look again
@@ -473,9 +657,16 @@ def advance(max_rounds, srtf_only, tard, jct, code, alive, rows, row_p, row_ok, 
         if code[r, c] != ON_TIME or not meets_deadlines(r, c, rows, row_p, row_deadline, g_type, g_len, g_slot,
                                                         seqs, row_due_p, g_t0_due):
             return ASK, r, c  # (the second: only if rounding differs from the score's sums)
-        target = add_job(r, c, 0.0, srtf_only, tard, jct, code, alive, rows, row_p, row_ok, row_submit,
-                         row_deadline, g_type, g_t0, g_tard, g_len, g_slot, g_count, g_parent, seqs, counters,
-                         row_due_p, g_t0_due, best_c, best_t, best_j, g_lazy, live)
+        # add_job(r, c, 0.0, ...), its steps called one by one (a call costs a count per array passed)
+        target = take_row(r, c, 0.0, tard, jct, alive, rows, row_p, g_type, g_t0, g_tard, g_len, g_slot, g_count,
+                          g_parent, seqs, counters, g_t0_due, live)
+        if target != c and g_len[c] == 0 and counters[LAZY]:
+            g_lazy[target] = True
+            counters[WORK] += rows.shape[0]
+        else:
+            rescore_taken(c, target, srtf_only, tard, jct, code, alive, rows, row_p, row_ok, row_submit, row_deadline,
+                          g_type, g_t0, g_tard, g_len, g_slot, g_parent, seqs, counters, row_due_p, g_t0_due,
+                          best_c, best_t, best_j, g_lazy, live, stale)
         g_srtf[target] = True
     return PAUSE, -1, -1
 
@@ -530,14 +721,19 @@ def _by_t0(ids, t0):
     first = t0[ids[0]]
     for g in ids:
         first = min(first, t0[g])
-    head = ids[t0[ids] == first]
-    rest = ids[t0[ids] != first]
-    keys = np.empty(rest.shape[0])
-    for i in range(rest.shape[0]):
-        keys[i] = t0[rest[i]]
     out = np.empty_like(ids)
-    out[:head.shape[0]] = head
-    out[head.shape[0]:] = rest[np.argsort(keys, kind="mergesort")]
+    rest = np.empty_like(ids)
+    keys = np.empty(ids.shape[0])
+    heads, others = 0, 0
+    for g in ids:  # ids[t0[ids] == first], then the others (their t0 as sort keys), in one pass
+        if t0[g] == first:
+            out[heads] = g
+            heads += 1
+        else:
+            rest[others] = g
+            keys[others] = t0[g]
+            others += 1
+    out[heads:] = rest[:others][np.argsort(keys[:others], kind="mergesort")]
     return out
 
 
@@ -564,9 +760,14 @@ def _kept(ids, t0, t0_due, n):
     n-th earliest (in (t0, t0_due, busy, id) order), or earlier on the due clock than one of the n
     first. The n first are those with t0 < T and the first of those with t0 == T."""
     times = np.empty(ids.shape[0])
+    low, at_low = np.inf, 0  # the least t0 and how many share it (NaN: neither)
     for i in range(ids.shape[0]):
         times[i] = t0[ids[i]]
-    last = _nth_smallest(times, n)
+        if times[i] < low:
+            low, at_low = times[i], 0
+        if times[i] == low:
+            at_low += 1
+    last = low if at_low >= n else _nth_smallest(times, n)  # n of them share the least: it is the n-th
     fewer, tied, due_max = 0, 0, -np.inf
     for g in ids:
         if t0[g] < last:
@@ -580,7 +781,11 @@ def _kept(ids, t0, t0_due, n):
         if t0[g] == last:
             tie_due[at] = t0_due[g]
             at += 1
-    due_max = max(due_max, _nth_smallest(tie_due, n - fewer))  # the last of the n first, on the due clock
+    same = tied > 0  # all tied GPUs free at one due-clock time (not NaN): it is the n-th smallest of them
+    for i in range(tied):
+        same = same and tie_due[i] == tie_due[0]
+    nth = tie_due[0] if same else _nth_smallest(tie_due, n - fewer)
+    due_max = max(due_max, nth)  # the last of the n first, on the due clock
     keep = np.empty(ids.shape[0], dtype=np.bool_)
     for i in range(ids.shape[0]):
         keep[i] = t0[ids[i]] <= last or t0_due[ids[i]] < due_max

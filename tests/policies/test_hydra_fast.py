@@ -183,3 +183,77 @@ def test_lazy_scores_give_the_eager_assignment():
         assert plans[0] == plans[1], case
         lazy_picks += plan.used > plan.m
     assert lazy_picks > 100  # groups split off: held-back scores were exercised
+
+
+def test_stale_row_bests_pick_what_a_full_scan_picks():
+    """Rows whose best cell got costlier kept as stale lower bounds (:func:`kernels.update_best_stale`)
+    and rescanned only when least (:func:`kernels.pick_fresh`) pick :func:`kernels.pick`'s pair, and
+    give the best cells a rescan of every row gives; cells change up and down, with ties and inf."""
+    rng = np.random.default_rng(11)
+    stale_picks = 0
+    for case in range(400):
+        n, width = int(rng.integers(1, 12)), int(rng.integers(1, 10))
+        tard = rng.integers(0, 3, (n, width)).astype(float)
+        jct = rng.integers(0, 3, (n, width)).astype(float)
+        alive = rng.random(n) < 0.9
+        best = (np.full(n, -1, dtype=np.int64), np.full(n, INF), np.full(n, INF))
+        stale = np.zeros(n, dtype=bool)
+        kernels.rescan_rows(tard, jct, alive, width, *best)
+        for _ in range(8):
+            c = int(rng.integers(0, width))
+            live = np.flatnonzero(alive).astype(np.int64)
+            tard[live, c] = rng.integers(0, 4, len(live))
+            jct[live, c] = rng.integers(0, 4, len(live))
+            out = live[rng.random(len(live)) < 0.2]
+            tard[out, c], jct[out, c] = INF, INF
+            for r in live:
+                kernels.update_best_stale(r, c, tard, jct, *best, stale)
+            stale_picks += int(stale[live].any())
+            masked_t, masked_j = np.where(alive[:, None], tard, INF), np.where(alive[:, None], jct, INF)
+            got = kernels.pick_fresh(live, len(live), tard, jct, width, *best, stale)
+            assert tuple(got) == tuple(kernels.pick(masked_t, masked_j, alive, width)), case
+            fresh = live[~stale[live]]  # rows not stale hold their true best cell
+            want = (np.full(n, -1, dtype=np.int64), np.full(n, INF), np.full(n, INF))
+            kernels.rescan_rows(tard, jct, alive, width, *want)
+            for a, b in zip(best, want):
+                assert np.array_equal(a[fresh], b[fresh]), case
+            if len(live) and rng.random() < 0.5:  # the picked row leaves, as in add_job
+                r = int(got[0]) if got[0] >= 0 else int(live[0])
+                alive[r] = False
+    assert stale_picks > 100
+
+
+def test_new_decision_arrays_and_lazy_flag_equal_the_numpy_ones():
+    """:func:`kernels.new_decision` makes the arrays ``assign`` made with numpy, and its LAZY flag is
+    the former numpy test (NaN-propagating ``min``/``max``, Python's ``min`` of the two clocks)."""
+    rng = np.random.default_rng(12)
+    odd = np.array([np.nan, -np.inf, np.inf, -1.0])
+    for case in range(600):
+        n, m, types = int(rng.integers(1, 6)), int(rng.integers(0, 5)), int(rng.integers(1, 3))
+        jobs = 8
+        submit = rng.integers(0, 5, jobs).astype(float)
+        deadline = np.where(rng.random(jobs) < 0.5, np.inf, rng.integers(0, 20, jobs).astype(float))
+        rows = rng.choice(jobs, n, replace=False).astype(np.int64)
+        row_p = rng.integers(0, 9, (types, n)).astype(float)
+        row_due_p = row_p + rng.integers(0, 3, (types, n))
+        g_t0 = 4.0 + rng.integers(0, 3, m)
+        g_t0_due = g_t0 + rng.integers(0, 2, m)
+        for arr in (submit, row_p, row_due_p, g_t0, g_t0_due):  # now and then a NaN, inf or negative value
+            if arr.size and rng.random() < 0.15:
+                arr.flat[int(rng.integers(0, arr.size))] = rng.choice(odd)
+        given = (rng.integers(0, types, m).astype(np.int64), g_t0, g_t0_due, rng.integers(1, 4, m).astype(np.int64))
+        lazy = bool(rng.random() < 0.9)
+        out = kernels.new_decision(rows, row_p, row_due_p, submit, deadline, *given, lazy)
+        row_submit = submit[rows]
+        want = lazy and m > 0 and bool(min(g_t0[:m].min(), g_t0_due[:m].min()) >= row_submit.max()
+                                       and row_p.min() >= 0.0 and row_due_p.min() >= 0.0
+                                       and np.isfinite(row_submit).all())
+        counters = out[16]
+        assert counters.tolist() == [m, 0, 0, int(want), n], case
+        width = m + n
+        assert np.array_equal(out[4], row_submit, equal_nan=True) and np.array_equal(out[5], deadline[rows]), case
+        for got, value in zip(out[6:10], given):
+            assert np.array_equal(got[:m], value, equal_nan=True) and not got[m:].any(), case
+        assert out[0].shape == (n, width) and np.isinf(out[0]).all() and np.isinf(out[1]).all(), case
+        assert (out[12] == -1).all() and (out[13] == -1).all() and out[17].tolist() == [-1] * n, case
+        assert out[21].tolist() == list(range(n)) and not out[20].any() and not out[22].any(), case
