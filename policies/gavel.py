@@ -297,6 +297,7 @@ class GavelPolicy(PreemptivePolicy):
 
     name = "gavel"
     rounds = "work"  # Gavel's simulator: a round ends when its leases do, or its jobs all finish
+    reads_attained = False  # nor view.attained: the engine need not keep it current (simulator.preemption)
 
     def __init__(self, objective: str = "max_min", lease: float | str = 360.0, restart: float | str = 10.0,
                  storage_gbps: float | str = 2.0, reset: float | str = 1920.0, share: str = "perf",
@@ -306,6 +307,8 @@ class GavelPolicy(PreemptivePolicy):
         self.min_reset_s = number("reset", reset, 0.0, np.inf, unit="s")
         self.share = choice("share", share, SHARES)
         self.solver = choice("solver", solver, SOLVERS)
+        # only these objectives read each job's fraction done: the engine keeps it current for them alone
+        self.reads_progress = self.objective in ("ftf", "makespan")
         self._book: GavelRounds | None = None
         self._walk: list[int] = []
         self._last_arrival = -np.inf  # the last admitted job's submit time
@@ -387,9 +390,10 @@ class GavelPolicy(PreemptivePolicy):
             given = book.choose(can_run, view.num_gpus, view.total_by_type, self._walk)
             if given or not (view.running or view.waiting) or arrivals_left:
                 break
-        running, types = view.running, view.gpu_types
-        out: list[Placement | Preemption] = [Preemption(job) for job, (_, k) in running.items() if given.get(job) != k]
-        out += [Placement(job, types[k]) for job, k in given.items() if running.get(job, (None, -1))[1] != k]
+        running, types, get = view.running, view.gpu_types, given.get
+        out: list[Placement | Preemption] = [Preemption(job) for job, (_, k) in running.items() if get(job) != k]
+        out += [Placement(job, types[k]) for job, k in given.items()
+                if (held := running.get(job)) is None or held[1] != k]
         return out
 
     def describe(self) -> dict:

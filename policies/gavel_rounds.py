@@ -167,6 +167,7 @@ class GavelRounds:
         self._ran_types = np.zeros(0, dtype=np.int64)
         self.finished: dict[int, float] = {}  # job -> when, since the last round
         self.resets = 0
+        self._num_gpus: tuple[np.ndarray | None, np.ndarray | None] = (None, None)  # (the view's, as int64)
 
     # -- events between rounds -----------------------------------------------------------------
     def finish(self, job: int, now: float) -> None:
@@ -201,9 +202,10 @@ class GavelRounds:
         index order, so each type's total is the same sum Gavel's loop makes)."""
         jobs, types = self._ran_jobs, self._ran_types
         ends = np.full(len(jobs), now)
-        for i, job in enumerate(jobs.tolist()):
-            if job in self.finished:
-                ends[i] = self.finished[job]
+        if self.finished:
+            for i, job in enumerate(jobs.tolist()):
+                if job in self.finished:
+                    ends[i] = self.finished[job]
         spent = ends - self.busy_end
         self.job_time[jobs, types] += spent
         np.add.at(self.worker_time, types, spent)
@@ -238,7 +240,10 @@ class GavelRounds:
         if not len(jobs):
             self._ran({}, jobs, jobs)
             return {}
-        num_gpus = num_gpus if num_gpus.dtype == np.int64 else num_gpus.astype(np.int64)
+        if num_gpus.dtype != np.int64:  # converted once per run, not per round (the view's never changes)
+            if self._num_gpus[0] is not num_gpus:
+                self._num_gpus = (num_gpus, num_gpus.astype(np.int64))
+            num_gpus = self._num_gpus[1]
         rows, types = choose_rows(jobs, self.x, self.job_time, self.worker_time, self.allocated, self.deficit, can_run,
                                   num_gpus, room.astype(np.int64), np.asarray(walk, dtype=np.int64))
         inside = self.allocated[jobs[rows]]  # a job taken outside the allocation holds its GPUs idle

@@ -9,7 +9,7 @@ what a job would get now; :meth:`ClusterState.take` books a plan.
 
 from __future__ import annotations
 
-import heapq
+from bisect import bisect_left, insort
 
 import numpy as np
 
@@ -20,10 +20,10 @@ from simulator.cluster import Cluster
 class ClusterState:
     """Free GPUs per node, and the allocation rule for gang jobs.
 
-    Per-event work is Python-level and O(log nodes): node free counts in lists, and per type and
-    free count a heap of node ids (lazy deletion: an entry is live while the node still has that
-    many free), so best fit is a lookup, not a scan of every node of the type. A job's GPUs are
-    taken and given back node by node (one heap entry per node touched, not one per GPU).
+    Per-event work is Python-level: node free counts in lists, and per type and free count the
+    ascending ids of exactly the nodes with that many free (kept exact at every change, by
+    bisection), so best fit is a lookup, not a scan of every node of the type, and a job across
+    nodes walks only the nodes it may take. A job's GPUs are taken and given back node by node.
     """
 
     def __init__(self, cluster: Cluster):
@@ -40,6 +40,7 @@ class ClusterState:
         first = np.concatenate([[0], np.cumsum(sizes)])
         self.gpu_node = np.repeat(np.arange(len(cluster.nodes)), sizes)
         self.gpu_node_list = self.gpu_node.tolist()
+        self._node_first = first.tolist()  # node i's GPU ids: _node_first[i] .. _node_first[i + 1] - 1
         # free GPU ids per node, kept in descending order so that the lowest ids are handed out first
         self.free_ids: list[list[int]] = [list(range(first[i + 1] - 1, first[i] - 1, -1))
                                           for i in range(len(cluster.nodes))]
@@ -48,40 +49,63 @@ class ClusterState:
         self.gpu_job = np.full(cluster.total_gpus, IDLE_GPU, dtype=np.int64)  # running job per GPU
         self.max_node = max(sizes, default=0)
         self.down: dict[int, list[int]] = {}  # failed node -> its GPU ids, while it is repaired
-        # _by_free[type][free]: heap of the ids of the type's nodes with that many free GPUs (and stale ids)
+        # _by_free[type][free]: the ids, ascending, of exactly the type's nodes with that many free
+        # GPUs (free > 0: best fit never asks for full nodes); every change of node_free moves its node
         self._by_free: list[list[list[int]]] = [[[] for _ in range(self.max_node + 1)] for _ in self.types]
         for node, free in enumerate(sizes):
-            if free:  # best fit never asks for full nodes
-                self._by_free[self.node_type_list[node]][free].append(node)  # ascending: a heap
+            if free:
+                self._by_free[self.node_type_list[node]][free].append(node)  # ascending
 
     def allocate(self, type_k: int, n: int) -> tuple[int, ...]:
         """n GPUs of the type: on one node if any has room (best fit: the node with the fewest free
         GPUs >= n, lowest id among equals), else across nodes; lowest GPU ids first on each node."""
+        lists = self._by_free[type_k]
+        for free in range(n, self.max_node + 1):
+            nodes = lists[free]
+            if nodes:  # the usual case, one node: take(best_fit) inlined
+                node = nodes[0]
+                pool = self.free_ids[node]
+                ids = pool[:-n - 1:-1]  # the lowest ids: the pool is in descending order
+                del pool[-n:]
+                del nodes[0]
+                left = free - n
+                self.node_free[node] = left
+                if left:
+                    insort(lists[left], node)
+                busy = self.gpu_busy
+                for g in ids:
+                    busy[g] = True
+                self.free_by_type[type_k] -= n
+                return tuple(ids)
         return self.take(type_k, self.best_fit(type_k, n))
 
     def best_fit(self, type_k: int, n: int) -> list[tuple[int, int]]:
-        """The (node, GPUs) :meth:`allocate` would take, taking nothing (it drops stale heap entries)."""
-        heaps, node_free = self._by_free[type_k], self.node_free
-        chosen: list[tuple[int, int]] = []
+        """The (node, GPUs) :meth:`allocate` would take, taking nothing."""
+        lists = self._by_free[type_k]
         for free in range(n, self.max_node + 1):
-            heap = heaps[free]
-            while heap and node_free[heap[0]] != free:
-                heapq.heappop(heap)  # stale
-            if heap:
-                return [(heap[0], n)]  # the usual case: one node
+            if lists[free]:
+                return [(lists[free][0], n)]  # the usual case: one node
         # Across nodes: the fullest-free first (ties: lower id), as few nodes as possible. No
         # node has n free, so the free counts to walk, downwards, are n - 1 .. 1.
+        chosen: list[tuple[int, int]] = []
         need = n
         for free in range(min(n - 1, self.max_node), 0, -1):
-            nodes = sorted({node for node in heaps[free] if node_free[node] == free})
-            heaps[free][:] = nodes  # its stale entries dropped (a sorted list is a heap): scans stay short
-            for node in nodes:
+            for node in lists[free]:
                 take = min(free, need)
                 chosen.append((node, take))
                 need -= take
                 if need == 0:
                     return chosen
         raise PolicyError(f"not enough free {self.types[type_k]} GPUs for a {n}-GPU job")
+
+    def _move(self, lists: list[list[int]], node: int, old: int, new: int) -> None:
+        """Node ``node`` (of the type of ``lists``) goes from ``old`` free GPUs to ``new``."""
+        self.node_free[node] = new
+        if old:
+            nodes = lists[old]
+            del nodes[bisect_left(nodes, node)]
+        if new:
+            insort(lists[new], node)
 
     def take(self, type_k: int, chosen: list[tuple[int, int]]) -> tuple[int, ...]:
         """Take ``chosen`` (node, how many): the lowest free GPU ids of each node."""
@@ -157,12 +181,10 @@ class ClusterState:
 
     def _taken(self, type_k: int, per_node: list[tuple[int, int]], ids: list[int]) -> tuple[int, ...]:
         """Book GPUs ``ids`` (out of their nodes' pools; ``per_node``: (node, how many)) as busy."""
-        heaps, node_free = self._by_free[type_k], self.node_free
+        lists, node_free, move = self._by_free[type_k], self.node_free, self._move
         for node, count in per_node:
-            free = node_free[node] - count
-            node_free[node] = free
-            if free:
-                heapq.heappush(heaps[free], node)
+            free = node_free[node]
+            move(lists, node, free, free - count)
         busy = self.gpu_busy
         for g in ids:
             busy[g] = True
@@ -170,27 +192,31 @@ class ClusterState:
         return tuple(ids)
 
     def release(self, type_k: int, ids: tuple[int, ...]) -> None:
-        heaps, node_free, busy, gpu_job = self._by_free[type_k], self.node_free, self.gpu_busy, self.gpu_job
+        lists, node_free, busy, gpu_job = self._by_free[type_k], self.node_free, self.gpu_busy, self.gpu_job
+        if not ids:
+            return
+        node = self.gpu_node_list[ids[0]]
         if len(ids) == 1:
             g = ids[0]
-            node = self.gpu_node_list[g]
             pool = self.free_ids[node]
             pool.append(g)
             if len(pool) > 1 and pool[-2] < g:  # keep descending order so pops give low ids
                 pool.sort(reverse=True)
-            free = node_free[node] + 1
-            node_free[node] = free
-            heapq.heappush(heaps[free], node)
+            free = node_free[node]
+            self._move(lists, node, free, free + 1)
             busy[g] = False
             gpu_job[g] = IDLE_GPU
         else:
-            for node, gs in self._per_node(ids).items():
+            if self._node_first[node] <= min(ids) and max(ids) < self._node_first[node + 1]:
+                per_node = {node: ids}  # the usual case: one node
+            else:
+                per_node = self._per_node(ids)
+            for node, gs in per_node.items():
                 pool = self.free_ids[node]
                 pool.extend(gs)
                 pool.sort(reverse=True)  # descending, so pops give low ids
-                free = node_free[node] + len(gs)
-                node_free[node] = free
-                heapq.heappush(heaps[free], node)
+                free = node_free[node]
+                self._move(lists, node, free, free + len(gs))
             for g in ids:
                 busy[g] = False
                 gpu_job[g] = IDLE_GPU
@@ -209,7 +235,7 @@ class ClusterState:
         k = self.node_type_list[node]
         self.down[node] = ids
         self.free_ids[node] = []
-        self.node_free[node] = 0  # its heap entries are stale now
+        self._move(self._by_free[k], node, self.node_free[node], 0)
         for g in ids:
             self.gpu_busy[g] = True
             self.gpu_job[g] = DOWN_GPU
@@ -222,8 +248,7 @@ class ClusterState:
         ids = self.down.pop(node)
         k = self.node_type_list[node]
         self.free_ids[node] = sorted(ids, reverse=True)
-        self.node_free[node] = len(ids)
-        heapq.heappush(self._by_free[k][len(ids)], node)
+        self._move(self._by_free[k], node, self.node_free[node], len(ids))
         for g in ids:
             self.gpu_busy[g] = False
             self.gpu_job[g] = IDLE_GPU

@@ -263,7 +263,7 @@ class Simulation:
         elif state.free_by_type[k] < n:
             raise PolicyError(f"policy {self.policy.name!r} placed job {job} ({n} GPUs) on "
                               f"{p.gpu_type} with only {state.free_by_type[k]} free")
-        elif self._spread[job] and n > 1:
+        elif n > 1 and self._spread[job]:
             ids = state.take(k, self._plan(job, k, n))
         else:
             ids = state.allocate(k, n)

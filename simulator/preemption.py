@@ -43,6 +43,8 @@ prediction on its final type; plus ``preemptions`` and ``restart_overhead_s`` pe
 
 from __future__ import annotations
 
+import heapq
+import math
 from array import array
 
 import numpy as np
@@ -59,6 +61,19 @@ from traces.schema import CHECKPOINT_BYTES
 # per run. Why a count: rounds come every lease while any job waits or runs, so their number is the
 # run's span over the lease, whatever the jobs do; an SRTF round costs ~70 us, so a million take
 # about a minute (a Gavel round, an LP: more).
+
+
+# Stale completions queued before the engine takes them out of simpy's queue (_drop_stale): at
+# least this many, and half the queue.
+DROP_AT = 4096
+PRUNE_AT = 65_536  # dropped completions kept for _restore_dropped before those now past are let go
+
+
+def _heap_queue(env: simpy.Environment) -> bool:
+    """Whether simpy's event queue is the list heap :meth:`PreemptiveSimulation._drop_stale` edits
+    (simpy's private ``_queue``: another simpy version may keep it otherwise; then nothing is dropped)."""
+    queue = getattr(env, "_queue", None)
+    return isinstance(queue, list) and all(isinstance(entry, tuple) and len(entry) == 4 for entry in queue)
 
 
 class RoundLimitError(PolicySpecError):
@@ -85,37 +100,34 @@ class Segments:
     millions on a 100k-job trace, where a tuple per stretch cost gigabytes."""
 
     def __init__(self) -> None:
-        self.job, self.type, self.gpus_end = array("q"), array("q"), array("q")
-        self.gpus = array("q")  # every stretch's GPU ids, one after another (gpus_end: where each ends)
-        self.start, self.end, self.restart, self.work = array("d"), array("d"), array("d"), array("d")
+        self.ints = array("q")  # per stretch: job, type, where its GPU ids end in gpus
+        self.gpus = array("q")  # every stretch's GPU ids, one after another
+        self.floats = array("d")  # per stretch: start, end, restart, work
 
     def add(self, job: int, k: int, gpus: tuple[int, ...], start: float, end: float, restart: float,
             work: float) -> None:
-        self.job.append(job)
-        self.type.append(k)
         self.gpus.extend(gpus)
-        self.gpus_end.append(len(self.gpus))
-        self.start.append(start)
-        self.end.append(end)
-        self.restart.append(restart)
-        self.work.append(work)
+        self.ints.extend((job, k, len(self.gpus)))
+        self.floats.extend((start, end, restart, work))
 
     def frame(self, job_ids: np.ndarray, gpu_types: list[str]) -> pd.DataFrame:
         """One row per stretch: job (index and id), GPU type, GPU ids ("3,4"), start, end, and the
         seconds of it spent restarting and working."""
-        jobs = np.frombuffer(self.job, dtype=np.int64).copy()
-        ends = np.frombuffer(self.gpus_end, dtype=np.int64).tolist()
-        ids = np.frombuffer(self.gpus, dtype=np.int64).astype(str).tolist()
+        ints = np.frombuffer(self.ints, dtype=np.int64).reshape(-1, 3)
+        floats = np.frombuffer(self.floats, dtype=np.float64).reshape(-1, 4)
+        jobs = ints[:, 0].copy()
+        ends = ints[:, 2].tolist()
+        ids = list(map(str, self.gpus))  # as numpy's astype(str) writes them, several times faster
         firsts = [0, *ends[:-1]]
         return pd.DataFrame({
             "job": jobs,
             "job_id": job_ids[jobs],
-            "gpu_type": np.asarray(gpu_types, dtype=object)[np.frombuffer(self.type, dtype=np.int64)],
+            "gpu_type": np.asarray(gpu_types, dtype=object)[ints[:, 1]],
             "gpu_ids": [",".join(ids[a:b]) for a, b in zip(firsts, ends)],
-            "start": np.frombuffer(self.start, dtype=np.float64).copy(),
-            "end": np.frombuffer(self.end, dtype=np.float64).copy(),
-            "restart_s": np.frombuffer(self.restart, dtype=np.float64).copy(),
-            "work_s": np.frombuffer(self.work, dtype=np.float64).copy(),
+            "start": floats[:, 0].copy(),
+            "end": floats[:, 1].copy(),
+            "restart_s": floats[:, 2].copy(),
+            "work_s": floats[:, 3].copy(),
         })
 
 
@@ -140,6 +152,7 @@ class PreemptiveSimulation(Simulation):
         restart = policy.restart if policy.preemptive else RestartCost()
         self.checkpoint_bytes = checkpoint
         self.restart_s = restart.seconds(checkpoint)
+        self._restart_list = np.asarray(self.restart_s, dtype="float64").tolist()  # Python floats, per placement
         self.lease = float(policy.lease_seconds) if policy.preemptive else np.inf
         self.done = np.zeros(n)  # fraction of the work done when the current segment began
         self.fraction = np.zeros(n)  # the view's progress: fraction done now
@@ -154,10 +167,12 @@ class PreemptiveSimulation(Simulation):
         self._attained_before = np.zeros(n)  # attained service when the current segment began
         self._num_array = jobs["num_gpus"].to_numpy(dtype="float64")
         self._segments = Segments()
-        # progress is kept current at every call only for a policy that reads it (none: not there)
+        # progress (attained service) is kept current at every call only for a policy that reads it
+        # (none: not there); either is current at every segment's end whatever the policy
         self._reads_progress = bool(getattr(policy, "reads_progress", True))
+        self._reads_attained = bool(getattr(policy, "reads_attained", True))
         self.view.progress = read_only(self.fraction) if self._reads_progress else None
-        self.view.attained = read_only(self.attained)
+        self.view.attained = read_only(self.attained) if self._reads_attained else None
         self._round_armed = False
         rounds = policy.rounds if policy.preemptive else None
         self._by_work = rounds == "work"
@@ -165,6 +180,14 @@ class PreemptiveSimulation(Simulation):
         self._round_token = 0  # "work" rounds: a queued round boundary is live while this is unchanged
         self._rounds = 0
         self._max_rounds = int(limit("rounds"))
+        # Stale completions (a suspended job's) leave simpy's queue (see _drop_stale); only in this
+        # class, whose events are all known here (a subclass may queue events of its own), and only
+        # while simpy keeps its queue as the heap of (time, priority, id, event) it has since 3.0
+        self._drop = type(self) is PreemptiveSimulation  # and simpy's queue is that heap (_before_replay)
+        self._completion: list[simpy.Event | None] = [None] * n  # each running job's queued completion
+        self._stale: set[simpy.Event] = set()  # completions made stale by a suspension, still queued
+        self._dropped: list[tuple] = []  # the queue entries _drop_stale took out (time, priority, eid, event)
+        self._dropped_kept = 0  # len(_dropped) after its last pruning
         self._check_rounds()
 
     def _without_feedback(self) -> str:
@@ -216,6 +239,8 @@ class PreemptiveSimulation(Simulation):
         if ev.value == self._round_token:
             self._begin_round()
             self._after_event()
+        elif self._dropped and self._pending and self._env.peek() > self._env.now:
+            self._restore_dropped()  # the one place a dropped completion could have mattered (_drop_stale)
 
     def _begin_round(self) -> None:
         """This timestamp's policy call is a round boundary (counted against the rounds limit)."""
@@ -254,16 +279,28 @@ class PreemptiveSimulation(Simulation):
             fraction = np.where(truth > 0, self.done[jobs] + worked / truth, np.where(started, 1.0, self.done[jobs]))
         return np.minimum(1.0, fraction)
 
+    def _fraction_of(self, job: int, k: int, now: float) -> float:
+        """:meth:`_fraction_done` of one running job on type k, in Python floats (the same IEEE
+        operations, so the same value): a suspension's, where the policy does not read progress."""
+        truth = self._truth[job * self._num_types + k] * self.slowdown[job]
+        work_start = self.work_start[job]
+        if truth > 0:
+            fraction = self.done[job] + max(0.0, now - work_start) / truth
+        else:  # a job of no work: done once it starts working
+            fraction = 1.0 if now >= work_start else self.done[job]
+        return min(1.0, fraction)
+
     def _refresh_progress(self, now: float) -> None:
         """The view's progress and attained service of the running jobs, as of ``now`` (vectorised:
         this runs at every policy call, with hundreds of jobs running on a large cluster)."""
         running = self.view.running
-        if not running:
+        if not running or not (self._reads_progress or self._reads_attained):
             return
         jobs = np.fromiter(running, dtype=np.int64, count=len(running))
         if self._reads_progress:
             self.fraction[jobs] = self._fraction_done(jobs, now)
-        self.attained[jobs] = self._attained_before[jobs] + (now - self.segment_start[jobs]) * self._num_array[jobs]
+        if self._reads_attained:
+            self.attained[jobs] = self._attained_before[jobs] + (now - self.segment_start[jobs]) * self._num_array[jobs]
 
     # -- the policy's turn ---------------------------------------------------------------------
     def _schedule(self) -> None:
@@ -292,50 +329,109 @@ class PreemptiveSimulation(Simulation):
             wake = float(self.policy.next_event(view))
             if np.isfinite(wake) and wake > now:
                 self._env.timeout(wake - now, self._round_token).callbacks.append(self._work_round_ends)
+        if self._drop and len(self._stale) > DROP_AT and 2 * len(self._stale) > len(self._env._queue):
+            self._drop_stale(now)
+
+    # -- stale completions -----------------------------------------------------------------------
+    def _drop_stale(self, now: float) -> None:
+        """Take the stale completions out of simpy's queue: a time-sharing policy (Gavel) suspends
+        most jobs it starts, and each suspension leaves its completion queued, often days ahead —
+        hundreds of thousands of entries that made every pop of the queue slow.
+
+        Why the run is the same to the bit: a stale completion's callback (:meth:`_finish`) only
+        calls :meth:`_after_event`, which calls the policy if something changed at this timestamp
+        and no event of it is left. Without it, the event before it at its timestamp sees none
+        left and makes that same call, with nothing between, and the queue's order (time, then
+        creation) is kept for every other event. The exception is an event before it that does not
+        call :meth:`_after_event`: a stale round end (:meth:`_work_round_ends`). So a stale
+        completion at the time of a queued round end stays queued (a round end queued later
+        comes after it), and where a stale round end leaves a change at its timestamp with no
+        event of it left (the policy's call then waits for the next event), the completions
+        dropped after it go back into the queue (:meth:`_restore_dropped`), in their places.
+        Dropping runs only at a policy call, when no event of the current timestamp is queued
+        but the call's own, so every dropped completion lies ahead."""
+        queue, stale, dropped = self._env._queue, self._stale, self._dropped
+        keep, candidates = [], []
+        for entry in queue:
+            (candidates if entry[3] in stale and entry[0] > now else keep).append(entry)
+        round_end = [self._work_round_ends]
+        ends = {entry[0] for entry in keep if entry[3].callbacks == round_end}
+        for entry in candidates:
+            if entry[0] in ends:
+                keep.append(entry)
+            else:
+                dropped.append(entry)
+                stale.discard(entry[3])
+        heapq.heapify(keep)
+        queue[:] = keep
+        if len(dropped) > 2 * self._dropped_kept + PRUNE_AT:  # those now past can never go back
+            dropped[:] = [entry for entry in dropped if entry[0] > now]
+            self._dropped_kept = len(dropped)
+
+    def _restore_dropped(self) -> None:
+        """Queue again the dropped completions still ahead (:meth:`_drop_stale`)."""
+        now, queue = self._env.now, self._env._queue
+        back = [entry for entry in self._dropped if entry[0] > now]
+        queue.extend(back)
+        heapq.heapify(queue)
+        self._stale.update(entry[3] for entry in back)
+        self._dropped.clear()
+        self._dropped_kept = 0
 
     def _suspend(self, job: int, now: float) -> None:
         running = self.view.running
         if job not in running:
             raise PolicyError(f"policy {self.policy.name!r} preempted job {job}, which is not running")
-        # refreshed at this call's start (_schedule) where the policy reads it; else computed now
-        fraction = self.fraction[job] if self._reads_progress else self._fraction_done(np.array([job]), now)[0]
         _, k = running.pop(job)
+        # refreshed at this call's start (_schedule) where the policy reads it; else computed now
+        fraction = self.fraction[job] if self._reads_progress else self._fraction_of(job, k, now)
         self._close_segment(job, k, now, max(0.0, now - self.work_start[job]))
         self.done[job] = self.fraction[job] = fraction
         self.state.release(k, self.gpus_of[job])
         self.epoch[job] += 1  # its queued completion is stale now
+        self._stale.add(self._completion[job])
         self.preemptions[job] += 1
         self.view.waiting[job] = None  # waits again, behind the jobs waiting already
 
     def _close_segment(self, job: int, k: int, now: float, worked: float) -> None:
-        held = now - self.segment_start[job]
-        self._segments.add(job, k, self.gpus_of[job], float(self.segment_start[job]), now,
-                           float(self.work_start[job] - self.segment_start[job]), worked)
+        segment_start = self.segment_start[job]
+        held = now - segment_start
+        self._segments.add(job, k, self.gpus_of[job], float(segment_start), now,
+                           float(self.work_start[job] - segment_start), worked)
         self.worked[job] += worked
         if self.timing is not None and worked > 0:  # its exposed communication, at this segment's GPUs
             packed = self.truth[job, k] * self.slowdown[job]
             compute = self.timing.compute_runtime_of(job, k)
             self.communicated[job] += worked * max(0.0, 1.0 - compute / packed) if packed > 0 else 0.0
-        self.attained[job] = self._attained_before[job] = self._attained_before[job] + held * self._num[job]
-        self.held_by_type[k] += held * self._num[job]
+        gpu_seconds = held * self._num[job]
+        self.attained[job] = self._attained_before[job] = self._attained_before[job] + gpu_seconds
+        self.held_by_type[k] += gpu_seconds
 
     def _start(self, placements: list[Placement], now: float) -> None:
+        occupy, env, finish, timing, num = self._occupy, self._env, self._finish, self.timing, self._num
+        restart_s, preemptions, start = self._restart_list, self.preemptions, self.start
+        segment_start, work_start, done, epoch, slowdown = (self.segment_start, self.work_start, self.done, self.epoch,
+                                                            self.slowdown)
+        truth, num_types, completion = self._truth, self._num_types, self._completion
         for p in placements:
-            job, k = self._occupy(p, now)
-            delay = float(self.restart_s[job]) if self.preemptions[job] else 0.0  # a resume, not a first start
-            if np.isnan(self.start[job]):
-                self.start[job] = now
-            self.segment_start[job] = now
-            self.work_start[job] = now + delay
-            if self.timing is not None and self._num[job] > 1:
+            job, k = occupy(p, now)
+            delay = restart_s[job] if preemptions[job] else 0.0  # a resume, not a first start
+            if math.isnan(start[job]):
+                start[job] = now
+            segment_start[job] = now
+            work_start[job] = now + delay
+            if timing is not None and num[job] > 1:
                 self._charge(job, k)  # this segment's GPUs: a resumed job may land elsewhere
-            duration = delay + (1.0 - self.done[job]) * self.truth[job, k] * self.slowdown[job]
-            self._env.timeout(duration, (job, int(self.epoch[job]))).callbacks.append(self._finish)
+            duration = delay + (1.0 - done[job]) * truth[job * num_types + k] * slowdown[job]
+            completion[job] = ev = env.timeout(duration, (job, int(epoch[job])))
+            ev.callbacks.append(finish)
 
     def _finish(self, ev: simpy.Event) -> None:
         """A segment's end: the job completes, unless it was suspended since (a stale event)."""
         job, epoch = ev.value
-        if epoch == self.epoch[job] and job in self.view.running:
+        if epoch != self.epoch[job]:
+            self._stale.discard(ev)
+        elif job in self.view.running:
             now = self._env.now
             _, k = self.view.running.pop(job)
             self._close_segment(job, k, now, (1.0 - self.done[job]) * self.truth[job, k] * self.slowdown[job])
@@ -354,6 +450,7 @@ class PreemptiveSimulation(Simulation):
     # -- driver ----------------------------------------------------------------------------------
     def _before_replay(self) -> None:
         self._first = self._env.now  # the first admitted submit time: rounds fall on its lease grid
+        self._drop = self._drop and _heap_queue(self._env)
         self._arm_round()
 
     def _rounds_taken(self) -> int:
