@@ -44,6 +44,8 @@ class PreemptivePolicy(Policy):
     # whether the policy reads view.progress (every running job's fraction done): the engine keeps
     # it current at every call only for one that does, and leaves it out (None) otherwise
     reads_progress = True
+    # likewise view.attained (every running job's GPU-seconds of service so far)
+    reads_attained = True
 
     def __init__(self, lease: float | str = 360.0, restart: float | str = 10.0,
                  storage_gbps: float | str = 2.0) -> None:
