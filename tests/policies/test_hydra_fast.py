@@ -223,6 +223,50 @@ def test_stale_row_bests_pick_what_a_full_scan_picks():
     assert stale_picks > 100
 
 
+def test_fill_lazy_keeps_row_bests_as_update_best_stale_does():
+    """:func:`kernels.fill_lazy` carries a written-out copy of :func:`kernels.update_best_stale`
+    (for speed): driven on random queues with stale rows, ties and infeasible pairs, the row bests
+    and stale flags it leaves are those ``update_best_stale`` gives on the cells it wrote."""
+    rng = np.random.default_rng(13)
+    went_stale = recovered = 0
+    for case in range(400):
+        n, width, types = int(rng.integers(1, 10)), int(rng.integers(1, 5)), int(rng.integers(1, 3))
+        row_p = rng.integers(0, 4, (types, n)).astype(float)
+        row_due_p = row_p * rng.choice([1.0, 1.5])
+        row_ok = rng.random((types, n)) < 0.85
+        row_submit = rng.integers(0, 3, n).astype(float)
+        row_deadline = np.where(rng.random(n) < 0.5, rng.integers(0, 12, n).astype(float), INF)
+        g_type = rng.integers(0, types, width).astype(np.int64)
+        g_t0 = rng.integers(0, 4, width).astype(float)
+        g_t0_due = g_t0 + rng.integers(0, 2, width)
+        g_len = rng.integers(1, n + 1, width).astype(np.int64)
+        g_slot = np.arange(width, dtype=np.int64)
+        seqs = np.stack([rng.permutation(n) for _ in range(width)]).astype(np.int64)
+        tard = rng.integers(0, 4, (n, width)).astype(float)
+        jct = rng.integers(0, 30, (n, width)).astype(float)
+        alive = rng.random(n) < 0.9
+        live = np.flatnonzero(alive).astype(np.int64)
+        counters = np.zeros(5, dtype=np.int64)
+        counters[kernels.LIVE] = len(live)
+        best = (np.full(n, -1, dtype=np.int64), np.full(n, INF), np.full(n, INF))
+        kernels.rescan_rows(tard, jct, alive, width, *best)
+        stale = rng.random(n) < 0.3  # some rows already hold a stale bound
+        for _ in range(4):
+            c = int(rng.integers(0, width))
+            before = stale.copy()
+            want = tuple(a.copy() for a in best) + (stale.copy(),)
+            code = np.zeros((n, width), dtype=np.int8)
+            kernels.fill_lazy(c, tard, jct, code, live, row_p, row_ok, row_submit, row_deadline, g_type, g_t0,
+                              g_len, g_slot, seqs, counters, row_due_p, g_t0_due, *best, live, stale)
+            for r in live:
+                kernels.update_best_stale(r, c, tard, jct, *want)
+            for got, expected in zip((*best, stale), want):
+                assert np.array_equal(got, expected), case
+            went_stale += int((stale & ~before).sum())
+            recovered += int((before & ~stale).sum())
+    assert went_stale > 100 and recovered > 100  # both branches of the copy exercised
+
+
 def test_new_decision_arrays_and_lazy_flag_equal_the_numpy_ones():
     """:func:`kernels.new_decision` makes the arrays ``assign`` made with numpy, and its LAZY flag is
     the former numpy test (NaN-propagating ``min``/``max``, Python's ``min`` of the two clocks)."""
