@@ -432,7 +432,8 @@ def table(df: pd.DataFrame) -> str:
 def scaling(df: pd.DataFrame) -> str:
     ok = df[df["status"] == "ok"].set_index(["case", "policy"])["wall_s"]
     lines = ["| policy | wall(pai-like 100k) / wall(10k) |", "|---|---:|"]
-    for policy in ONLINE:
+    ran = df.loc[df["case"].isin(["pai-like-10k", "pai-like-100k"]), "policy"]
+    for policy in dict.fromkeys([*(p for p in ONLINE if p in set(ran)), *ran]):  # ONLINE's order, then others
         a, b = ok.get(("pai-like-100k", policy)), ok.get(("pai-like-10k", policy))
         lines.append(f"| {policy} | {a / b:.2f} |" if a is not None and b is not None else f"| {policy} | n/a |")
     return "\n".join(lines)
@@ -469,7 +470,8 @@ def gavel_lp_table(jobs: int = 1000, repeats: int = 3, seed: int = 0) -> str:
               show_default=True)
 @click.option("--limit-s", type=float, default=600.0, show_default=True, help="Per run; longer runs are stopped.")
 @click.option("--case", "names", multiple=True, type=click.Choice(list(CASES)), help="Only these cases.")
-@click.option("--policy", "policies", multiple=True, help="Only these policy specs (e.g. hydra, allox:window=all).")
+@click.option("--policy", "policies", multiple=True,
+              help="These policy specs on each case, instead of its own list (e.g. hydra, gavel:objective=ftf).")
 @click.option("--one", nargs=2, hidden=True, default=None)
 @click.option("--one-decisions", nargs=2, hidden=True, default=None)
 @click.option("--per-decision", is_flag=True,
@@ -520,11 +522,12 @@ def main(out: Path, limit_s: float, names: tuple[str, ...], policies: tuple[str,
     missing = [c.name for c in cases if not c.available()]
     if missing:
         click.echo(f"skipping {', '.join(missing)}: trace not under {shared_dir()} (set ETS_SHARED)", err=True)
-    todo = [(c, p) for c in cases if c.available() for p in c.policies
-            if (c.name, p) not in seen and (not policies or p in policies)]
+    todo = [(c, p) for c in cases if c.available() for p in (policies or c.policies) if (c.name, p) not in seen]
     for case, policy in tqdm(todo, desc="policy benchmark", unit="run"):
         row = measure(case, policy, limit_s)
         pd.DataFrame([row]).to_csv(results, mode="a", header=not results.exists(), index=False)
+    if not results.exists():
+        raise click.UsageError(f"nothing to run: no case available ({', '.join(missing)})")
     df = pd.read_csv(results)
     order = {n: i for i, n in enumerate(CASES)}
     df = df.sort_values(["case", "policy"], key=lambda c: c.map(order) if c.name == "case" else c, kind="stable")
