@@ -28,11 +28,11 @@ import numpy as np
 import pandas as pd
 
 from experiments.pretrain import ETS_SETTINGS
+from predictor.common.trace_table import device_file
 from predictor.dataset import split_by_family
+from predictor.emulator.zoo.registry import zoo_configs
 from predictor.evaluate import evaluate, markdown
 from predictor.methods import ets
-from predictor.trace_table import device_file
-from predictor.zoo.registry import zoo_configs
 
 WIDTHS = (4, 8, 12, 16, 24)
 STRIDES = (1, 2, 3, 4, 6, 8)

@@ -15,8 +15,8 @@ from collections import defaultdict
 
 import click
 
-from predictor.capture.opseq import capture
-from predictor.zoo.registry import zoo_configs
+from predictor.emulator.capture.opseq import capture
+from predictor.emulator.zoo.registry import zoo_configs
 
 
 @click.command()

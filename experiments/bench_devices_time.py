@@ -17,9 +17,9 @@ import time
 
 import click
 
-from predictor.capture.quiet import capture_quietly
-from predictor.devices.specs import load_params
-from predictor.devices.step_time import resolve_config, step_time, step_time_of_trace
+from predictor.emulator.capture.quiet import capture_quietly
+from predictor.emulator.devices.specs import load_params
+from predictor.emulator.devices.step_time import resolve_config, step_time, step_time_of_trace
 
 TARGET_S = 2.0
 

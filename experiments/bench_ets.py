@@ -20,12 +20,12 @@ from pathlib import Path
 import click
 import pandas as pd
 
-from predictor.capture.opseq import capture
 from predictor.checkpoints import pretrained
+from predictor.common.trace_table import device_file
 from predictor.dataset import split_by_family
+from predictor.emulator.capture.opseq import capture
+from predictor.emulator.zoo.config import ModelConfig
 from predictor.methods import ets
-from predictor.trace_table import device_file
-from predictor.zoo.config import ModelConfig
 
 THOUSAND_OPS = ModelConfig(kind="vision", family="mobilenet_v2", model="mobilenet_v2", batch=32, input_size=224)
 

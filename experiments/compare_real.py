@@ -26,9 +26,9 @@ import click
 import pandas as pd
 
 from predictor import methods
-from predictor.capture.importers import import_traces
 from predictor.dataset import split_by_family
-from predictor.devices.specs import load_params
+from predictor.emulator.capture.importers import import_traces
+from predictor.emulator.devices.specs import load_params
 from predictor.evaluate import evaluate, markdown
 from predictor.tables import emulated_traces
 from traces.catalog import read_catalog

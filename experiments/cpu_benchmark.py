@@ -22,7 +22,7 @@ Stages, each resumable (a rerun skips what exists):
    anchor of anchored targets);
 2. the profiles (``OUT/data``, one Parquet). A profile taken while other processes kept the
    machine busy is taken again, and left for the next run when it stays disturbed
-   (:mod:`predictor.capture.disturbance`; ``OUT/data/failures.jsonl``). ``OUT/data/machine.json``
+   (:mod:`predictor.emulator.capture.disturbance`; ``OUT/data/failures.jsonl``). ``OUT/data/machine.json``
    names the CPU and library versions; a run on another CPU refuses to add to the set (one set,
    one machine);
 3. the noise floor: ``--repeats`` configs, drawn round-robin over family groups, profiled again
@@ -35,7 +35,7 @@ Stages, each resumable (a rerun skips what exists):
 Habitat-style is not run: it scales op times between GPUs by their spec sheets (SMs, clock,
 bandwidth), which a CPU does not have. The profiling uses ``--threads`` intra-op threads (1 by
 default: timings of one core); pin the process to a core (``taskset -c 0``) and keep the machine
-otherwise idle — a job on the other core slows the profiled one (:mod:`predictor.capture.disturbance`).
+otherwise idle — a job on the other core slows the profiled one (:mod:`predictor.emulator.capture.disturbance`).
 """
 
 from __future__ import annotations
@@ -55,17 +55,17 @@ from tqdm import tqdm
 
 from experiments.pretrain import SHIPPED_SETTINGS
 from predictor import methods
-from predictor.capture.disturbance import DisturbedError, undisturbed
-from predictor.capture.opseq import capture
-from predictor.collect import collect
+from predictor.common.families import group_of
+from predictor.common.trace_table import dataset_info, read_dataset
 from predictor.dataset import split_by_family
+from predictor.emulator.capture.disturbance import DisturbedError, undisturbed
+from predictor.emulator.capture.opseq import capture
+from predictor.emulator.collect import collect
+from predictor.emulator.peaks import measure_cpu, record, recorded
+from predictor.emulator.zoo import hf_models, timm_models
+from predictor.emulator.zoo.common import stratified_order
+from predictor.emulator.zoo.registry import zoo_configs
 from predictor.evaluate import evaluate, iteration_truth, markdown
-from predictor.families import group_of
-from predictor.peaks import measure_cpu, record, recorded
-from predictor.trace_table import dataset_info, read_dataset
-from predictor.zoo import hf_models, timm_models
-from predictor.zoo.common import stratified_order
-from predictor.zoo.registry import zoo_configs
 
 DEVICE = "cpu"
 REFERENCE_DATA = Path(__file__).parent / "data" / "cpu_benchmark_v2"  # the committed profiles (README there)
@@ -172,7 +172,7 @@ def train_and_score(method: str, traces: pd.DataFrame, split, minutes: float, ou
 
 def record_peaks(data: Path) -> None:
     """Measure this CPU's peaks with the profiling thread count, once per dataset (the anchor of
-    the anchored targets, :mod:`predictor.peaks`); kept when already recorded."""
+    the anchored targets, :mod:`predictor.emulator.peaks`); kept when already recorded."""
     if recorded(data, DEVICE) is None:
         record(data, measure_cpu())
 

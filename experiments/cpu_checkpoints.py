@@ -7,7 +7,7 @@ far to trust it. The model trains on every configuration of the set but a valida
 its own training families, so they come from the protocol's out-of-fold predictions of the same
 method (``python -m experiments.generalisation --set cpu=DIR --folds 5``: each family predicted by
 a model that never saw it), calibrated per family group (Mondrian, :mod:`predictor.intervals`).
-Reserved families (:mod:`predictor.families`) are never in the set; a set holding one is refused.
+Reserved families (:mod:`predictor.common.families`) are never in the set; a set holding one is refused.
 
     python -m experiments.cpu_checkpoints --data experiments/data/cpu_benchmark_v2
                                           --protocol reports/generalisation_cpu/results.jsonl
@@ -25,10 +25,10 @@ import pandas as pd
 from experiments.generalisation import VARIANTS, scheme_of
 from predictor import methods
 from predictor.checkpoints import CHECKPOINT_DIR
+from predictor.common.families import is_reserved
+from predictor.common.trace_table import read_dataset
 from predictor.dataset import split_by_family
-from predictor.families import is_reserved
 from predictor.intervals import calibrate
-from predictor.trace_table import read_dataset
 
 
 def out_of_fold(protocol: Path, method: str, fingerprint: str) -> pd.DataFrame:
@@ -60,7 +60,7 @@ def main(data_dir: Path, protocol: Path, minutes: float, chosen: str, val_fracti
     reserved = sorted({f for f in traces["family"].unique() if is_reserved(f)})
     if reserved:
         raise click.ClickException(f"{data_dir}: holds the reserved famil{'ies' if len(reserved) > 1 else 'y'} "
-                                   f"{', '.join(reserved)}: never trained on (predictor/families.py)")
+                                   f"{', '.join(reserved)}: never trained on (predictor/common/families.py)")
     split = split_by_family(traces, val_fraction=val_fraction, test_families=[])
     for method in [m.strip() for m in chosen.split(",") if m.strip()]:
         if method not in VARIANTS:

@@ -21,7 +21,7 @@ Stages, each resumable (a rerun skips what exists):
 4. ``OUT/report.md``.
 
 Every trace here is **emulated** (the GPU catalogue's kernel model); A100 is fitted to real
-kernels, H100 and L4 are spec-derived (:mod:`predictor.devices`).
+kernels, H100 and L4 are spec-derived (:mod:`predictor.emulator.devices`).
 """
 
 from __future__ import annotations
@@ -38,12 +38,12 @@ from tqdm import tqdm
 from experiments.pretrain import emulated_datasets
 from predictor import methods
 from predictor.checkpoints import CHECKPOINT_DIR, available, checkpoint_path
-from predictor.collect import collect
-from predictor.devices.specs import EMULATED_PREFIX
+from predictor.common.families import GROUPS, group_of, is_reserved
+from predictor.common.trace_table import device_file, read_dataset
+from predictor.emulator.collect import collect
+from predictor.emulator.devices.specs import EMULATED_PREFIX
+from predictor.emulator.zoo import hf_models, timm_models
 from predictor.evaluate import evaluate, headline_metrics, markdown
-from predictor.families import GROUPS, group_of, is_reserved
-from predictor.trace_table import device_file, read_dataset
-from predictor.zoo import hf_models, timm_models
 
 MEMORY_LIMIT_GB = 80.0  # the largest shipped GPU (A100-80GB, H100)
 # Host address space per capture worker: a few real-size models allocate host memory even
@@ -178,7 +178,7 @@ def _append(path: Path, row: dict) -> None:
 def main(per_family: int, gpus: str, seed: int, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     # Its own datasets: real-size LLM sequences (up to 20,000 ops each) decode to more than the
-    # 1 GiB an untrusted Parquet input may (predictor.inputs); an explicit setting wins.
+    # 1 GiB an untrusted Parquet input may (predictor.common.inputs); an explicit setting wins.
     os.environ.setdefault("ETS_SIM_MAX_DECODED_BYTES", "8e9")
     gpu_list = [g for g in gpus.split(",") if g]
     chosen_file = out / "configs.json"

@@ -20,11 +20,11 @@ import click
 import numpy as np
 import pandas as pd
 
-from predictor.collect import collect
-from predictor.devices.specs import load_params
-from predictor.devices.timing import emulate
-from predictor.trace_table import read_dataset
-from predictor.zoo.registry import zoo_configs
+from predictor.common.trace_table import read_dataset
+from predictor.emulator.collect import collect
+from predictor.emulator.devices.specs import load_params
+from predictor.emulator.devices.timing import emulate
+from predictor.emulator.zoo.registry import zoo_configs
 
 QUANTILES = (0.0, 0.1, 0.5, 0.9, 1.0)
 

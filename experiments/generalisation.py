@@ -59,12 +59,12 @@ from experiments.pretrain import ETS_SETTINGS  # noqa: E402  (the shipped checkp
 from experiments.results_log import ResultsLog  # noqa: E402
 from experiments.shared_data import shared_dir  # noqa: E402
 from predictor import methods  # noqa: E402
+from predictor.common.families import GROUPS, group_of, is_reserved  # noqa: E402
+from predictor.common.trace_table import read_dataset  # noqa: E402
 from predictor.dataset import family_folds, group_split, split_by_family  # noqa: E402
 from predictor.evaluate import evaluate  # noqa: E402
-from predictor.families import GROUPS, group_of, is_reserved  # noqa: E402
 from predictor.intervals import calibrate, interval_metrics  # noqa: E402
 from predictor.methods.ets import fingerprint  # noqa: E402
-from predictor.trace_table import read_dataset  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -142,10 +142,10 @@ def noise_of(data: Dataset) -> dict:
 
 def quick_set() -> Dataset:
     """Tiny zoo configs of six families emulated on a T4 (seconds to capture)."""
-    from predictor.capture.opseq import capture
-    from predictor.devices.specs import load_params
-    from predictor.devices.timing import emulate
-    from predictor.zoo.config import ModelConfig
+    from predictor.emulator.capture.opseq import capture
+    from predictor.emulator.devices.specs import load_params
+    from predictor.emulator.devices.timing import emulate
+    from predictor.emulator.zoo.config import ModelConfig
 
     params = load_params()
     tiny = [("alexnet", "alexnet", 64), ("resnet", "resnet18", 32), ("squeezenet", "squeezenet1_1", 32),

@@ -6,7 +6,7 @@ saw is the number that bounds everything downstream; this script measures it (ne
 and then fits the shipped model on all GPUs.
 
     python -m experiments.kernel_model [--calibration DIR] [--ets DIR] [--report reports/kernels]
-                                      [--out predictor/devices/kernel_model.json] [--rounds 600]
+                                      [--out predictor/emulator/devices/kernel_model.json] [--rounds 600]
                                       [--compare-mlp]
 
 Writes ``report.md`` (median |error| per op class × held-out GPU, per dataset and phase),
@@ -30,8 +30,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from experiments.shared_data import shared_dir  # noqa: E402
-from predictor.devices import kernel_corpus, kernel_data, kernels  # noqa: E402
-from predictor.devices.specs import spec_sheets  # noqa: E402
+from predictor.emulator.devices import kernel_corpus, kernel_data, kernels  # noqa: E402
+from predictor.emulator.devices.specs import spec_sheets  # noqa: E402
 
 SHARED = shared_dir()
 KERNELBENCH_CACHE = Path("reports/calibration/kernelbench_sequences.parquet")

@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 import pandas as pd
 
-from predictor.capture.importers import import_onto_zoo
+from predictor.emulator.capture.importers import import_onto_zoo
 from predictor.evaluate import markdown
 
 DEFAULT_TRACES = Path(os.environ.get("ETS_TRACES_DIR", "../shared/ets_traces"))

@@ -42,13 +42,13 @@ from tqdm import tqdm
 
 from predictor import methods
 from predictor.checkpoints import CHECKPOINT_DIR, checkpoint_path
-from predictor.collect import collect
+from predictor.common.trace_table import device_file, read_dataset, write_traces
 from predictor.dataset import split_by_family
-from predictor.devices.specs import EMULATED_PREFIX, load_params
-from predictor.devices.timing import emulate
+from predictor.emulator.collect import collect
+from predictor.emulator.devices.specs import EMULATED_PREFIX, load_params
+from predictor.emulator.devices.timing import emulate
+from predictor.emulator.zoo.registry import zoo_configs
 from predictor.evaluate import fit_intervals, markdown
-from predictor.trace_table import device_file, read_dataset, write_traces
-from predictor.zoo.registry import zoo_configs
 from traces.catalog import CATALOG_FILE, write_catalog
 
 TEST_UNITS = ["densenet", "efficientnet", "mobilenet_v3", "regnet", "randwire", "transformer:transformer_seq2seq",
@@ -64,7 +64,7 @@ def llm_configs(count: int = LLM_CONFIGS) -> list:
     each). Why both sides: LLMs are the jobs whose predictions were furthest off (2.4-4.4x too slow
     with no LLM in training); training on GPT-2 and BERT and testing on the unseen GPT-3 and OPT
     families measures whether a decoder or encoder in training carries to other LLMs."""
-    from predictor.zoo import llm
+    from predictor.emulator.zoo import llm
 
     groups: dict[tuple, list] = {}
     for c in llm.grid():
@@ -200,7 +200,7 @@ def main(configs: int, devices: str, method_list: str, minutes: float, dnnperf_m
 
 
 def _failed_ids(failures: Path) -> set[str]:
-    """Config ids recorded in ``failures`` (``predictor.collect``'s failures.jsonl), if any."""
+    """Config ids recorded in ``failures`` (``predictor.emulator.collect``'s failures.jsonl), if any."""
     if not failures.exists():
         return set()
     return {json.loads(line)["config_id"] for line in failures.read_text().splitlines() if line.strip()}

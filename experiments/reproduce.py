@@ -41,7 +41,7 @@ import pandas as pd
 
 from predictor import methods
 from predictor.checkpoints import available, pretrained
-from predictor.devices.specs import load_params
+from predictor.emulator.devices.specs import load_params
 from predictor.evaluate import Evaluation, evaluate, markdown
 from predictor.methods import METHODS
 from predictor.tables import emulated_traces

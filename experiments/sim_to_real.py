@@ -34,16 +34,16 @@ import pandas as pd  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from predictor import methods  # noqa: E402
-from predictor.capture import ets_csv  # noqa: E402
-from predictor.capture.align import align_onto_zoo  # noqa: E402
-from predictor.capture.importers import import_traces  # noqa: E402
 from predictor.checkpoints import pretrained  # noqa: E402
-from predictor.collect import collect  # noqa: E402
+from predictor.common.trace_table import read_dataset  # noqa: E402
 from predictor.dataset import split_by_family  # noqa: E402
-from predictor.devices.specs import load_params  # noqa: E402
-from predictor.devices.timing import emulate, emulator_fingerprint  # noqa: E402
+from predictor.emulator.capture import ets_csv  # noqa: E402
+from predictor.emulator.capture.align import align_onto_zoo  # noqa: E402
+from predictor.emulator.capture.importers import import_traces  # noqa: E402
+from predictor.emulator.collect import collect  # noqa: E402
+from predictor.emulator.devices.specs import load_params  # noqa: E402
+from predictor.emulator.devices.timing import emulate, emulator_fingerprint  # noqa: E402
 from predictor.evaluate import evaluate, markdown  # noqa: E402
-from predictor.trace_table import read_dataset  # noqa: E402
 
 DEFAULT_TRACES = Path(os.environ.get("ETS_TRACES_DIR", "../shared/ets_traces"))
 GPU = "T4"
@@ -55,8 +55,8 @@ def half_configs(count: int) -> list:
     """``count`` fp16 configs of the vision grid, stratified over the families (seeded)."""
     import random
 
-    from predictor.zoo import vision
-    from predictor.zoo.common import stratified_order
+    from predictor.emulator.zoo import vision
+    from predictor.emulator.zoo.common import stratified_order
 
     return stratified_order(vision.grid("float16"), random.Random("sim_to_real:float16"))[:count]
 

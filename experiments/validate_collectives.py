@@ -1,6 +1,6 @@
 """The all-reduce model against real collectives, out of sample; and the shipped fit.
 
-Why: the communication model (predictor/devices/collectives.py) is only worth its place if links
+Why: the communication model (predictor/emulator/devices/collectives.py) is only worth its place if links
 fitted on some machines price another's all-reduces. This fits it on Vidur's DGX A100 (NVSwitch
 within a node, the network between nodes) and DeepBench's PCIe machines (one node, and 2–4
 nodes over InfiniBand), and predicts Vidur's A100 pairwise-NVLink setup, which the fit never saw
@@ -15,7 +15,7 @@ Writes ``report.md`` (per set and placement: rows, median |error| over ≥ 1 MB 
 median signed, share within ±15 %; the fitted parameters), ``rows.csv`` (every row with its
 prediction) and ``allreduce.png`` (measured and predicted time by size, one panel per set, one
 colour per placement). ``--write-params`` then fits on every set and writes the shipped
-``predictor/devices/collectives.json`` (its ``provenance`` says on what, how and when).
+``predictor/emulator/devices/collectives.json`` (its ``provenance`` says on what, how and when).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import numpy as np
 import pandas as pd
 
 from experiments.shared_data import shared_dir
-from predictor.devices import collective_data, collective_fit
-from predictor.devices.collectives import LINKS, PARAMS_FILE, CommParams, save_params
+from predictor.emulator.devices import collective_data, collective_fit
+from predictor.emulator.devices.collectives import LINKS, PARAMS_FILE, CommParams, save_params
 
 HELD_OUT = ("Vidur A100 pairwise NVLink",)
 DATA = ("vidur/network/{a100_dgx,a100_pairwise_nvlink}/all_reduce.csv (microsoft/vidur@7d475133), "
@@ -142,7 +142,7 @@ def score(rows: pd.DataFrame, fitted_on: pd.DataFrame, **options) -> tuple[pd.Da
 @click.option("--report", type=click.Path(file_okay=False, path_type=Path), default=Path("reports/collectives"),
               show_default=True, help="Where report.md, rows.csv and allreduce.png go.")
 @click.option("--write-params", is_flag=True,
-              help="Then fit on every set and write predictor/devices/collectives.json.")
+              help="Then fit on every set and write predictor/emulator/devices/collectives.json.")
 def main(calibration: Path | None, report: Path, write_params: bool) -> None:
     calibration = calibration or shared_dir() / "calibration"
     try:

@@ -1,14 +1,14 @@
 """Which timm and transformers architectures the zoo can train, at which sizes, and at what cost.
 
-Why: the zoo's timm and Hugging Face families (``predictor/zoo/timm_models.py``,
+Why: the zoo's timm and Hugging Face families (``predictor/emulator/zoo/timm_models.py``,
 ``hf_models.py``) must each build with random weights, run a training step on the meta device
 (the op sequence the emulated GPUs time) and on the CPU (the real benchmark), and be cheap
 enough for one core. This probe tries every candidate and writes what it found to
-``predictor/zoo/probed/{timm,hf}.json``, which the zoo reads: the models kept per family, the
+``predictor/emulator/zoo/probed/{timm,hf}.json``, which the zoo reads: the models kept per family, the
 image sizes each built at, the milliseconds of one CPU training step (what the CPU benchmark's
 cost cap reads), and every architecture left out with its error.
 
-    python -m experiments.zoo_probe [--library timm|hf|both] [--out predictor/zoo/probed]
+    python -m experiments.zoo_probe [--library timm|hf|both] [--out predictor/emulator/zoo/probed]
 
 timm candidates: per module, the two smallest models (by parameters, on the meta device) under
 40 M parameters, at image sizes 64-224 with ``img_size`` where the model takes it; modules that
@@ -28,7 +28,7 @@ import click
 import torch
 from tqdm import tqdm
 
-OUT = Path(__file__).resolve().parents[1] / "predictor" / "zoo" / "probed"
+OUT = Path(__file__).resolve().parents[1] / "predictor" / "emulator" / "zoo" / "probed"
 PARAMETER_CAP = 40e6
 TIMM_SIZES = (64, 96, 128, 160, 224)
 # models of one architecture that differ only in their default image size (the zoo passes img_size)
@@ -54,7 +54,7 @@ def _step_ms(loss) -> float:
 def probe_timm() -> dict:
     import timm
 
-    from predictor.zoo import timm_models
+    from predictor.emulator.zoo import timm_models
 
     found: dict = {"timm": timm.__version__, "models": {}, "excluded": {}}
     modules = [m for m in sorted(timm.list_modules()) if m not in timm_models.SKIPPED]
@@ -106,9 +106,9 @@ def probe_timm() -> dict:
 def probe_hf() -> dict:
     import transformers
 
-    from predictor.capture.opseq import capture
-    from predictor.zoo import hf_models
-    from predictor.zoo.registry import build
+    from predictor.emulator.capture.opseq import capture
+    from predictor.emulator.zoo import hf_models
+    from predictor.emulator.zoo.registry import build
 
     found: dict = {"transformers": transformers.__version__, "models": {}, "excluded": {}}
     hf_models.EXCLUDED.clear()  # every candidate is tried again

@@ -128,9 +128,9 @@ class SchedulerView:
 
     def interval(self, level: float = 0.9) -> tuple[np.ndarray, np.ndarray]:
         """(lower, upper) bounds of the central ``level`` interval of every run time."""
-        from predictor.intervals import check_level
+        from predictor.common.inputs import check_probability
 
-        level = check_level(level)
+        level = check_probability(level, "level")
         return self.quantile((1 - level) / 2), self.quantile((1 + level) / 2)
 
     def can_run(self, job: int) -> np.ndarray:

@@ -7,7 +7,7 @@ with these parsers so a bad value fails with one clear message.
 from __future__ import annotations
 
 from policies.base import PolicySpecError
-from predictor.inputs import short
+from predictor.common.inputs import short
 
 
 def count_or_all(name: str, value: int | str | None) -> int | None:

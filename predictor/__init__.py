@@ -1,12 +1,14 @@
 """Execution traces and iteration-time prediction: ETS and its baselines, the emulated GPUs they
 learn from, and the iteration-time tables the simulator reads.
 
-Layers, top to bottom (checked by import-linter, docs/architecture.md): the command line of ``ets``
-(:mod:`predictor.cli`); the bridge to the simulator (:mod:`~predictor.tables`,
-:mod:`~predictor.checkpoints`, :mod:`~predictor.memory`, :mod:`~predictor.prediction`); the
-prediction methods (:mod:`predictor.methods`, with features, evaluation, intervals, fine-tuning);
-the emulator (``collect`` > :mod:`~predictor.devices` > :mod:`~predictor.capture` >
-:mod:`~predictor.zoo`); and the trace schema and input/output utilities everything shares.
+Three rooms, top to bottom (checked by import-linter, docs/architecture.md): the predictors at
+this package's root — the command line of ``ets`` (:mod:`predictor.cli`), the bridge to the
+simulator (:mod:`~predictor.tables`, :mod:`~predictor.checkpoints`, :mod:`~predictor.memory`,
+:mod:`~predictor.prediction`) and the methods (:mod:`predictor.methods`, with features,
+evaluation, intervals, fine-tuning); :mod:`predictor.emulator`, the ground truth they are judged
+against (``collect`` > ``devices`` > ``capture`` > ``zoo``); and :mod:`predictor.common`, the
+foundation every package shares (inputs, outputs, the GPU catalogue, families, the trace table,
+errors).
 
 To add a method, a GPU or a trace format: docs/extending.md.
 """

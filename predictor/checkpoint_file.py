@@ -26,7 +26,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from predictor.inputs import InputError, load_json, read_bytes, short
+from predictor.common.inputs import InputError, load_json, read_bytes, short
 
 MAGIC = b"ETS-CHECKPOINT 2 sha256="
 HEADER_BYTES = len(MAGIC) + 64 + 1  # the first line, newline included
@@ -76,7 +76,7 @@ def write(path: str | Path, body: dict) -> Path:
 
 
 def write_bytes(path: str | Path, data: bytes) -> Path:
-    from predictor.outputs import atomic_file
+    from predictor.common.outputs import atomic_file
 
     with atomic_file(path) as tmp:
         tmp.write_bytes(data)
@@ -259,7 +259,7 @@ class _Measure:
     SCALAR_BYTES = 24  # a number's JSON text, at most
 
     def __init__(self, path: str | Path) -> None:
-        from predictor.inputs import limit
+        from predictor.common.inputs import limit
 
         self.path = path
         self.depth_cap = int(limit("json_depth")) - 1  # a tensor becomes {"$tensor": name}: one level more
@@ -350,7 +350,7 @@ class _Measure:
                                "format stores dicts, lists, text, numbers, booleans, null and tensors only")
 
     def check(self, size: tuple[int, int], where: str) -> None:
-        from predictor.inputs import over_limit
+        from predictor.common.inputs import over_limit
 
         containers, nbytes = size
         try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from predictor.devices.specs import device_key
+from predictor.emulator.devices.specs import device_key
 from predictor.intervals import IntervalCalibration
 from predictor.methods.base import TrainedPredictor
 
@@ -25,7 +25,7 @@ def checkpoint_path(gpu: str, directory: str | Path = CHECKPOINT_DIR, method: st
 def available(directory: str | Path = CHECKPOINT_DIR, method: str = "ets") -> list[str]:
     """GPU types with a pretrained checkpoint of ``method`` (emulated-trained; other files, such as
     ``ets-T4-real.pt``, are not a GPU type's default)."""
-    from predictor.devices.specs import spec_sheets
+    from predictor.emulator.devices.specs import spec_sheets
 
     names = (p.stem.removeprefix(f"{method}-") for p in Path(directory).glob(f"{method}-*.pt"))
     return sorted(n for n in names if n in spec_sheets())

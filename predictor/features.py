@@ -42,7 +42,7 @@ where the authors' raw z-scoring ("none", also available) lets big kernels drown
 whose gaps make up the overhead.
 
 "anchored" (physics-anchored targets) predicts each op's duration as a correction of its analytical
-time on the modelled device, a = max(FLOPs / peak rate, bytes / bandwidth) (:mod:`predictor.peaks`):
+time on the modelled device, a = max(FLOPs / peak rate, bytes / bandwidth) (:mod:`predictor.emulator.peaks`):
 the duration target is log(1 + d) − log(1 + a), i.e. the log of the op's inefficiency (in (0, 1]
 as efficiency), and log(1 + a) joins the features. Why: a raw or log time learned on small ops
 does not carry to ops larger than any in training (VGG, whose convolutions are larger than any
@@ -79,9 +79,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from predictor.capture.costs import op_class
-from predictor.peaks import Peaks
-from predictor.trace_table import DTYPES, MAX_PARAMS, PHASES
+from predictor.common.trace_table import DTYPES, MAX_PARAMS, PHASES
+from predictor.emulator.capture.costs import op_class
+from predictor.emulator.peaks import Peaks
 
 OPTIMIZERS = ("sgd", "adam")
 MIN_PER_OP_ROWS = 50
@@ -236,7 +236,7 @@ def raw_targets(traces: pd.DataFrame, transform: str = "none", anchor: np.ndarra
 
 
 def op_classes(ops: pd.Series) -> pd.Series:
-    """The cost class of each op (:func:`predictor.capture.costs.op_class`), via the distinct names."""
+    """The cost class of each op (:func:`predictor.emulator.capture.costs.op_class`), via the distinct names."""
     codes, names = pd.factorize(ops)
     classes = np.array([op_class(str(n)) for n in names] + [""], dtype=object)
     return pd.Series(classes[codes], index=ops.index)
@@ -258,7 +258,7 @@ def fit_features(train: pd.DataFrame, top_k: int = 25, norm: str = "global",
     if train.empty:
         raise ValueError("cannot fit features on an empty training split")
     if target_transform == "anchored" and peaks is None:
-        raise ValueError("anchored targets need the modelled device's peaks (predictor.peaks.for_device)")
+        raise ValueError("anchored targets need the modelled device's peaks (predictor.emulator.peaks.for_device)")
     counts = train["op"].value_counts()
     ops = sorted(set(counts.index[:top_k]) | heavy_ops(train), key=lambda o: (-counts[o], o))
     spec = FeatureSpec(ops, norm, target_transform, context=context,

@@ -21,7 +21,7 @@ empirical distribution, and the q-quantile of the true time given a prediction Å
   covers with probability â‰¥ q; a level the calibration set is too small for has an infinite
   bound (:meth:`IntervalCalibration.max_level`).
 * **Log-ratios**: the error is relative (10 % on 1 ms and on 1 s alike), and bounds stay positive.
-* **Mondrian by family group** (CNN, decoder LM, speech, ... :func:`predictor.families.group_of`):
+* **Mondrian by family group** (CNN, decoder LM, speech, ... :func:`predictor.common.families.group_of`):
   a trace's quantiles come from the calibration families of its own group only, since one
   calibration pooling families whose errors differ 30x is far too wide for most and too narrow for
   some. A group with fewer than :data:`MIN_GROUP_FAMILIES` calibration families besides the
@@ -44,23 +44,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from predictor.families import group_of
-from predictor.inputs import Checker
+from predictor.common.families import group_of
+from predictor.common.inputs import Checker, check_probability
 
 DEFAULT_LEVEL = 0.9
 MIN_GROUP_FAMILIES = 3  # calibration families of a group (the trace's own left out) for its own quantiles
 RELIABILITY_LEVELS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
-
-
-def check_probability(value, name: str = "level") -> float:
-    """``value`` as a float strictly between 0 and 1; ValueError naming ``name`` otherwise."""
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number strictly between 0 and 1 (e.g. 0.9), got {value!r}") from None
-    if not 0.0 < x < 1.0:
-        raise ValueError(f"{name} must lie strictly between 0 and 1 (e.g. 0.9), got {value!r}")
-    return x
 
 
 def check_level(value) -> float:

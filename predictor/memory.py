@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from predictor.trace_table import ELEMENT_BYTES, first_input_elements
+from predictor.common.trace_table import ELEMENT_BYTES, first_input_elements
 
 OPTIMIZER_STATES = {"sgd": 1, "adam": 2, "adamw": 2}  # tensors kept per parameter (SGD: its momentum)
 
@@ -47,7 +47,7 @@ def activation_bytes(trace: pd.DataFrame) -> float:
 def estimate(config, trace: pd.DataFrame) -> MemoryEstimate:
     """The estimate for a zoo config and its captured op sequence (the model is built on the meta
     device, which allocates nothing, to count its parameters)."""
-    from predictor.zoo.registry import build
+    from predictor.emulator.zoo.registry import build
 
     parameters = sum(p.numel() for p in build(config, "meta").model.parameters())
     copies = 2 + OPTIMIZER_STATES.get(config.optimizer, 2)  # weights, gradients, the optimizer's states
@@ -57,7 +57,7 @@ def estimate(config, trace: pd.DataFrame) -> MemoryEstimate:
 
 def largest_gpu() -> tuple[float, list[str]]:
     """The memory (GB) of the largest known GPU and the GPUs that have it (the spec sheets)."""
-    from predictor.devices.specs import spec_sheets
+    from predictor.emulator.devices.specs import spec_sheets
 
     most = max(s.mem_gb for s in spec_sheets().values())
     return most, sorted(s.name for s in spec_sheets().values() if s.mem_gb == most)

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from predictor.common.trace_table import device_file, read_trace_file
 from predictor.intervals import DEFAULT_LEVEL
 from predictor.methods import info
-from predictor.trace_table import device_file, read_trace_file
 
 if TYPE_CHECKING:
-    from predictor.zoo.config import ModelConfig
+    from predictor.emulator.zoo.config import ModelConfig
 
 TRACE_SUFFIXES = {".csv": "ets-csv", ".json": "kineto", ".gz": "kineto", ".sqlite": "nsys"}
 
@@ -37,9 +37,9 @@ class Subject:
 
 
 def subject_of(target: str, batch: int, size: int) -> Subject:
-    from predictor.capture.importers import import_traces
-    from predictor.capture.quiet import capture_quietly
-    from predictor.zoo.config import ModelBuildError
+    from predictor.emulator.capture.importers import import_traces
+    from predictor.emulator.capture.quiet import capture_quietly
+    from predictor.emulator.zoo.config import ModelBuildError
 
     path = Path(target)
     if path.exists():
@@ -88,7 +88,7 @@ def predictions(model, ckpt: Path, subject: Subject, level: float = DEFAULT_LEVE
 def data_parallel_steps(records: list[dict], subject: Subject, device: str, gpus: int, per_node: int) -> list[dict]:
     """Per record of :func:`predictions`, its data-parallel (DDP) step on ``gpus`` GPUs of
     ``device`` (the checkpoint's), ``per_node`` per node:
-    :func:`predictor.devices.data_parallel.data_parallel_step`'s result plus ``overlap``.
+    :func:`predictor.emulator.devices.data_parallel.data_parallel_step`'s result plus ``overlap``.
 
     Compute is the checkpoint's prediction at the same per-GPU batch (labelled as the record
     says): backward = its predicted backward phase, the rest = the prediction less that (forward
@@ -98,8 +98,8 @@ def data_parallel_steps(records: list[dict], subject: Subject, device: str, gpus
     ``device``'s catalogue links and the gradient buckets of the config's own op sequence in
     ``subject``. A config with no gradients recorded (no ``AccumulateGrad`` op with its shape)
     cannot be priced: CollectiveError, as for a placement or device the model cannot price."""
-    from predictor.devices.collectives import CollectiveError
-    from predictor.devices.data_parallel import data_parallel_step, gradient_buckets
+    from predictor.emulator.devices.collectives import CollectiveError
+    from predictor.emulator.devices.data_parallel import data_parallel_step, gradient_buckets
 
     buckets: dict[str, list[int]] = {}
     out = []
@@ -145,9 +145,9 @@ def check_prediction(record: dict, ckpt: Path) -> None:
 def with_habitat_source(model, subject: Subject) -> pd.DataFrame:
     """The subject's traces plus, for a capture, its timing on the emulated source GPU; a
     ValueError that says how to supply a source trace when there is none."""
-    from predictor.devices.inference_host import for_trace
-    from predictor.devices.specs import EMULATED_PREFIX, load_params
-    from predictor.devices.timing import emulate
+    from predictor.emulator.devices.inference_host import for_trace
+    from predictor.emulator.devices.specs import EMULATED_PREFIX, load_params
+    from predictor.emulator.devices.timing import emulate
 
     traces, source = subject.traces, model.config.source_device
     if not model.source_rows(traces).empty:
@@ -191,9 +191,9 @@ def measurement_label(device: str, where: str) -> str:
 
 
 def config_of(target: str, batch: int, size: int):
-    from predictor.families import family_of
-    from predictor.zoo.config import ModelConfig
-    from predictor.zoo.registry import zoo_configs
+    from predictor.common.families import family_of
+    from predictor.emulator.zoo.config import ModelConfig
+    from predictor.emulator.zoo.registry import zoo_configs
 
     if ":" in target:
         for c in zoo_configs("all"):

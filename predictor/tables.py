@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from predictor.inputs import InputError, printable, read_bytes, read_parquet_arrow, short
+from predictor.common.inputs import InputError, printable, read_bytes, read_parquet_arrow, short
 from predictor.methods import METHODS, info
 
 
@@ -201,7 +201,7 @@ def open_cache() -> tuple[Path, bytes]:
     """The cache folder, proved a writable directory, and its secret (created with the cache):
     checked before any table is built, so an unusable cache fails in one line at the start, not
     after minutes of work. TableError naming the folder or key file and what to do."""
-    from predictor.outputs import OutputError, check_writable
+    from predictor.common.outputs import OutputError, check_writable
 
     folder = cache_dir()
     if folder.is_symlink():  # a link planted in a shared cache would send our writes elsewhere
@@ -273,7 +273,7 @@ def emulated_traces(sequences: pd.DataFrame, gpus: Sequence[str], params,
                     bar: tqdm | None = None) -> dict[str, pd.DataFrame]:
     """Each config's trace on each emulated GPU of ``gpus``, by GPU; a config's op arrays are built
     once for all of them; ``bar`` advances by one per config and GPU."""
-    from predictor.devices.timing import OpArrays, emulate_arrays
+    from predictor.emulator.devices.timing import OpArrays, emulate_arrays
 
     parts: dict[str, list[pd.DataFrame]] = {gpu: [] for gpu in gpus}
     for _, seq in sequences.groupby("config_id", sort=True):
@@ -322,7 +322,7 @@ def _cached(key: str, build, source: str, warn: Callable[[str], None] | None = N
 
 def _store(folder: Path, secret: bytes, key: str, table: pd.DataFrame) -> None:
     """Write ``table`` into the cache under ``key``, signed."""
-    from predictor.outputs import OutputError, atomic_file
+    from predictor.common.outputs import OutputError, atomic_file
 
     try:
         with atomic_file(folder / f"{key}.parquet") as tmp:  # the rename replaces a planted link
@@ -337,7 +337,7 @@ def stderr_warning(line: str) -> None:
 
 
 def _gpu_key(gpu: str) -> str:
-    from predictor.devices.specs import DeviceParamsError, device_key
+    from predictor.emulator.devices.specs import DeviceParamsError, device_key
 
     try:
         return device_key(gpu)
@@ -352,7 +352,7 @@ def truth_table(sequences: pd.DataFrame, gpu_types: list[str], *, progress: bool
     overlap its gradient all-reduces with). One emulation builds both tables; each is cached.
     ``progress``: a bar on stderr while it is built (the cached table loads at once).
     ``warn``: gets the line saying a cache table was rebuilt (:func:`_cached`)."""
-    from predictor.devices.specs import load_params
+    from predictor.emulator.devices.specs import load_params
     from predictor.evaluate import iteration_truth
 
     if phase not in TRUTH_PHASES:
@@ -361,7 +361,7 @@ def truth_table(sequences: pd.DataFrame, gpu_types: list[str], *, progress: bool
     types = sorted(set(gpu_types))
     keys = {g: _gpu_key(g) for g in types}
     configs = sorted(sequences["config_id"].unique())
-    from predictor.devices.timing import emulator_fingerprint
+    from predictor.emulator.devices.timing import emulator_fingerprint
 
     digest = _digest(configs, keys, emulator_fingerprint(params), len(sequences))
     names = {"iteration": f"truth-{digest}", "backward": f"backward-{digest}"}
@@ -397,7 +397,7 @@ def method_table(method: str, sequences: pd.DataFrame, gpu_types: list[str],
     saying a cache table was rebuilt (:func:`_cached`)."""
     from predictor.checkpoint_file import CheckpointError
     from predictor.checkpoints import CHECKPOINT_DIR, pretrained_path
-    from predictor.devices.specs import load_params
+    from predictor.emulator.devices.specs import load_params
     from predictor.methods import load
 
     if method not in METHODS:
@@ -431,7 +431,7 @@ def method_table(method: str, sequences: pd.DataFrame, gpu_types: list[str],
                 bar.update(1)
         return pd.concat(parts, ignore_index=True)
 
-    from predictor.devices.timing import emulator_fingerprint
+    from predictor.emulator.devices.timing import emulator_fingerprint
 
     return _cached(f"{method}-{_digest(*files, configs, keys, emulator_fingerprint(params), len(sequences))}", build,
                    f"{method}: pretrained checkpoints in {directory}", warn)

@@ -16,11 +16,10 @@ import click
 
 from policies.base import PolicySpecError
 from policies.registry import policy_help
-from predictor.cli.errors import UserErrorGroup
-from predictor.devices.collectives import CollectiveError
-from predictor.gpus import UnknownGpuTypeError, names_help
-from predictor.inputs import printable
-from predictor.outputs import (
+from predictor.common.errors import UserErrorGroup
+from predictor.common.gpus import UnknownGpuTypeError, names_help
+from predictor.common.inputs import printable
+from predictor.common.outputs import (
     LOCK_NAME,
     OutputError,
     check_writable,
@@ -29,6 +28,7 @@ from predictor.outputs import (
     locked_folder,
     remove_if_empty,
 )
+from predictor.emulator.devices.collectives import CollectiveError
 from predictor.tables import TableError, open_cache
 from simulator.cluster import PRESETS, ClusterError
 from simulator.communication import PLACEMENTS, PlacementError
@@ -117,7 +117,7 @@ RUN_ENTRIES = {*RunOutput.FILES, RunOutput.SEGMENTS, RunOutput.TRUTH, "timeline.
 
 
 def _leftover(name: str) -> bool:
-    """A hidden temporary file of an interrupted write (predictor.outputs names them so), or the
+    """A hidden temporary file of an interrupted write (predictor.common.outputs names them so), or the
     run's lock file."""
     return name == LOCK_NAME or name.startswith(".") and (".tmp-" in name or name.startswith(".write-check-"))
 

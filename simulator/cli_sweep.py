@@ -71,7 +71,7 @@ def sweep_cmd(policies, predictors, errors, workloads, traces, seeds, load_scale
     configs, so truth and the predictors see the same jobs.
     Exit status 1 when a point of this grid failed.
     """
-    from predictor.outputs import OutputError, locked_folder
+    from predictor.common.outputs import OutputError, locked_folder
     from simulator.sweep.driver import run_sweep
     from simulator.sweep.grid import SweepSpecError, plan
     from simulator.sweep.points import config_key
@@ -141,7 +141,7 @@ def plot_cmd(path, out, overwrite) -> None:
     (pooled, with each seed); JCT CDFs and utilisation over time of every run (a panel per policy,
     workload and load; a line per predictor and seed).
     """
-    from predictor.outputs import OutputError, inside
+    from predictor.common.outputs import OutputError, inside
     from simulator.plots import PlotInputError, plot
 
     try:  # PATH/plots is ours to create: a link planted there is refused; an --out given is taken as is
@@ -159,7 +159,7 @@ FIGURE_SUFFIXES = (".png", ".pdf")
 def check_figures_folder(folder: Path, overwrite: bool) -> None:
     """Earlier figures are replaced only with --overwrite, and a folder holding anything but
     figures never (a mistyped --out must not lose files)."""
-    from predictor.outputs import OutputError
+    from predictor.common.outputs import OutputError
 
     if folder.exists() and not folder.is_dir():
         raise OutputError(f"--out {folder} is a file, not a folder")
@@ -184,7 +184,7 @@ def timeline_cmd(run_dir, out, overwrite) -> None:
 
     One track per GPU (grouped by node), one slice per job per GPU, and a waiting-jobs counter.
     """
-    from predictor.outputs import OutputError
+    from predictor.common.outputs import OutputError
     from simulator.timeline import TimelineInputError, write_timeline
 
     try:

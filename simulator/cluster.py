@@ -13,9 +13,9 @@ from pathlib import Path
 
 import yaml
 
-from predictor.cli.errors import one_line
-from predictor.gpus import UnknownGpuTypeError, canonical_gpu_type
-from predictor.inputs import LIMITS, InputError, json_depth, limit, load_json, names, read_bytes, short
+from predictor.common.errors import one_line
+from predictor.common.gpus import UnknownGpuTypeError, canonical_gpu_type
+from predictor.common.inputs import LIMITS, InputError, json_depth, limit, load_json, names, read_bytes, short
 
 
 class ClusterError(ValueError):
@@ -64,7 +64,7 @@ def check_name(name: str, where: str) -> str:
 @dataclass(frozen=True)
 class Node:
     """A machine: ``num_gpus`` GPUs of ``gpu_type``. ``interconnect``: what joins its GPUs when a
-    cluster file says so (a key of :data:`predictor.devices.collectives.INTERCONNECT_KINDS`;
+    cluster file says so (a key of :data:`predictor.emulator.devices.collectives.INTERCONNECT_KINDS`;
     "" = the GPU catalogue's links); ``network_gbps``: its network line rate in Gbit/s when
     stated (0 = not stated: the collective model's fitted network)."""
 
@@ -76,7 +76,7 @@ class Node:
 
     def __post_init__(self) -> None:
         if self.interconnect:
-            from predictor.devices.collectives import INTERCONNECT_KINDS
+            from predictor.emulator.devices.collectives import INTERCONNECT_KINDS
 
             if self.interconnect not in INTERCONNECT_KINDS:
                 raise ClusterError(f"node {short(self.name)}: unknown interconnect {short(self.interconnect)}; "
@@ -309,8 +309,8 @@ def _interconnect(entry: dict, gpu_type: str, where: str) -> str:
     only on a GPU whose catalogue entry has NVLink; none on a GPU without catalogue links)."""
     if "interconnect" not in entry:
         return ""
-    from predictor.devices.collectives import INTERCONNECT_KINDS, CollectiveError, override_interconnect
-    from predictor.gpus import entry as gpu_entry
+    from predictor.common.gpus import entry as gpu_entry
+    from predictor.emulator.devices.collectives import INTERCONNECT_KINDS, CollectiveError, override_interconnect
 
     kind = entry["interconnect"]
     if not isinstance(kind, str) or kind not in INTERCONNECT_KINDS:

@@ -5,8 +5,8 @@ Why: a data-parallel job on 8 GPUs spread over 8 nodes synchronises its gradient
 network every step; packed on one NVLink board it barely notices. Timing every job as one GPU (as
 the simulator did) hides placement, and a wrong prediction of communication, from JCT and
 tardiness. This module is the one composition the simulator uses, for the truth and every
-predictor alike (:mod:`predictor.devices.data_parallel`'s DDP buckets and overlap,
-:mod:`predictor.devices.collectives`' ring all-reduce; communication is **spec-derived**):
+predictor alike (:mod:`predictor.emulator.devices.data_parallel`'s DDP buckets and overlap,
+:mod:`predictor.emulator.devices.collectives`' ring all-reduce; communication is **spec-derived**):
 
     step(job, type, placement) = forward + update + max(backward, last all-reduce's end)
 
@@ -32,7 +32,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from predictor.devices.collectives import (
+from predictor.common.gpus import GpuEntry, Interconnect, entry
+from predictor.emulator.devices.collectives import (
     CommParams,
     default_per_node,
     intra_link,
@@ -40,8 +41,7 @@ from predictor.devices.collectives import (
     ring_seconds,
     shipped_params,
 )
-from predictor.devices.data_parallel import gradients, overlapped_step, pack_buckets
-from predictor.gpus import GpuEntry, Interconnect, entry
+from predictor.emulator.devices.data_parallel import gradients, overlapped_step, pack_buckets
 from predictor.tables import IterationTimeTable
 from simulator.cluster import Cluster, Node
 from traces.schema import RUNTIME_PREFIX, SHAPE, JobTrace, parse_shape

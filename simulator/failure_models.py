@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from predictor.inputs import short
+from predictor.common.inputs import short
 from traces.schema import ATTEMPTS, OUTCOME, JobTrace, parse_attempts
 
 OPTION = "--failures"

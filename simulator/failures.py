@@ -48,7 +48,7 @@ import numpy as np
 import pandas as pd
 
 from policies.base import Placement, Policy, PolicyError
-from predictor.inputs import short
+from predictor.common.inputs import short
 from simulator.engine import Simulation, SimulationError
 from simulator.failure_models import FailureModel, FailureSpecError, JobFates
 from simulator.preemption import PreemptiveSimulation, Segments

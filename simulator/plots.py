@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from predictor.inputs import short
-from predictor.outputs import atomic_file, check_writable, inside
+from predictor.common.inputs import short
+from predictor.common.outputs import atomic_file, check_writable, inside
 from simulator.sweep.points import load_results, read_json, read_table
 from simulator.sweep.tables import normalise_to_truth, pooled_ratio, source_label
 from simulator.timeline import FAILED_STRETCHES
@@ -469,7 +469,7 @@ def plot(path: str | Path, out: str | Path | None = None, *,
          log: Callable[[str], None] = print) -> list[Path]:
     """All figures of a sweep directory (or a single run directory); returns the written files.
 
-    Raises :class:`~predictor.outputs.OutputError` (one line) before drawing when ``out`` cannot
+    Raises :class:`~predictor.common.outputs.OutputError` (one line) before drawing when ``out`` cannot
     be written or, by default PATH/plots, is a symbolic link (a figure is never written through a
     link below ``out`` either). Panels whose inputs are missing (e.g. no truth point, no noisy:X
     point) are skipped with a message through ``log``.

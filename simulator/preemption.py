@@ -29,7 +29,7 @@ placement, and changes only what preemption changes:
   (:func:`traces.catalog.checkpoint_bytes`), a trace's from that optional column) before any work
   is done; charged once per resume.
 
-* **An end.** A run takes at most the ``rounds`` limit of :data:`predictor.inputs.LIMITS`
+* **An end.** A run takes at most the ``rounds`` limit of :data:`predictor.common.inputs.LIMITS`
   (``ETS_SIM_MAX_ROUNDS``): one that certainly needs more (its
   jobs run, at the least, longer than that many leases) is refused before it starts, naming
   ``lease`` and the least lease that fits; one that passes the count anyway (restarts longer than
@@ -53,11 +53,11 @@ import simpy
 
 from policies.base import Placement, Policy, PolicyError, PolicySpecError, Preemption, RestartCost, read_only
 from policies.preemptive import PreemptivePolicy
-from predictor.inputs import LIMITS, limit
+from predictor.common.inputs import LIMITS, limit
 from simulator.engine import Simulation
 from traces.schema import CHECKPOINT_BYTES
 
-# The most rounds one run may take: predictor.inputs.LIMITS "rounds" (ETS_SIM_MAX_ROUNDS), read once
+# The most rounds one run may take: predictor.common.inputs.LIMITS "rounds" (ETS_SIM_MAX_ROUNDS), read once
 # per run. Why a count: rounds come every lease while any job waits or runs, so their number is the
 # run's span over the lease, whatever the jobs do; an SRTF round costs ~70 us, so a million take
 # about a minute (a Gavel round, an LP: more).

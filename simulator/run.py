@@ -21,9 +21,9 @@ import numpy as np
 import pandas as pd
 
 from policies.registry import make_policy
-from predictor.gpus import canonical_gpu_type, speed
-from predictor.inputs import InputError, short
-from predictor.outputs import atomic_file, inside
+from predictor.common.gpus import canonical_gpu_type, speed
+from predictor.common.inputs import InputError, short
+from predictor.common.outputs import atomic_file, inside
 from predictor.tables import IterationTimeTable, stderr_warning
 from simulator.cluster import Cluster, resolve
 from simulator.communication import LABEL as COMMUNICATION_LABEL
@@ -302,7 +302,7 @@ def timing_manifest(trace: JobTrace, timing: PlacementTiming) -> dict:
     """What the manifest records of the communication model."""
     jobs = trace.jobs
     multi = jobs["num_gpus"].to_numpy() > 1
-    return {"model": "data-parallel step: DDP buckets, ring all-reduce (predictor.devices.collectives)",
+    return {"model": "data-parallel step: DDP buckets, ring all-reduce (predictor.emulator.devices.collectives)",
             "label": COMMUNICATION_LABEL, "multi_gpu_jobs": int(multi.sum()),
             "jobs_at_their_recorded_shape": int((multi & (jobs["shape"].fillna("").astype(str) != "").to_numpy()).sum())
             if "shape" in jobs else 0,
@@ -430,9 +430,9 @@ class RunOutput:
         All or nothing: every file goes to a temporary name first, and only when all are
         written are they renamed into place. So a full disk or a read-only folder leaves no
         truncated file and no mix of new and old files; it raises a one-line
-        :class:`~predictor.outputs.OutputError` naming the file. A symbolic link below ``out_dir``
+        :class:`~predictor.common.outputs.OutputError` naming the file. A symbolic link below ``out_dir``
         on the way to a file (e.g. a planted ``truth/``) is refused before anything is written
-        (:func:`~predictor.outputs.inside`).
+        (:func:`~predictor.common.outputs.inside`).
         """
         out = Path(out_dir)
         writers = self._writers() + (truth._writers(f"{self.TRUTH}/") if truth is not None else [])

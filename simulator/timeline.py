@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from predictor.inputs import printable, short
-from predictor.outputs import claim_file, inside, write_text
+from predictor.common.inputs import printable, short
+from predictor.common.outputs import claim_file, inside, write_text
 from simulator.cluster import Cluster
 from simulator.sweep.points import read_json, read_table
 
@@ -310,7 +310,7 @@ def write_timeline(run_dir: str | Path, out: str | Path | None = None, overwrite
 
     ``out`` is checked before the trace is built (an existing file is replaced only with
     ``overwrite``), and the file is written atomically: an
-    unwritable place or a full disk raises a one-line :class:`~predictor.outputs.OutputError`
+    unwritable place or a full disk raises a one-line :class:`~predictor.common.outputs.OutputError`
     and leaves no empty or truncated file (an old one stays)."""
     _jobs_file(Path(run_dir))  # a wrong RUN_DIR is reported first, and creates nothing
     out = Path(out) if out is not None else inside(Path(run_dir), "timeline.json")  # not a planted link

@@ -7,7 +7,7 @@ matrices over (job, GPU type) computed once per run.
 Ground truth: a trace's measured per-type run times (``runtime_s:<GPU>`` columns, Hydra cases)
 where present; otherwise (no column, or an empty cell: not known) the observed duration scaled by
 the measured relative iteration time of the target type over the observed type
-(:mod:`predictor.gpus`). Jobs without an observed type are taken to have been observed on the
+(:mod:`predictor.common.gpus`). Jobs without an observed type are taken to have been observed on the
 *reference type* (by default the cluster's most numerous type). **+inf** means the job cannot run
 on that type: a ``runtime_s:<GPU>`` cell of +inf, or a type outside the job's ``allowed_gpus``.
 The engine rejects a job that no type of the cluster can both hold and run, gives the policies
@@ -36,8 +36,8 @@ import pandas as pd
 from scipy.optimize import brentq
 from scipy.special import ndtr, ndtri
 
-from predictor.gpus import relative_time
-from predictor.intervals import check_probability
+from predictor.common.gpus import relative_time
+from predictor.common.inputs import check_probability
 from predictor.methods import METHODS
 from predictor.tables import IterationTimeTable
 from traces.schema import ALLOWED_GPUS, ALLOWED_SEPARATOR, RUNTIME_PREFIX
@@ -240,7 +240,7 @@ class ModelPredictor(RuntimePredictor):
     def check_devices(self, gpu_types: list[str]) -> None:
         """Refuse, before any work, a cluster with a GPU type that has no pretrained checkpoint."""
         from predictor.checkpoints import available
-        from predictor.devices.specs import DeviceParamsError, device_key
+        from predictor.emulator.devices.specs import DeviceParamsError, device_key
 
         have = available(method=self.method)
         missing = []

@@ -36,8 +36,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from predictor.gpus import UnknownGpuTypeError, canonical_gpu_type
-from predictor.inputs import short
+from predictor.common.gpus import UnknownGpuTypeError, canonical_gpu_type
+from predictor.common.inputs import short
 from traces.schema import (
     ALLOWED_GPUS,
     ALLOWED_SEPARATOR,

@@ -33,7 +33,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from predictor.families import JOB_CLASSES, family_of, job_class
+from predictor.common.families import JOB_CLASSES, family_of, job_class
 from predictor.tables import IterationTimeTable
 from traces.schema import CHECKPOINT_BYTES, RUNTIME_PREFIX, JobTrace
 from traces.seeding import hashed_uniform
@@ -61,7 +61,7 @@ def model_key(name: str) -> str:
     return re.sub(r"[^a-z0-9.]", "", str(name).lower())
 
 
-_CONFIG_ID = re.compile(r"^[^:]+:b(\d+):s(\d+):([^:]+):")  # model:b<batch>:s<size>:<dtype>:... (predictor.zoo)
+_CONFIG_ID = re.compile(r"^[^:]+:b(\d+):s(\d+):([^:]+):")  # model:b<batch>:s<size>:<dtype>:... (predictor.emulator.zoo)
 
 
 def named_configs(jobs: pd.DataFrame, configs: pd.DataFrame) -> np.ndarray:

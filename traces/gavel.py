@@ -53,8 +53,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from predictor.gpus import UnknownGpuTypeError, canonical_gpu_type
-from predictor.inputs import InputError, load_json, read_bytes, short
+from predictor.common.gpus import UnknownGpuTypeError, canonical_gpu_type
+from predictor.common.inputs import InputError, load_json, read_bytes, short
 from traces.schema import (
     RUNTIME_PREFIX,
     THROUGHPUT_PREFIX,
@@ -83,7 +83,7 @@ _MSR_CD = re.compile(r"^cd \S*?workloads/pytorch/(\S+) && (.*)$")  # msr command
 def default_throughputs() -> Path:
     """``$ETS_GAVEL_THROUGHPUTS``, else :data:`THROUGHPUTS_FILE` in the calibration directory
     (``$ETS_CALIBRATION``, ``$ETS_SHARED/calibration``, ``<repo>/../shared/calibration``: the rule
-    of :func:`predictor.devices.measurements.default_calibration_dir`, not imported: it loads torch)."""
+    of :func:`predictor.emulator.devices.measurements.default_calibration_dir`, not imported: it loads torch)."""
     if os.environ.get(THROUGHPUTS_VARIABLE):
         return Path(os.environ[THROUGHPUTS_VARIABLE])
     if os.environ.get("ETS_CALIBRATION"):

@@ -42,7 +42,7 @@ that differs from the ``runtime_s`` of its own ``gpu_type`` is refused, and so i
 the job cannot run on.
 
 Parquet (``.parquet``, ``.pq``): the same columns, read through
-:func:`predictor.inputs.read_parquet` (decoded size bounded before anything is expanded); there a
+:func:`predictor.common.inputs.read_parquet` (decoded size bounded before anything is expanded); there a
 run time of **+inf** (or the text ``never``) means "cannot run", null or NaN "not known", and the
 row number (1-based) takes the place of the line number in messages. In a CSV, ``inf`` is refused
 (write ``never``), so that "cannot run" is never an accident of a number's spelling.
@@ -58,9 +58,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from predictor.gpus import UnknownGpuTypeError, canonical_gpu_type
-from predictor.inputs import InputError, read_parquet, short
-from predictor.trace_table import DTYPES
+from predictor.common.gpus import UnknownGpuTypeError, canonical_gpu_type
+from predictor.common.inputs import InputError, read_parquet, short
+from predictor.common.trace_table import DTYPES
 from traces.schema import (
     ALLOWED_GPUS,
     ALLOWED_SEPARATOR,
@@ -89,7 +89,7 @@ OPTIONAL = ("duration_s", "gpu_type", "deadline_s", ALLOWED_GPUS, "model", "batc
             CHECKPOINT_BYTES, "user", "vc", SHAPE, ATTEMPTS, OUTCOME)
 KNOWN = (*REQUIRED, *OPTIONAL, f"{RUNTIME_PREFIX}<GPU>")
 PARQUET_SUFFIXES = (".parquet", ".pq")
-# The dtypes a config trains in (predictor.zoo.config.CONFIG_DTYPES, without importing torch) and
+# The dtypes a config trains in (predictor.emulator.zoo.config.CONFIG_DTYPES, without importing torch) and
 # the common short spellings.
 CONFIG_DTYPES = (*(d for d in DTYPES if d != "float64"), "amp")
 DTYPE_ALIASES = {"fp32": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16"}

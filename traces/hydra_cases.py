@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from predictor.gpus import UnknownGpuTypeError, canonical_gpu_type
-from predictor.inputs import short
+from predictor.common.gpus import UnknownGpuTypeError, canonical_gpu_type
+from predictor.common.inputs import short
 from traces.schema import RUNTIME_PREFIX, JobTrace, TraceError, finalize, identifiers, numeric, read_csv_rows
 
 NON_TYPE_COLUMNS = ("", "Unnamed: 0", "job_name", "norm_job_submit_time", "ddl")

@@ -19,7 +19,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from predictor.inputs import short
+from predictor.common.inputs import short
 from traces.schema import (
     INT64_LIMIT,
     JobTrace,

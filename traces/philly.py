@@ -25,8 +25,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
-from predictor.inputs import InputError, short
-from predictor.inputs import load_json as load_json_text
+from predictor.common.inputs import InputError, short
+from predictor.common.inputs import load_json as load_json_text
 from traces.schema import (
     ATTEMPTS,
     OUTCOME,

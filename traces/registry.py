@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 import pandas as pd
 
-from predictor.inputs import short
+from predictor.common.inputs import short
 from traces import alibaba2023, gavel, generic, hydra_cases, itp, pai, philly
 from traces.schema import JobTrace, TraceError
 

@@ -74,8 +74,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from predictor.gpus import UnknownGpuTypeError, canonical_gpu_type
-from predictor.inputs import LocatedError, check_width, limit, names, read_bytes, short
+from predictor.common.gpus import UnknownGpuTypeError, canonical_gpu_type
+from predictor.common.inputs import LocatedError, check_width, limit, names, read_bytes, short
 
 JOB_COLUMNS: dict[str, str] = {
     "job_id": "string",
@@ -496,7 +496,7 @@ def finalize(df: pd.DataFrame, path: str | Path, kind: str, excluded: dict[str, 
 
 def read_trace_bytes(path: str | Path) -> bytes:
     """The bytes of a trace file: TraceError for a missing file or a directory (as always), and
-    :class:`~predictor.inputs.InputError` (one line naming the file) for a FIFO, a device such as
+    :class:`~predictor.common.inputs.InputError` (one line naming the file) for a FIFO, a device such as
     ``/dev/zero`` or a file over the size limit, refused by ``stat`` before it is opened."""
     p = Path(path)
     try:

@@ -73,7 +73,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from predictor.inputs import limit, over_limit, short
+from predictor.common.inputs import limit, over_limit, short
 from traces.schema import JobTrace, finalize
 from traces.seeding import scalar_exp, scalar_log
 

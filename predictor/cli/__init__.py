@@ -1,6 +1,6 @@
 """``ets``: execution-trace datasets for the ETS predictor (collect, import, inspect) and emulated GPUs.
 
-Why a thin layer: the logic lives in :mod:`predictor.capture` and :mod:`predictor.trace_table`;
+Why a thin layer: the logic lives in :mod:`predictor.emulator.capture` and :mod:`predictor.common.trace_table`;
 this module turns options into calls and user errors into one-line messages. Every command line
 of ``ets`` is in this package: datasets here, models in :mod:`.model`, emulated GPUs in
 :mod:`.devices`, checkpoint files in :mod:`.checkpoint`; :mod:`.errors` is the one-line error
@@ -16,13 +16,13 @@ from pathlib import Path
 
 import click
 
-from predictor import peaks
-from predictor.capture.importers import IMPORTERS, import_onto_zoo, import_traces
-from predictor.cli.errors import UserErrorGroup
-from predictor.gpus import names_help
-from predictor.inputs import InputError, printable
-from predictor.outputs import OutputError, locked_folder, remove_if_empty
-from predictor.trace_table import TraceFormatError, dataset_info, read_dataset, write_traces
+from predictor.common.errors import UserErrorGroup
+from predictor.common.gpus import names_help
+from predictor.common.inputs import InputError, printable
+from predictor.common.outputs import OutputError, locked_folder, remove_if_empty
+from predictor.common.trace_table import TraceFormatError, dataset_info, read_dataset, write_traces
+from predictor.emulator import peaks
+from predictor.emulator.capture.importers import IMPORTERS, import_onto_zoo, import_traces
 
 
 @click.group(cls=UserErrorGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -34,7 +34,7 @@ def main() -> None:
 def holding(directory: Path, option: str = "--out") -> Iterator[Path]:
     """``directory`` held for one command that reads, changes and rewrites a dataset in it
     (``ets import``, ``ets collect``, ``ets dataset peaks``): a second such command on the same
-    dataset is refused at once, in one line naming the first's PID (:func:`predictor.outputs.locked_folder`,
+    dataset is refused at once, in one line naming the first's PID (:func:`predictor.common.outputs.locked_folder`,
     as ``simrun --out``), instead of both reading the old file and the last rename silently
     dropping the other's data. Refused, not queued: the lock is taken before any work, so the
     refused run lost nothing and is simply run again. A folder this command created and left
@@ -100,7 +100,7 @@ def _import(kind: str, path: Path, out: Path, overwrite: bool, device: str | Non
 def refuse_replacing(directory: Path, traces) -> None:
     """TraceFormatError when the dataset already holds one of ``traces``' iterations (the same
     device and config): an import replaces data only with --overwrite."""
-    from predictor.trace_table import device_file, read_trace_file
+    from predictor.common.trace_table import device_file, read_trace_file
 
     for device, rows in traces.groupby("device", sort=True):
         path = device_file(directory, str(device))
@@ -156,7 +156,7 @@ def collect_cmd(ctx: click.Context, zoo: str, families: tuple[str, ...], device:
     """Capture execution traces of zoo configs into a dataset directory (one Parquet per device);
     or, with --model-file, of the models in the user's own files (a file that fails is named in
     one line on stderr and in failures.jsonl, the others go on, and the exit status is 1)."""
-    from predictor.devices.specs import DeviceParamsError, device_key
+    from predictor.emulator.devices.specs import DeviceParamsError, device_key
 
     if not model_files:
         if inference or dtype:
@@ -189,8 +189,8 @@ def collect_cmd(ctx: click.Context, zoo: str, families: tuple[str, ...], device:
 def _collect(model_files: tuple[str, ...], zoo: str, families: tuple[str, ...], device: str, limit: int | None,
              seed: int, max_batch: int | None, max_size: int | None, workers: int | None, regime: str, out: Path,
              inference: bool, dtype: str | None) -> None:
-    from predictor.collect import RegimeMismatchError, collect
-    from predictor.zoo.registry import zoo_configs
+    from predictor.emulator.collect import RegimeMismatchError, collect
+    from predictor.emulator.zoo.registry import zoo_configs
 
     if model_files:
         _collect_model_files(model_files, device, out, inference, dtype or "float32", regime)
@@ -212,9 +212,9 @@ def _collect(model_files: tuple[str, ...], zoo: str, families: tuple[str, ...], 
 
 def _collect_model_files(model_files: tuple[str, ...], device: str, out: Path, inference: bool, dtype: str,
                          regime: str) -> None:
-    from predictor.capture.model_file import expand
-    from predictor.collect import RegimeMismatchError, collect_model_files
-    from predictor.devices.kernels import KernelModelError
+    from predictor.emulator.capture.model_file import expand
+    from predictor.emulator.collect import RegimeMismatchError, collect_model_files
+    from predictor.emulator.devices.kernels import KernelModelError
 
     try:
         counts = collect_model_files(expand(model_files), device, out, inference=inference, dtype=dtype, regime=regime,

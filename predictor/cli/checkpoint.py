@@ -13,7 +13,7 @@ import click
 
 from predictor import checkpoint_file
 from predictor.checkpoint_file import CheckpointError
-from predictor.inputs import printable
+from predictor.common.inputs import printable
 
 
 @click.group("checkpoint")
@@ -74,7 +74,7 @@ def convert_cmd(path: Path, trust: bool, out: Path | None, overwrite: bool) -> N
     """Convert a checkpoint of the old pickled format (before 2026-12) into the current one: JSON
     metadata and safetensors weights, sealed by a SHA-256. The converted file is read back and
     checked to hold exactly the same weights and metadata."""
-    from predictor.outputs import OutputError, claim_file
+    from predictor.common.outputs import OutputError, claim_file
 
     if not trust:
         raise click.UsageError("a pickled checkpoint is converted only with --trust (you trust its source)")
@@ -101,7 +101,7 @@ def with_backup(path: Path, backup: Path, data: bytes) -> None:
     """Replace ``path`` by ``data``, the original renamed to ``backup`` first."""
     import os
 
-    from predictor.outputs import OutputError
+    from predictor.common.outputs import OutputError
 
     try:
         os.replace(path, backup)

@@ -2,7 +2,7 @@
 emulated) and `ets predict --gpus N` (compute predicted by a checkpoint) show the same fields.
 
 Why a module of its own: two commands print one result; one place keeps their text and JSON
-keys equal (:func:`predictor.devices.data_parallel.data_parallel_step` computes it).
+keys equal (:func:`predictor.emulator.devices.data_parallel.data_parallel_step` computes it).
 """
 
 from __future__ import annotations

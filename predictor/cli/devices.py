@@ -1,7 +1,7 @@
 """``ets devices``: emulated GPUs — list, time one training step, calibrate, validate.
 
 Why a module of its own: the ``devices`` group is the user's door to the emulated GPUs, whose
-logic lives in :mod:`predictor.devices`; this layer turns options into calls and user errors into
+logic lives in :mod:`predictor.emulator.devices`; this layer turns options into calls and user errors into
 one-line messages.
 """
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import click
 
-from predictor.gpus import names_help
-from predictor.inputs import printable
+from predictor.common.gpus import names_help
+from predictor.common.inputs import printable
 
 
 @click.group()
@@ -26,14 +26,14 @@ def devices() -> None:
 @devices.command("list")
 @click.option("--aliases", is_flag=True, help="Also every other name each GPU goes by (data sets' device names).")
 def devices_list(aliases: bool) -> None:
-    """Every GPU of the catalogue (predictor/gpu_catalog/*.toml, one file per GPU) as an emulated
+    """Every GPU of the catalogue (predictor/common/gpu_catalog/*.toml, one file per GPU) as an emulated
     device: its silicon (architecture, SMs, clock, L2, memory), spec-sheet rates, relative speed
     (measured or spec-derived), where its kernel times come from (measured-kernels: real kernels
     of that GPU trained the kernel model; spec-derived: from its spec sheet only) and its fitted
     host parameters."""
-    from predictor.devices.kernels import kernel_source
-    from predictor.devices.specs import FITTED_FIELDS, load_params
-    from predictor.gpus import catalog
+    from predictor.common.gpus import catalog
+    from predictor.emulator.devices.kernels import kernel_source
+    from predictor.emulator.devices.specs import FITTED_FIELDS, load_params
 
     params = load_params()
     model = _kernel_model()
@@ -64,7 +64,7 @@ def devices_list(aliases: bool) -> None:
 
 
 def _kernel_model():
-    from predictor.devices.kernels import KernelModelError, load
+    from predictor.emulator.devices.kernels import KernelModelError, load
 
     try:
         return load()
@@ -118,10 +118,10 @@ def devices_time(model: str | None, model_files: tuple[str, ...], inference: boo
     config's own gradients in DDP's buckets, the part backward does not hide, and the scaling
     efficiency (single-GPU step ÷ N-GPU step at the same per-GPU batch)."""
     from predictor.cli.data_parallel import print_data_parallel
-    from predictor.devices.kernels import KernelModelError
-    from predictor.devices.specs import DeviceParamsError, load_params
-    from predictor.devices.step_time import UnknownModelError, resolve_config, step_time
-    from predictor.zoo.config import ModelBuildError
+    from predictor.emulator.devices.kernels import KernelModelError
+    from predictor.emulator.devices.specs import DeviceParamsError, load_params
+    from predictor.emulator.devices.step_time import UnknownModelError, resolve_config, step_time
+    from predictor.emulator.zoo.config import ModelBuildError
 
     check_model_or_files(model, model_files, "MODEL", inference)
     if model_files and (batch is not None or size is not None):
@@ -166,7 +166,7 @@ def devices_time(model: str | None, model_files: tuple[str, ...], inference: boo
 def check_placement(gpus: int, per_node: int | None) -> int:
     """GPUs per node for --gpus N / --per-node K (K defaults to all N on one node up to a server's
     8 GPUs, 8 per node beyond); a bad value is one line naming it."""
-    from predictor.devices.collectives import default_per_node
+    from predictor.emulator.devices.collectives import default_per_node
 
     if gpus < 1:
         raise click.BadParameter(f"{gpus} must be ≥ 1 (the GPUs taking part)", param_hint="--gpus")
@@ -183,12 +183,12 @@ def _data_parallel_time(config, device: str, params, regime: str, allow_tf32: bo
     """The single-GPU step of ``config`` (as `ets devices time` prints it) plus its data-parallel
     step on ``gpus`` GPUs, ``per_node`` per node: backward = the backward phase, other = forward +
     update; ``total_ms`` becomes the N-GPU step, ``compute_ms`` the single-GPU one."""
-    from predictor.capture.quiet import capture_quietly
     from predictor.cli.data_parallel import data_parallel_fields
-    from predictor.devices.collectives import CollectiveError
-    from predictor.devices.data_parallel import data_parallel_step, gradient_buckets
-    from predictor.devices.specs import DeviceParamsError, regime_host_factor
-    from predictor.devices.step_time import step_time_of_trace
+    from predictor.emulator.capture.quiet import capture_quietly
+    from predictor.emulator.devices.collectives import CollectiveError
+    from predictor.emulator.devices.data_parallel import data_parallel_step, gradient_buckets
+    from predictor.emulator.devices.specs import DeviceParamsError, regime_host_factor
+    from predictor.emulator.devices.step_time import step_time_of_trace
 
     regime_host_factor(params, regime)
     trace = capture_quietly(config)
@@ -235,9 +235,9 @@ def devices_comm(nbytes: str, gpus: int, per_node: int | None, device: str, as_j
     communication model (docs/gpus.md) over the slowest link the placement uses (NVLink, PCIe,
     the network), with link parameters fitted on real collectives (Vidur, DeepBench). Spec-derived:
     the GPU's links come from its catalogue entry."""
-    from predictor.devices.collectives import CollectiveError, Placement, allreduce, shipped_params
-    from predictor.devices.specs import DeviceParamsError, device_key
-    from predictor.gpus import entry
+    from predictor.common.gpus import entry
+    from predictor.emulator.devices.collectives import CollectiveError, Placement, allreduce, shipped_params
+    from predictor.emulator.devices.specs import DeviceParamsError, device_key
 
     size = parse_bytes(nbytes)
     per_node = check_placement(gpus, per_node)
@@ -276,10 +276,10 @@ class ModelFileRun:
     captured one at a time: iterating yields (path as given, trace) for each that captures; each
     failure is one line on stderr (:meth:`fail`) and the others go on; :meth:`finish` exits with
     status 1 when any failed. Shared by `ets devices time` and `ets predict` (`ets collect` records
-    failures in failures.jsonl as well: :func:`predictor.collect.collect_model_files`)."""
+    failures in failures.jsonl as well: :func:`predictor.emulator.collect.collect_model_files`)."""
 
     def __init__(self, model_files: tuple[str, ...], *, inference: bool, dtype: str, optimizer: str = "sgd") -> None:
-        from predictor.capture.model_file import expand
+        from predictor.emulator.capture.model_file import expand
 
         self.paths = expand(model_files)
         self.options = {"inference": inference, "dtype": dtype, "optimizer": optimizer}
@@ -287,10 +287,10 @@ class ModelFileRun:
 
     def __iter__(self):
         """Each file captured in one child process, under the model-file time and memory limits
-        (:mod:`predictor.capture.model_process`): a file that hangs or allocates without end fails
+        (:mod:`predictor.emulator.capture.model_process`): a file that hangs or allocates without end fails
         in one line and the others go on."""
-        from predictor.capture.model_file import ModelFileError
-        from predictor.capture.model_process import capture_files
+        from predictor.emulator.capture.model_file import ModelFileError
+        from predictor.emulator.capture.model_process import capture_files
 
         for path, trace in capture_files(self.paths, **self.options):  # a bad limit: InputError, one line
             if isinstance(trace, ModelFileError):
@@ -310,8 +310,8 @@ class ModelFileRun:
 
 def _time_model_files(model_files: tuple[str, ...], device: str, params, regime: str, *, inference: bool,
                       dtype: str, optimizer: str, as_json: bool, allow_tf32: bool = False) -> None:
-    from predictor.devices.kernels import KernelModelError
-    from predictor.devices.step_time import step_time_of_trace
+    from predictor.emulator.devices.kernels import KernelModelError
+    from predictor.emulator.devices.step_time import step_time_of_trace
 
     run = ModelFileRun(model_files, inference=inference, dtype=dtype, optimizer=optimizer)
     for path, trace in run:
@@ -365,7 +365,7 @@ def _data_options(f):
 def _data_dirs(calibration_dir: Path | None, ets_dir: Path | None) -> tuple[Path, Path]:
     """The measurement folders (defaults resolved), a missing --calibration named at once: before
     the outputs are claimed and before minutes of loading."""
-    from predictor.devices.measurements import default_calibration_dir
+    from predictor.emulator.devices.measurements import default_calibration_dir
 
     calibration_dir = calibration_dir or default_calibration_dir()
     if not calibration_dir.is_dir():
@@ -376,10 +376,10 @@ def _data_dirs(calibration_dir: Path | None, ets_dir: Path | None) -> tuple[Path
 
 def _inputs(calibration_dir: Path, ets_dir: Path, cache: Path):
     """Targets, skipped files, host table and real kernels; user errors as one line."""
-    from predictor.devices import calibrate as cal
-    from predictor.devices import kernel_corpus, kernel_data
-    from predictor.devices.measurements import MeasurementError
-    from predictor.trace_table import TraceFormatError
+    from predictor.common.trace_table import TraceFormatError
+    from predictor.emulator.devices import calibrate as cal
+    from predictor.emulator.devices import kernel_corpus, kernel_data
+    from predictor.emulator.devices.measurements import MeasurementError
 
     try:
         targets, skipped, host = cal.load_targets(calibration_dir, ets_dir)
@@ -394,10 +394,10 @@ KERNELBENCH_CACHE = "kernelbench_sequences.parquet"  # beside --cache: KernelBen
 
 
 def _op_sequences(targets, cache: Path):
-    """The targets' op sequences (:func:`predictor.devices.calibrate.op_sequences`); a broken
+    """The targets' op sequences (:func:`predictor.emulator.devices.calibrate.op_sequences`); a broken
     --cache file is one line naming it, not a traceback."""
-    from predictor.devices import calibrate as cal
-    from predictor.trace_table import TraceFormatError
+    from predictor.common.trace_table import TraceFormatError
+    from predictor.emulator.devices import calibrate as cal
 
     try:
         return cal.op_sequences([t.config for t in targets], cache)
@@ -408,7 +408,7 @@ def _op_sequences(targets, cache: Path):
 def _claim_outputs(overwrite: bool, *outputs: tuple[str, Path]) -> None:
     """Every file the command will write, checked before the minutes of fitting: an existing one
     only with --overwrite."""
-    from predictor.outputs import OutputError, claim_file
+    from predictor.common.outputs import OutputError, claim_file
 
     try:
         for option, path in outputs:
@@ -420,12 +420,12 @@ def _claim_outputs(overwrite: bool, *outputs: tuple[str, Path]) -> None:
 @devices.command("calibrate")
 @_data_options
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Parameter file to write [default: the package's predictor/devices/params.json].")
+              help="Parameter file to write [default: the package's predictor/emulator/devices/params.json].")
 @click.option("--kernel-model", "kernel_out", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Kernel-model file to write [default: the package's predictor/devices/kernel_model.json].")
+              help="Kernel-model file to write [default: the package's predictor/emulator/devices/kernel_model.json].")
 @click.option("--inference-host", "inference_out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Inference host-cost file to write [default: the package's "
-                   "predictor/devices/inference_host.json].")
+                   "predictor/emulator/devices/inference_host.json].")
 @click.option("--report", "report_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("reports/calibration"), show_default=True, help="Where report.md / report.json go.")
 @click.option("--overwrite", is_flag=True,
@@ -437,10 +437,10 @@ def devices_calibrate(calibration_dir: Path | None, ets_dir: Path | None, cache:
     an inference call's host cost per kernel on KernelBench level 1, then every emulated GPU's host
     side to the measured iterations; write the three files and the in-sample report (out-of-sample
     figures: `ets devices validate`)."""
-    from predictor.devices import calibrate as cal
-    from predictor.devices import inference_host
-    from predictor.devices import kernels as kernel_model
-    from predictor.devices.specs import PARAMS_FILE, save_params, spec_sheets
+    from predictor.emulator.devices import calibrate as cal
+    from predictor.emulator.devices import inference_host
+    from predictor.emulator.devices import kernels as kernel_model
+    from predictor.emulator.devices.specs import PARAMS_FILE, save_params, spec_sheets
 
     calibration_dir, ets_dir = _data_dirs(calibration_dir, ets_dir)
     _claim_outputs(overwrite, ("--out", out or PARAMS_FILE), ("--kernel-model", kernel_out or kernel_model.MODEL_FILE),
@@ -469,8 +469,8 @@ def devices_calibrate(calibration_dir: Path | None, ets_dir: Path | None, cache:
 
 def _host_agreement_notes(calibration_dir: Path) -> list[str]:
     """One note per pair of KernelBench machines that timed the same problems on the same GPU type
-    (:func:`predictor.devices.kernelbench.host_agreement`)."""
-    from predictor.devices import kernelbench
+    (:func:`predictor.emulator.devices.kernelbench.host_agreement`)."""
+    from predictor.emulator.devices import kernelbench
 
     agreement = kernelbench.host_agreement(kernelbench.load_timings(calibration_dir / "kernelbench"))
     return [f"KernelBench {r.level} on {r.device} ({r.problem_set}), the same problems timed on two machines: "
@@ -480,9 +480,9 @@ def _host_agreement_notes(calibration_dir: Path) -> list[str]:
 
 
 def _inference_host(calibration_dir: Path):
-    """The inference host costs (:mod:`predictor.devices.inference_host`) from KernelBench level 1."""
-    from predictor.devices import inference_host, kernelbench
-    from predictor.devices.kernel_data import KernelDataError
+    """The inference host costs (:mod:`predictor.emulator.devices.inference_host`) from KernelBench level 1."""
+    from predictor.emulator.devices import inference_host, kernelbench
+    from predictor.emulator.devices.kernel_data import KernelDataError
 
     root = calibration_dir / "kernelbench"
     try:
@@ -509,11 +509,11 @@ def devices_validate(calibration_dir: Path | None, ets_dir: Path | None, cache: 
     model fitted without their GPU; and data-parallel steps on several GPUs (Sia placements,
     Lambda 2-8 GPUs, Gavel consolidated / unconsolidated, NeuSight dp4) from the set's own 1-GPU
     times plus spec-derived communication."""
-    from predictor.devices import calibrate as cal
-    from predictor.devices import endtoend, kernel_data, neusight_ops, validate
-    from predictor.devices import kernels as kernel_model
-    from predictor.devices.measurements import NEUSIGHT_DIR, MeasurementError
-    from predictor.devices.specs import load_params, spec_sheets
+    from predictor.emulator.devices import calibrate as cal
+    from predictor.emulator.devices import endtoend, kernel_data, neusight_ops, validate
+    from predictor.emulator.devices import kernels as kernel_model
+    from predictor.emulator.devices.measurements import NEUSIGHT_DIR, MeasurementError
+    from predictor.emulator.devices.specs import load_params, spec_sheets
 
     calibration_dir, ets_dir = _data_dirs(calibration_dir, ets_dir)
     if multi_gpu_only:
@@ -562,10 +562,10 @@ def devices_validate(calibration_dir: Path | None, ets_dir: Path | None, cache: 
 
 
 def _validate_multi_gpu(calibration_dir: Path, cache: Path, report_dir: Path, echo: bool) -> str:
-    """The multi-GPU sets (:mod:`predictor.devices.placement_validation`): writes multi_gpu.md,
+    """The multi-GPU sets (:mod:`predictor.emulator.devices.placement_validation`): writes multi_gpu.md,
     .csv and the plot into ``report_dir``; returns the Markdown section (printed with ``echo``)."""
-    from predictor.devices import placement_validation
-    from predictor.devices.measurements import MeasurementError
+    from predictor.emulator.devices import placement_validation
+    from predictor.emulator.devices.measurements import MeasurementError
 
     click.echo("multi-GPU sets (Sia placements and scalability, Lambda, Gavel, NeuSight dp) ...")
     try:

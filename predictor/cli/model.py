@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING
 import click
 import pandas as pd
 
+from predictor.common.inputs import printable
+from predictor.common.trace_table import TraceFormatError, read_dataset
 from predictor.features import TARGET_TRANSFORMS
-from predictor.inputs import printable
 from predictor.intervals import DEFAULT_LEVEL, check_level
 from predictor.methods import METHODS, info
 from predictor.prediction import Subject, UnusablePrediction, predictions, subject_of
-from predictor.trace_table import TraceFormatError, read_dataset
 
 if TYPE_CHECKING:
     pass
@@ -66,7 +66,7 @@ def _check_out(out: Path, overwrite: bool) -> None:
     """Refuse an unusable checkpoint destination before training, not after it: an existing file
     without --overwrite (or one that is not a checkpoint), an unwritable folder."""
     from predictor.checkpoint_file import looks_like_checkpoint
-    from predictor.outputs import OutputError, claim_file
+    from predictor.common.outputs import OutputError, claim_file
 
     try:
         claim_file(out, overwrite, is_ours=looks_like_checkpoint)
@@ -96,7 +96,7 @@ MINUTES = PositiveMinutes()
 
 
 def _save(model, out: Path) -> Path:
-    from predictor.outputs import OutputError
+    from predictor.common.outputs import OutputError
 
     try:
         return model.save(out)
@@ -508,8 +508,8 @@ def _with_data_parallel(rows: list[dict], subject: Subject, model, gpus: int, pe
     """Each prediction record with its data-parallel step's fields (as `ets devices time --gpus`
     gives them; ``compute_ms`` = the prediction) and ``overlap``."""
     from predictor.cli.data_parallel import data_parallel_fields
-    from predictor.devices.collectives import CollectiveError
-    from predictor.devices.specs import DeviceParamsError
+    from predictor.emulator.devices.collectives import CollectiveError
+    from predictor.emulator.devices.specs import DeviceParamsError
     from predictor.prediction import data_parallel_steps
 
     try:
@@ -533,7 +533,7 @@ def _predict_model_files(ckpt: Path, model_files: tuple[str, ...], inference: bo
                          as_json: bool) -> None:
     """`ets predict --model-file`: one prediction per file (one JSON line with ``model_file``)."""
     from predictor.cli.devices import ModelFileRun
-    from predictor.devices.kernels import KernelModelError
+    from predictor.emulator.devices.kernels import KernelModelError
 
     model = _load_checkpoint(ckpt)  # before any user code runs: a bad checkpoint fails once, at once
     intervals = model.intervals.describe() if model.intervals is not None else None

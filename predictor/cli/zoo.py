@@ -2,7 +2,7 @@
 
 Why a module of its own: the zoo grew to a hundred families from three libraries; a user choosing
 ``ets collect --family`` needs to see them, and a reviewer needs to see which ones are reserved
-(never profiled, trained or evaluated on, :mod:`predictor.families`).
+(never profiled, trained or evaluated on, :mod:`predictor.common.families`).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ def zoo() -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object.")
 def zoo_list(zoo_name: str, excluded: bool, as_json: bool) -> None:
     """Each family: source library and version, group, models, and whether it is reserved."""
-    from predictor.zoo import hf_models, timm_models
-    from predictor.zoo.registry import zoo_families
+    from predictor.emulator.zoo import hf_models, timm_models
+    from predictor.emulator.zoo.registry import zoo_families
 
     families = ({**zoo_families("wide"), **zoo_families("llm")} if zoo_name == "every" else zoo_families(zoo_name))
     left_out = {**{f"timm:{k}": v for k, v in timm_models.EXCLUDED.items()},

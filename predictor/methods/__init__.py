@@ -82,7 +82,7 @@ def make_config(method: str, **options):
     if foreign:
         raise ValueError(f"method {method!r} has no option {', '.join(foreign)} "
                          f"(its options: {', '.join(sorted(known))})")
-    from predictor.inputs import Checker
+    from predictor.common.inputs import Checker
     from predictor.methods.checks import checked_config
 
     return checked_config(cls, given, Checker(lambda field: f"{method} option {field!r}" if field
@@ -95,7 +95,7 @@ def train(method: str, train_traces: pd.DataFrame, val_traces: pd.DataFrame, con
     (recorded in ``data_dir``'s ``peaks.json``, else the GPU catalogue's; a CPU without a record
     is refused with the command that records it)."""
     if getattr(config, "target_transform", None) == "anchored":
-        from predictor.peaks import for_device
+        from predictor.emulator.peaks import for_device
 
         options["peaks"] = for_device(device, data_dir)
     return module(method).train(train_traces, val_traces, config, device=device, **options)
@@ -111,7 +111,7 @@ def checkpoint_method(path: str | Path) -> str:
 def body_method(body: dict, path: str | Path) -> str:
     """The method named by a checkpoint's body (CheckpointError for an unknown one)."""
     from predictor.checkpoint_file import CheckpointError
-    from predictor.inputs import short
+    from predictor.common.inputs import short
 
     method = body.get("method") if isinstance(body, dict) else None
     if not isinstance(method, str) or method not in METHODS:

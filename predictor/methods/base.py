@@ -23,8 +23,8 @@ import pandas as pd
 
 from predictor import checkpoint_file
 from predictor.checkpoint_file import CheckpointError
+from predictor.common.inputs import Checker, short
 from predictor.features import FeatureSpec
-from predictor.inputs import Checker, short
 from predictor.methods import checks
 from predictor.methods.checks import check_tensors, check_weights, cut, planned_shapes
 

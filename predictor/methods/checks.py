@@ -21,12 +21,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
-from predictor.inputs import LIMITS, Checker, limit, short
+from predictor.common.inputs import LIMITS, Checker, limit, short
 
 if TYPE_CHECKING:
     from torch import nn
 
-# The largest model a config may ask for is predictor.inputs' "model_parameters" limit
+# The largest model a config may ask for is predictor.common.inputs' "model_parameters" limit
 # (ETS_SIM_MAX_MODEL_PARAMETERS): 2**28 parameters are 1 GiB of float32 weights.
 MAX_LAYERS = 256  # construction time grows with the layer count even on the meta device
 MAX_HIDDEN = 2**16
@@ -47,7 +47,7 @@ COMMON_RANGES: dict[str, tuple] = {
 
 def cut(text: str, width: int = 200) -> str:
     """An exception's message for ours: its first line, at most ``width`` characters (unquoted,
-    unlike :func:`predictor.inputs.short`, which quotes values)."""
+    unlike :func:`predictor.common.inputs.short`, which quotes values)."""
     first = (text.splitlines() or [""])[0]
     return first if len(first) <= width else first[:width - 1] + "…"
 

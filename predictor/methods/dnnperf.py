@@ -57,6 +57,8 @@ with warnings.catch_warnings():
     from torch_geometric.loader import DataLoader
     from torch_geometric.nn import GATv2Conv, TransformerConv, global_add_pool, global_mean_pool
 
+from predictor.common.trace_table import DTYPES
+from predictor.emulator.peaks import Peaks
 from predictor.features import NORMS, OPTIMIZERS, FeatureSpec, encode, fit_features, optimizer_of
 from predictor.methods.base import (
     MAX_MINUTES,
@@ -72,8 +74,6 @@ from predictor.methods.checks import MAX_HIDDEN
 from predictor.methods.ets import fingerprint, sorted_traces
 from predictor.methods.graph import EDGE_KINDS, build_graph, edge_features
 from predictor.methods.training import EarlyStopping, anchor_peaks, clock, device_rows
-from predictor.peaks import Peaks
-from predictor.trace_table import DTYPES
 
 METHOD = "dnnperf"
 CONVS = ("transformer", "gatv2")

@@ -42,6 +42,7 @@ import pandas as pd
 import torch
 from torch import nn
 
+from predictor.emulator.peaks import Peaks
 from predictor.features import (
     NORMS,
     TARGET_TRANSFORMS,
@@ -65,7 +66,6 @@ from predictor.methods.base import (
 from predictor.methods.checks import MAX_WIDTH
 from predictor.methods.training import EarlyStopping, anchor_peaks, clock, device_rows, shuffled_rows
 from predictor.methods.windows import average_windows, first_window_only, window_index
-from predictor.peaks import Peaks
 
 ARCHS = ("lstm", "gru", "transformer", "mlp")
 LOSS_WEIGHTS = ("time", "uniform")
@@ -332,7 +332,7 @@ def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: TrainCon
     a calibration ``scale`` of the parent is not carried: the weights learn the device instead;
     an anchored parent is re-anchored on the data's device.
     ``peaks``: the device's peaks for anchored targets (a CPU dataset's recorded ones,
-    :func:`predictor.peaks.for_device`); None: the GPU catalogue's.
+    :func:`predictor.emulator.peaks.for_device`); None: the GPU catalogue's.
     Empty ``val_traces`` (too few traces to hold any out): exactly ``max_epochs`` epochs, the
     last weights kept; the history's MRE is then the training traces'."""
     started = clock()  # the time budget covers features and model construction too

@@ -10,7 +10,7 @@ earlier op to a later one, so the graph is a DAG in execution order.
 Rules (a "shape" is a tuple of ints; empty shapes and missing shapes are ignored):
 
 * **Forward ops** produce one output whose shape comes from :func:`forward_output_shape`: the
-  profiler's :func:`predictor.capture.profile.output_shape` for convolutions, pooling and matrix
+  profiler's :func:`predictor.emulator.capture.profile.output_shape` for convolutions, pooling and matrix
   products (their arguments are read back from ``params``, which holds the flattened input
   shapes followed by the integer arguments), shape algebra for views (view, reshape, flatten,
   transpose, permute, (un)squeeze, select, expand, unflatten, t), else the largest input (exact
@@ -50,7 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from predictor.capture.profile import output_shape
+from predictor.emulator.capture.profile import output_shape
 
 EDGE_KINDS = ("data", "sequential", "forward_backward", "grad_update")
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}

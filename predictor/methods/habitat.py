@@ -11,7 +11,7 @@ table does):
 
 * **Kernel-varying ops** (Habitat's SPECIAL_OPERATIONS, whose kernels and algorithms change with
   the GPU): conv2d, linear, bmm, lstm. In our traces these are the ops the cost model counts as
-  GEMMs (:func:`predictor.capture.costs.op_class` "conv", "matmul", "lstm"), forward and backward,
+  GEMMs (:func:`predictor.emulator.capture.costs.op_class` "conv", "matmul", "lstm"), forward and backward,
   mapped to Habitat's groups by :func:`kernel_group`: conv2d/convolution/ConvolutionBackward0 →
   conv2d; linear, addmm, mm, addmv, mv, dot, AddmmBackward0, MmBackward0 → linear; bmm, baddbmm,
   matmul (batched in our zoo's attention and in the ETS swin traces), BmmBackward0 → bmm; lstm,
@@ -56,8 +56,8 @@ peak for every dtype (no tensor-core or FP64 rates), and the MLP sees a device o
 4 features, so it extrapolates poorly to GPUs far from those it was trained on.
 
 The iteration time is the sum over ops, as in Habitat. Device constants: peak FP32 TFLOPS and
-memory bandwidth, SMs, boost clock and memory size from :func:`predictor.devices.specs.spec_sheets`
-(the GPU catalogue). Device names resolve through :func:`predictor.devices.specs.device_key`
+memory bandwidth, SMs, boost clock and memory size from :func:`predictor.emulator.devices.specs.spec_sheets`
+(the GPU catalogue). Device names resolve through :func:`predictor.emulator.devices.specs.device_key`
 ("emulated:T4", "T4", "Tesla T4", the ETS import's "2080Ti" all work), so a model trained on
 emulated traces predicts real ones, and the simulator can predict a GPU a config was never
 measured on from its source trace alone.
@@ -75,10 +75,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from predictor.capture.costs import op_class
 from predictor.checkpoint_file import CheckpointError
-from predictor.devices.specs import DeviceParamsError, device_key, spec_sheets
-from predictor.inputs import short
+from predictor.common.inputs import short
+from predictor.common.trace_table import DTYPES, MAX_PARAMS, PHASES
+from predictor.emulator.capture.costs import op_class
+from predictor.emulator.devices.specs import DeviceParamsError, device_key, spec_sheets
 from predictor.methods.base import (
     MAX_MINUTES,
     TrainedPredictor,
@@ -92,7 +93,6 @@ from predictor.methods.checks import cut
 from predictor.methods.ets import fingerprint, sorted_traces, summarize
 from predictor.methods.opbased import mlp, mre, run_mlp
 from predictor.methods.training import EarlyStopping, clock, shuffled_rows
-from predictor.trace_table import DTYPES, MAX_PARAMS, PHASES
 
 METHOD = "habitat"
 GROUPS = ("conv2d", "linear", "bmm", "lstm")

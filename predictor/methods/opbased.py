@@ -33,6 +33,7 @@ import pandas as pd
 import torch
 from torch import nn
 
+from predictor.emulator.peaks import Peaks
 from predictor.features import (
     NORMS,
     TARGET_TRANSFORMS,
@@ -53,7 +54,6 @@ from predictor.methods.base import (
 )
 from predictor.methods.ets import fingerprint, sorted_traces, summarize
 from predictor.methods.training import EarlyStopping, anchor_peaks, clock, device_rows, shuffled_rows
-from predictor.peaks import Peaks
 
 METHOD = "opbased"
 

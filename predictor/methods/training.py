@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from predictor.peaks import Peaks, for_device
+from predictor.emulator.peaks import Peaks, for_device
 
 if TYPE_CHECKING:
     from predictor.methods.base import FitConfig
@@ -46,7 +46,7 @@ def device_rows(train_traces: pd.DataFrame, val_traces: pd.DataFrame,
 def anchor_peaks(target_transform: str, device: str, peaks: Peaks | None) -> Peaks | None:
     """The peaks anchored targets use for ``device``: ``peaks`` when given (a CPU dataset's
     recorded ones), else the GPU catalogue's; a CPU without them is refused with the command
-    that records them (:func:`predictor.peaks.for_device`). None for the other targets."""
+    that records them (:func:`predictor.emulator.peaks.for_device`). None for the other targets."""
     if target_transform != "anchored":
         return None
     return peaks or for_device(device)

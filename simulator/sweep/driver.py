@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from predictor.outputs import inside, write_parquet
+from predictor.common.outputs import inside, write_parquet
 from simulator.run import RunConfig
 from simulator.sweep.executors import run_points, worker_count
 from simulator.sweep.points import config_key, done_keys, load_results, prepare_out, save_point
@@ -34,7 +34,7 @@ def run_sweep(configs: Sequence[RunConfig], out: str | Path, *, workers: int | N
     ``"auto"`` or an address -> ``ray.init(address=...)`` (an already initialised Ray is used as is);
     ``"local"`` -> start a local Ray. ``log`` (a print-like callable) gets one line of counts.
     One sweep at a time per OUT (leftover temp files of a killed sweep are removed at the start).
-    Raises :class:`~predictor.outputs.OutputError` (one line) when OUT cannot be written, before
+    Raises :class:`~predictor.common.outputs.OutputError` (one line) when OUT cannot be written, before
     any point runs, or when it breaks during the sweep (a point that merely fails to write is
     recorded as failed); its local workers are then ended and reaped before it returns. A finished
     point is skipped only when it matches its run folder (:func:`~simulator.sweep.points.check_point`).

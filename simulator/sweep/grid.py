@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from predictor.inputs import limit as input_limit
-from predictor.inputs import over_limit, short
+from predictor.common.inputs import limit as input_limit
+from predictor.common.inputs import over_limit, short
 from simulator.communication import PLACEMENTS
 from simulator.run import (
     DEFAULT_CLUSTER,

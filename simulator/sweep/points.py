@@ -12,8 +12,8 @@ Layout of a sweep directory OUT::
                                failed point error.txt with the traceback
     OUT/results.parquet        all point rows, sorted by key (rewritten at the end of each sweep)
 
-Every file and run folder is written atomically (:mod:`predictor.outputs`), never through a symbolic
-link below OUT (:func:`predictor.outputs.inside`). A finished point counts (on resume, in the
+Every file and run folder is written atomically (:mod:`predictor.common.outputs`), never through a symbolic
+link below OUT (:func:`predictor.common.outputs.inside`). A finished point counts (on resume, in the
 results and figures) only when its row matches its run folder (:func:`check_point`). A point whose output
 cannot be written (full disk, an I/O error) is recorded as failed like a point that raised; only
 when even that record cannot be written (OUT itself is broken) does :func:`save_point` raise
@@ -40,8 +40,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from predictor.inputs import InputError, load_json, names, read_parquet, regular_file, short
-from predictor.outputs import OutputError, atomic_dir, check_writable, inside, write_parquet
+from predictor.common.inputs import InputError, load_json, names, read_parquet, regular_file, short
+from predictor.common.outputs import OutputError, atomic_dir, check_writable, inside, write_parquet
 from simulator.run import RunConfig, RunOutput, execute
 from simulator.timing import MODEL_PREDICTORS
 
@@ -209,7 +209,7 @@ def _reason(exc: BaseException) -> str:
 
 def read_table(path: Path, error: type[Exception] = ValueError, columns: list[str] | None = None) -> pd.DataFrame:
     """A Parquet table written by a run or a sweep, or ``error`` naming the file: not a regular file
-    (a FIFO, a device), over the size limit or decoding past it (:func:`predictor.inputs.read_parquet`),
+    (a FIFO, a device), over the size limit or decoding past it (:func:`predictor.common.inputs.read_parquet`),
     truncated, not Parquet, or missing ``columns``."""
     try:
         return read_parquet(path, "Parquet table", columns=columns)

@@ -33,7 +33,7 @@ def test_report_ratio_and_overhead_by_hand():
 
 
 def test_wide_selection_leaves_reserved_and_costly_configs_out_and_balances_every_prefix():
-    from predictor.families import is_reserved
+    from predictor.common.families import is_reserved
 
     configs = cpu_benchmark.benchmark_configs(400, 8, 128)
     families = [c.family for c in configs]
@@ -44,7 +44,7 @@ def test_wide_selection_leaves_reserved_and_costly_configs_out_and_balances_ever
 
 
 def test_estimated_step_time_by_hand():
-    from predictor.zoo import hf_models, timm_models
+    from predictor.emulator.zoo import hf_models, timm_models
 
     name = timm_models.FAMILIES["starnet"][0]
     probe = timm_models.MODELS[name]
@@ -72,7 +72,7 @@ def test_a_set_measured_on_another_cpu_is_not_added_to(tmp_path, monkeypatch):
 
 
 def test_the_repeat_sample_takes_every_group_in_turn():
-    from predictor.zoo.config import ModelConfig
+    from predictor.emulator.zoo.config import ModelConfig
 
     def config(family: str, model: str, batch: int) -> ModelConfig:
         return ModelConfig(kind="vision", family=family, model=model, batch=batch, input_size=32)
@@ -86,7 +86,7 @@ def test_the_repeat_sample_takes_every_group_in_turn():
 
 
 def test_peaks_are_recorded_once_before_profiling(tmp_path, monkeypatch):
-    from predictor import peaks
+    from predictor.emulator import peaks
 
     calls = []
     measured = peaks.Peaks("cpu", {"float32": 5e10}, {"float32": 5e10}, 1e10, "measured: stub")
@@ -112,9 +112,9 @@ def test_noise_floor_by_hand():
 
 
 def test_repeatability_profiles_a_sample_again_once(tmp_path, monkeypatch):
-    from predictor.capture import disturbance
-    from predictor.collect import collect
-    from predictor.zoo.config import ModelConfig
+    from predictor.emulator.capture import disturbance
+    from predictor.emulator.collect import collect
+    from predictor.emulator.zoo.config import ModelConfig
 
     configs = [ModelConfig(kind="vision", family="resnet", model="resnet18", batch=2, input_size=16, num_classes=10),
                ModelConfig(kind="vision", family="resnet", model="resnet18", batch=4, input_size=16, num_classes=10)]
@@ -131,8 +131,8 @@ def test_repeatability_profiles_a_sample_again_once(tmp_path, monkeypatch):
 def test_the_committed_reference_profiles_are_the_benchmarks_own_and_say_what_they_hold():
     import json
 
-    from predictor import peaks
-    from predictor.trace_table import read_dataset
+    from predictor.common.trace_table import read_dataset
+    from predictor.emulator import peaks
 
     data = cpu_benchmark.FIRST_REFERENCE_DATA
     traces = read_dataset(data)
@@ -148,9 +148,9 @@ def test_the_committed_reference_profiles_are_the_benchmarks_own_and_say_what_th
 def test_the_wide_reference_profiles_are_a_prefix_of_the_benchmark_on_one_machine():
     import json
 
-    from predictor import peaks
-    from predictor.families import group_of, is_reserved
-    from predictor.trace_table import read_dataset
+    from predictor.common.families import group_of, is_reserved
+    from predictor.common.trace_table import read_dataset
+    from predictor.emulator import peaks
 
     data = cpu_benchmark.REFERENCE_DATA
     traces = read_dataset(data)
@@ -174,7 +174,7 @@ def test_a_noise_floor_that_stays_disturbed_is_one_line_and_keeps_the_profiles(t
     import torch
     from click.testing import CliRunner
 
-    from predictor.capture.disturbance import DisturbedError
+    from predictor.emulator.capture.disturbance import DisturbedError
 
     def disturbed(*args, **kwargs):
         raise DisturbedError("other processes kept 1.00, 1.01, 0.98 cores busy during the 3 tries (limit 0.25)")

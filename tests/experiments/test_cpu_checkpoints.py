@@ -8,9 +8,9 @@ import pytest
 from experiments.cpu_benchmark import REFERENCE_DATA
 from predictor import methods
 from predictor.checkpoints import CHECKPOINT_DIR
+from predictor.common.families import group_of
+from predictor.common.trace_table import read_dataset
 from predictor.evaluate import evaluate
-from predictor.families import group_of
-from predictor.trace_table import read_dataset
 
 
 @pytest.mark.parametrize("method", ["ets", "opbased"])

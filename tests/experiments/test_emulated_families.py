@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from experiments import emulated_families as ef
-from predictor.families import is_reserved
-from predictor.zoo import hf_models, timm_models
+from predictor.common.families import is_reserved
+from predictor.emulator.zoo import hf_models, timm_models
 
 
 def test_candidates_cover_every_unreserved_new_family_and_no_reserved_one():

@@ -7,10 +7,10 @@ from functools import lru_cache
 
 import pandas as pd
 
-from predictor.capture.opseq import capture
-from predictor.devices.specs import prior_params
-from predictor.devices.timing import emulate
-from predictor.zoo.config import ModelConfig
+from predictor.emulator.capture.opseq import capture
+from predictor.emulator.devices.specs import prior_params
+from predictor.emulator.devices.timing import emulate
+from predictor.emulator.zoo.config import ModelConfig
 
 TINY = [("alexnet", "alexnet", b, 64) for b in (2, 4, 8)] + \
        [("resnet", "resnet18", b, 32) for b in (2, 4, 8)] + \

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from predictor.trace_table import TraceFormatError
+from predictor.common.trace_table import TraceFormatError
 
 
 def expect_error(call: Callable[[], object], path: Path | str, row: int | None,

@@ -199,7 +199,7 @@ def test_shared_references_are_measured_not_expanded(tmp_path):
     finally:
         tracemalloc.stop()
     # expanded, the body is a billion list items (8 GB of pointers); measured, it stays below the
-    # 64 MiB read buffer predictor.inputs.read_bytes allocates (and frees) for any file
+    # 64 MiB read buffer predictor.common.inputs.read_bytes allocates (and frees) for any file
     assert peak < 96 * 2**20, peak
 
 
@@ -291,7 +291,7 @@ def test_the_time_limit_covers_building_the_model(monkeypatch):
 def test_json_output_is_strict_json(tmp_path):
     """A trace whose true time is 0 makes the MRE infinite: `--json` wrote ``"mre": Infinity``,
     which strict parsers refuse; now null, and named under ``non_finite``."""
-    from predictor.trace_table import write_traces
+    from predictor.common.trace_table import write_traces
     from tests.predictor.ets_data import tiny_traces
 
     traces = tiny_traces().copy()

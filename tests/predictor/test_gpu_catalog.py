@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from predictor import gpus
-from predictor.devices.specs import DeviceParamsError, device_key, load_params, spec_sheets
+from predictor.common import gpus
+from predictor.emulator.devices.specs import DeviceParamsError, device_key, load_params, spec_sheets
 
 REPO = Path(__file__).resolve().parents[2]
 # FP32 lanes per SM by compute capability (CUDA programming guide, "arithmetic instructions")
@@ -142,7 +142,7 @@ def test_measured_speeds_say_where_they_come_from():
 
 
 def test_lambda_speeds_match_the_data(shared_dir):
-    from predictor.devices.throughput_sets import lambda_relative_time, load_lambda
+    from predictor.emulator.devices.throughput_sets import lambda_relative_time, load_lambda
 
     root = shared_dir / "calibration" / "lambda"
     if not (root / "lambda_runs.csv").exists():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from predictor.gpus import UnknownGpuTypeError, canonical_gpu_type, derive_relative_iteration_time, speed
+from predictor.common.gpus import UnknownGpuTypeError, canonical_gpu_type, derive_relative_iteration_time, speed
 
 
 def test_gpu_aliases_and_unknown_names():

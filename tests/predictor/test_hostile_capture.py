@@ -145,7 +145,7 @@ def test_a_dataset_another_run_is_changing_is_refused_at_once_and_left_as_it_was
     """Before: two `ets import` into one dataset both read the old file, and the second rename
     dropped the first's iteration (3 of 4 trials; both exit 0). Now every command that rewrites a
     dataset holds it: the second is refused in one line naming the first's PID, before any work."""
-    from predictor.outputs import locked_folder
+    from predictor.common.outputs import locked_folder
 
     out = tmp_path / "data"
     assert CliRunner().invoke(ets, ["import", "kineto", str(KINETO), "--out", str(out)]).exit_code == 0
@@ -162,7 +162,7 @@ def test_a_dataset_another_run_is_changing_is_refused_at_once_and_left_as_it_was
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     if command == "import":  # once the other run is over, the import lands beside the first
         assert CliRunner().invoke(ets, args).exit_code == 0
-        from predictor.trace_table import read_dataset
+        from predictor.common.trace_table import read_dataset
 
         assert set(read_dataset(out)["config_id"]) == {"kineto:new_schema:3", "kineto:alpha:3"}
 

@@ -25,10 +25,10 @@ from click.testing import CliRunner
 
 from predictor.checkpoints import CHECKPOINT_DIR
 from predictor.cli import main as ets
-from predictor.devices.measurements import MeasurementError, load_gavel, load_spread
-from predictor.devices.specs import DeviceParamsError, load_params
+from predictor.common.trace_table import TraceFormatError, read_dataset, validate
+from predictor.emulator.devices.measurements import MeasurementError, load_gavel, load_spread
+from predictor.emulator.devices.specs import DeviceParamsError, load_params
 from predictor.tables import IterationTimeTable, truth_table
-from predictor.trace_table import TraceFormatError, read_dataset, validate
 from tests.cli_checks import one_line_error as _one_line_error
 from tests.predictor.capture.test_nsys import MAIN, Fixture, T
 
@@ -243,7 +243,7 @@ def test_duplicated_rows_are_refused_naming_file_config_idx_and_row(tmp_path, co
 
 
 def test_duplicated_rows_are_refused_before_they_are_written(tmp_path):
-    from predictor.trace_table import write_traces
+    from predictor.common.trace_table import write_traces
 
     with pytest.raises(TraceFormatError, match=f"^{tmp_path / 'T4.parquet'}:6: field 'idx': config "
                                                "resnet18:b2:s32:float32:sgd:c10 idx 0 on T4 is also row 0"):

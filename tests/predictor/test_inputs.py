@@ -1,4 +1,4 @@
-"""The input limits (predictor/inputs.py): each checked before the work it bounds, each message
+"""The input limits (predictor/common/inputs.py): each checked before the work it bounds, each message
 one short line naming the limit and how to raise it, and the table of docs/security.md in step with them."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from predictor import inputs
-from predictor.inputs import LIMITS, InputError, inflate, json_depth, load_json, read_bytes, short
+from predictor.common import inputs
+from predictor.common.inputs import LIMITS, InputError, inflate, json_depth, load_json, read_bytes, short
 
 README = Path(__file__).resolve().parents[2] / "docs" / "security.md"  # the limits table
 
@@ -121,7 +121,7 @@ def test_json_depth_of_a_large_real_sized_document_matches_the_parser():
 # -- control characters (issue 50) ----------------------------------------------------------------
 
 def test_printable_escapes_every_control_character_and_leaves_text_alone():
-    from predictor.inputs import printable
+    from predictor.common.inputs import printable
 
     assert printable("résumé 東京 ok") == "résumé 東京 ok"
     assert printable("a\x1b[2Jb") == "a\\x1b[2Jb"
@@ -133,7 +133,7 @@ def test_printable_escapes_every_control_character_and_leaves_text_alone():
 
 
 def test_a_cli_error_line_never_carries_a_raw_control_character():
-    from predictor.cli.errors import one_line
+    from predictor.common.errors import one_line
 
     line = one_line("bad job id 'a\x1b[2J'\nresults in /tmp/x\u202e")
     assert line == "bad job id 'a\\x1b[2J' | results in /tmp/x\\u202e"
@@ -156,7 +156,7 @@ def test_a_parquet_dictionary_of_one_long_string_is_refused_from_its_dictionary(
     import numpy as np
     import pyarrow as pa
 
-    from predictor.inputs import read_parquet
+    from predictor.common.inputs import read_parquet
 
     monkeypatch.setenv("ETS_SIM_MAX_DECODED_BYTES", str(10**7))
     column = pa.DictionaryArray.from_arrays(pa.array(np.zeros(20_000, dtype="int32")), pa.array(["x" * 10_000]))
@@ -171,7 +171,7 @@ def test_parquet_run_length_lists_and_row_groups_are_refused_from_the_footer(tmp
     import numpy as np
     import pyarrow as pa
 
-    from predictor.inputs import read_parquet
+    from predictor.common.inputs import read_parquet
 
     monkeypatch.setenv("ETS_SIM_MAX_DECODED_BYTES", str(10**7))
     zeros = pa.array(np.zeros(3_000_000, dtype="int64"))
@@ -189,7 +189,7 @@ def test_parquet_run_length_lists_and_row_groups_are_refused_from_the_footer(tmp
 def test_the_bounded_parquet_reader_gives_what_pandas_gives(tmp_path):
     import pandas as pd
 
-    from predictor.inputs import read_parquet
+    from predictor.common.inputs import read_parquet
 
     frame = pd.DataFrame({"config_id": ["a", "bb", None, "a"], "n": [1, 2, 3, 4], "x": [0.5, None, 1.5, 2.0],
                           "params": [[1, 2], [], None, [3]], "flag": [True, False, True, True],

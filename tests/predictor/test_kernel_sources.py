@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictor.devices import kernel_sources as ks
-from predictor.devices.kernel_data import COLUMNS, KernelDataError
-from predictor.devices.problems import backward_pair
+from predictor.emulator.devices import kernel_sources as ks
+from predictor.emulator.devices.kernel_data import COLUMNS, KernelDataError
+from predictor.emulator.devices.problems import backward_pair
 
 TRAIN_V100 = "xlsx/train/DeepBench_NV_V100.xlsx"
 TRAIN_T4 = "xlsx/train/DeepBench_NV_T4.xlsx"
@@ -299,9 +299,9 @@ def test_real_deepbench_and_vidur_rows_are_sane():
 
 
 def test_every_device_is_a_gpu_catalogue_name():
-    gpus = pytest.importorskip("predictor.gpus")
+    gpus = pytest.importorskip("predictor.common.gpus")
     if not hasattr(gpus, "catalog"):
-        pytest.skip("this predictor.gpus has no GPU catalogue")
+        pytest.skip("this predictor.common.gpus has no GPU catalogue")
     names = set(gpus.catalog())
     missing = (set(ks.DEEPBENCH_DEVICES.values()) | set(ks.VIDUR_DEVICES.values())) - names
-    assert not missing, f"not in predictor/gpu_catalog: {sorted(missing)}"
+    assert not missing, f"not in predictor/common/gpu_catalog: {sorted(missing)}"

@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from predictor.capture.model_file import ModelFileError, capture_model_file, config_id_of, expand
 from predictor.cli import main as ets
-from predictor.trace_table import validate
+from predictor.common.trace_table import validate
+from predictor.emulator.capture.model_file import ModelFileError, capture_model_file, config_id_of, expand
 
 TINY = """\
     import torch
@@ -225,7 +225,7 @@ def test_collect_writes_the_file_into_the_dataset(tiny, tmp_path):
     assert zoo.exit_code == 2 and "--zoo: zoo options; they do not apply to --model-file" in zoo.output
     # an inference capture's host time per kernel is the inference host's (± the 5 % host jitter),
     # not the training table's
-    from predictor.devices.inference_host import shipped
+    from predictor.emulator.devices.inference_host import shipped
 
     assert CliRunner().invoke(ets, args + ["--inference"]).exit_code == 0
     traces = pd.read_parquet(tmp_path / "emulated_T4.parquet")
@@ -235,7 +235,7 @@ def test_collect_writes_the_file_into_the_dataset(tiny, tmp_path):
 
 
 def test_predict_gives_one_json_line_per_file(tiny, tmp_path):
-    from predictor.trace_table import write_traces
+    from predictor.common.trace_table import write_traces
     from tests.predictor.ets_data import tiny_traces
 
     write_traces(tmp_path / "data", tiny_traces())

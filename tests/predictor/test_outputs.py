@@ -1,4 +1,4 @@
-"""predictor.outputs: results are whole or absent, never half-written."""
+"""predictor.common.outputs: results are whole or absent, never half-written."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from predictor.outputs import OutputError, atomic_dir, atomic_file, check_writable, claim_folder, write_text
+from predictor.common.outputs import OutputError, atomic_dir, atomic_file, check_writable, claim_folder, write_text
 
 
 def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):

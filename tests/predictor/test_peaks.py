@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from predictor import peaks
-from predictor.capture.opseq import capture
 from predictor.cli import main as ets
-from predictor.devices.specs import load_params
-from predictor.devices.timing import emulate
-from predictor.inputs import InputError
-from predictor.zoo.config import ModelConfig
+from predictor.common.inputs import InputError
+from predictor.emulator import peaks
+from predictor.emulator.capture.opseq import capture
+from predictor.emulator.devices.specs import load_params
+from predictor.emulator.devices.timing import emulate
+from predictor.emulator.zoo.config import ModelConfig
 
 OPS = ["conv2d", "linear", "relu"]
 

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 from predictor.checkpoints import CHECKPOINT_DIR
 from predictor.cli import main as ets
-from predictor.devices.collectives import CollectiveError
-from predictor.devices.data_parallel import data_parallel_step
+from predictor.emulator.devices.collectives import CollectiveError
+from predictor.emulator.devices.data_parallel import data_parallel_step
 from predictor.prediction import Subject, data_parallel_steps
 
 ETS = str(CHECKPOINT_DIR / "ets-A100.pt")  # emulated:A100: NVLink-bridged pairs, PCIe Gen4 beyond

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from predictor.devices import throughput_sets as ts
-from predictor.devices.measurements import MeasurementError
-from predictor.trace_table import PHASES
+from predictor.common.trace_table import PHASES
+from predictor.emulator.devices import throughput_sets as ts
+from predictor.emulator.devices.measurements import MeasurementError
 
 LAMBDA_HEADER = ["results_dir", "system", "task", "precision_dir", "run_file", "throughput", "pattern_version", "path",
                  "config_file", "num_gpu_config", "batch_size_config", "batch_source", "params_tokens",

@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from predictor.cli import main as ets
-from predictor.families import TORCHVISION_FAMILIES, family_of
-from predictor.outputs import OutputError
-from predictor.trace_table import TraceFormatError, dataset_info, read_dataset, validate, write_traces
+from predictor.common.families import TORCHVISION_FAMILIES, family_of
+from predictor.common.outputs import OutputError
+from predictor.common.trace_table import TraceFormatError, dataset_info, read_dataset, validate, write_traces
 from tests.predictor.helpers import iteration_times_us
 
 

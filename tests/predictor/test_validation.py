@@ -23,9 +23,9 @@ from predictor import checkpoint_file, methods
 from predictor.checkpoint_file import CheckpointError
 from predictor.checkpoints import CHECKPOINT_DIR
 from predictor.cli import main as ets
+from predictor.common.trace_table import TraceFormatError, read_dataset, validate, write_traces
 from predictor.memory import MemoryEstimate, activation_bytes, too_big_warning
 from predictor.prediction import Subject, with_habitat_source
-from predictor.trace_table import TraceFormatError, read_dataset, validate, write_traces
 from tests.cli_checks import one_line_error
 
 SHIPPED = CHECKPOINT_DIR / "ets-V100.pt"
@@ -285,7 +285,7 @@ def test_activation_bytes_count_forward_inputs_not_in_place_ones():
 
 
 def test_a_shapes_field_nested_past_the_json_limit_is_a_clear_error_not_a_recursion_crash():
-    from predictor.inputs import InputError
+    from predictor.common.inputs import InputError
 
     t = trace(n=6)
     t.loc[0, "input_shapes"] = "[" * 200_000  # json.loads alone raises RecursionError on this
@@ -298,7 +298,7 @@ def test_too_big_warning_only_beyond_the_largest_gpu():
     assert too_big_warning(MemoryEstimate("small", 70e9, 9e9)) is None
     warning = too_big_warning(MemoryEstimate("huge", 2_000e9, 1e9))
     assert warning.startswith("warning: huge needs about 2,001 GB")
-    assert "(B200: 180 GB)" in warning  # the catalogue's largest memory (predictor/gpu_catalog/B200.toml)
+    assert "(B200: 180 GB)" in warning  # the catalogue's largest memory (predictor/common/gpu_catalog/B200.toml)
 
 
 def test_predict_warns_when_a_batch_cannot_fit_any_gpu():

@@ -7,8 +7,17 @@ import json
 import pytest
 import torch
 
-from predictor.families import TORCHVISION_FAMILIES, family_of
-from predictor.zoo import ModelBuildError, ModelConfig, build, make_optimizer, nlp, randwire, vision, zoo_configs
+from predictor.common.families import TORCHVISION_FAMILIES, family_of
+from predictor.emulator.zoo import (
+    ModelBuildError,
+    ModelConfig,
+    build,
+    make_optimizer,
+    nlp,
+    randwire,
+    vision,
+    zoo_configs,
+)
 from tests.predictor.zoo.opcount import count_iteration_ops
 
 

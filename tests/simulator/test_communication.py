@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from policies.registry import make_policy
-from predictor.devices.collectives import load_params
-from predictor.gpus import PCIE_LANE_GBS
+from predictor.common.gpus import PCIE_LANE_GBS
+from predictor.emulator.devices.collectives import load_params
 from predictor.tables import IterationTimeTable
 from simulator.allocation import ClusterState
 from simulator.cluster import Cluster, Node

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 import simulator.sweep.driver as sweep_driver
 import simulator.sweep.executors as sweep_executors
-from predictor.outputs import OutputError, atomic_dir, atomic_file, inside, locked_folder, write_text
+from predictor.common.outputs import OutputError, atomic_dir, atomic_file, inside, locked_folder, write_text
 from simulator.cli import main
 from simulator.run import RunConfig, execute
 from simulator.sweep.driver import run_sweep

@@ -70,7 +70,7 @@ def test_a_lock_dies_with_its_holder_and_is_removed_when_a_run_ends(tmp_path):
     result = simrun(*SMALL, "--out", out, "--quiet", "--overwrite")  # the killed run's folder: replaced
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in out.iterdir()) == ["jobs.parquet", "manifest.json", "summary.json"]
-    from predictor.outputs import LOCK_NAME, locked_folder
+    from predictor.common.outputs import LOCK_NAME, locked_folder
 
     with locked_folder(tmp_path / "sweep"):  # held by this process: a sweep is refused too
         one_line_error(simrun("sweep", "--policies", "fifo", "--predictors", "truth", "--out", tmp_path / "sweep"),

@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 import simulator.cli
-from predictor.outputs import OutputError
+from predictor.common.outputs import OutputError
 from simulator.cli import default_out_dir, main
 from simulator.run import RunConfig, execute
 

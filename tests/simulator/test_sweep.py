@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 import simulator.sweep.executors as sweep_executors
-from predictor.outputs import OutputError
+from predictor.common.outputs import OutputError
 from simulator.cli import main
 from simulator.sweep.driver import run_sweep
 from simulator.sweep.grid import plan

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictor.gpus import speed
+from predictor.common.gpus import speed
 from predictor.tables import IterationTimeTable
 from simulator.timing import (
     NoisyPredictor,

@@ -42,7 +42,7 @@ def test_the_truth_is_inf_where_the_job_cannot_run_and_scaled_where_unknown():
                           "allowed_gpus": "V100|T4"}]).jobs
     truth = true_runtimes(jobs, ["A100", "V100", "T4"], "V100")
     assert truth[0, 0] == INF and truth[0, 1] == 100.0
-    from predictor.gpus import relative_time
+    from predictor.common.gpus import relative_time
 
     assert truth[1, 0] == pytest.approx(100.0 * relative_time("A100") / relative_time("V100"))  # empty: scaled
     assert truth[2, 0] == INF and np.isfinite(truth[2, 1:]).all()  # outside allowed_gpus

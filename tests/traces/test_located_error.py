@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from predictor.inputs import LocatedError
-from predictor.trace_table import TraceFormatError
+from predictor.common.inputs import LocatedError
+from predictor.common.trace_table import TraceFormatError
 from traces.schema import TraceError
 
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from predictor.families import job_class
+from predictor.common.families import job_class
+from predictor.common.trace_table import ELEMENT_BYTES, TraceFormatError, first_input_elements, validate
 from predictor.memory import OPTIMIZER_STATES
-from predictor.trace_table import ELEMENT_BYTES, TraceFormatError, first_input_elements, validate
 
 CATALOG_FILE = Path(__file__).with_name("sequences.parquet")
 TIMING_COLUMNS = ("duration_us", "gap_us", "cpu_us", "kernels", "source")

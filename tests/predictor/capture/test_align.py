@@ -1,4 +1,4 @@
-"""Imported traces carried onto our captures (predictor.capture.align): hand-checkable matching,
+"""Imported traces carried onto our captures (predictor.emulator.capture.align): hand-checkable matching,
 timings kept whole, features taken from the capture; the real ETS files when ../shared is here."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictor.capture import align, ets_csv
-from predictor.capture.opseq import capture
+from predictor.emulator.capture import align, ets_csv
+from predictor.emulator.capture.opseq import capture
+from predictor.emulator.zoo.vision import config_for
 from predictor.features import encode, fit_features
-from predictor.zoo.vision import config_for
 
 FIXTURES_ETS = Path(__file__).resolve().parents[2] / "fixtures" / "ets"
 # What the ETS profiler calls our captured op names (one row per kernel-launching op).

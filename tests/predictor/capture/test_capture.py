@@ -8,13 +8,13 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from predictor.capture.opseq import capture
 from predictor.cli import main as ets
-from predictor.collect import _capture as REAL_CAPTURE
-from predictor.collect import collect
-from predictor.trace_table import read_dataset
-from predictor.zoo.config import ModelBuildError, ModelConfig
-from predictor.zoo.registry import zoo_configs
+from predictor.common.trace_table import read_dataset
+from predictor.emulator.capture.opseq import capture
+from predictor.emulator.collect import _capture as REAL_CAPTURE
+from predictor.emulator.collect import collect
+from predictor.emulator.zoo.config import ModelBuildError, ModelConfig
+from predictor.emulator.zoo.registry import zoo_configs
 
 SMALL = ModelConfig(kind="vision", family="resnet", model="resnet18", batch=2, input_size=32, num_classes=10)
 KILLS_ITS_WORKER = ModelConfig(kind="vision", family="resnet", model="resnet18", batch=3, input_size=32, num_classes=10)
@@ -113,8 +113,8 @@ def test_exported_profile_reads_back_op_for_op(tmp_path):
     (the export re-bases and rounds timestamps)."""
     import torch
 
-    from predictor.capture import opseq, profile
-    from predictor.zoo.registry import build, make_optimizer
+    from predictor.emulator.capture import opseq, profile
+    from predictor.emulator.zoo.registry import build, make_optimizer
 
     workload = build(SMALL, "cpu")
     optimizer = make_optimizer(SMALL, workload.model.parameters())
@@ -159,7 +159,7 @@ def _meta_iteration(model, x, targets=None):
     """One profiled training iteration of ``model`` on ``x`` (meta device) -> op records."""
     import torch
 
-    from predictor.capture import profile
+    from predictor.emulator.capture import profile
 
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 
@@ -173,7 +173,7 @@ def _meta_iteration(model, x, targets=None):
 
 
 def _matmul_rows(records, phase):
-    from predictor.capture.costs import op_class
+    from predictor.emulator.capture.costs import op_class
     return [r for r in records if r.phase == phase and op_class(r.op) == "matmul"]
 
 
@@ -236,7 +236,7 @@ def test_attention_bmm_backward_flops():
 def test_a_mis_parented_local_scalar_dense_is_not_an_update_op():
     from types import SimpleNamespace
 
-    from predictor.capture import profile
+    from predictor.emulator.capture import profile
 
     def event(name, start, children=()):
         return SimpleNamespace(name=name, time_range=SimpleNamespace(start=start, end=start + 1),
@@ -253,7 +253,7 @@ def test_a_terminated_collect_keeps_what_it_captured(tmp_path, monkeypatch):
     import os
     import signal
 
-    from predictor import collect as collect_module
+    from predictor.emulator import collect as collect_module
 
     real = collect_module._capture
     calls = []
@@ -285,7 +285,7 @@ def _capture_or_die(config_dict, device, regime="plain"):
 @pytest.mark.skipif(__import__("multiprocessing").get_start_method() != "fork",
                     reason="the patched capture reaches the workers only when they are forked")
 def test_a_worker_that_dies_fails_its_config_and_the_others_go_on(tmp_path, monkeypatch):
-    from predictor import collect as collect_module
+    from predictor.emulator import collect as collect_module
 
     monkeypatch.setattr(collect_module, "_capture", _capture_or_die)
     others = [SMALL, ModelConfig(kind="vision", family="resnet", model="resnet18", batch=4, input_size=32,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from predictor.capture.costs import bytes_moved, flops, op_class
+from predictor.emulator.capture.costs import bytes_moved, flops, op_class
 
 
 def test_conv2d_forward_and_backward_closed_form():

@@ -10,11 +10,11 @@ import time
 
 import pytest
 
-from predictor.capture import disturbance
-from predictor.capture.disturbance import CpuSample, DisturbedError, others_load, sample, undisturbed
-from predictor.collect import collect
-from predictor.trace_table import read_dataset
-from predictor.zoo.config import ModelConfig
+from predictor.common.trace_table import read_dataset
+from predictor.emulator.capture import disturbance
+from predictor.emulator.capture.disturbance import CpuSample, DisturbedError, others_load, sample, undisturbed
+from predictor.emulator.collect import collect
+from predictor.emulator.zoo.config import ModelConfig
 
 TINY = ModelConfig(kind="vision", family="resnet", model="resnet18", batch=2, input_size=16, num_classes=10)
 

@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictor.capture import ets_csv
-from predictor.trace_table import COLUMNS
+from predictor.common.trace_table import COLUMNS
+from predictor.emulator.capture import ets_csv
 from tests.predictor.helpers import expect_error, iteration_times_us
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "ets"

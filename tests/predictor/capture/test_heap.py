@@ -9,7 +9,7 @@ import pytest
 # so the later 4 MB buffers come from the heap; every other one is freed, the rest stay alive.
 SCRIPT = """
 import numpy as np
-from predictor.capture.heap import return_freed_memory
+from predictor.emulator.capture.heap import return_freed_memory
 
 def rss_mb():
     return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictor.capture import kineto
-from predictor.trace_table import COLUMNS
+from predictor.common.trace_table import COLUMNS
+from predictor.emulator.capture import kineto
 from tests.predictor.helpers import expect_error
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "kineto"

@@ -6,8 +6,8 @@ import sqlite3
 
 import pytest
 
-from predictor.capture import nsys
-from predictor.trace_table import COLUMNS, TraceFormatError
+from predictor.common.trace_table import COLUMNS, TraceFormatError
+from predictor.emulator.capture import nsys
 
 PID_A, PID_B = 100, 200
 MAIN = PID_A * 0x1000000 + 1  # globalTid = pid << 24 | tid

@@ -1,10 +1,10 @@
-"""How profiler events nest into ops (the raw-record pass of predictor.capture.profile)."""
+"""How profiler events nest into ops (the raw-record pass of predictor.emulator.capture.profile)."""
 
 from dataclasses import dataclass
 
 import torch
 
-from predictor.capture.profile import _nest
+from predictor.emulator.capture.profile import _nest
 
 
 @dataclass

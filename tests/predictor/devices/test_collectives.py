@@ -1,4 +1,4 @@
-"""The all-reduce model (predictor/devices/collectives.py): the ring formula by hand, placements,
+"""The all-reduce model (predictor/emulator/devices/collectives.py): the ring formula by hand, placements,
 the fit recovering known parameters, `ets devices comm` and its refusals, and the out-of-sample
 error on the real collectives of ../shared."""
 
@@ -12,10 +12,10 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from predictor import gpus
 from predictor.cli import main as ets
-from predictor.devices import collective_fit
-from predictor.devices.collectives import (
+from predictor.common import gpus
+from predictor.emulator.devices import collective_fit
+from predictor.emulator.devices.collectives import (
     CollectiveError,
     CommParams,
     Link,
@@ -196,7 +196,7 @@ def test_out_of_sample_on_a100_pairwise_nvlink(shared_dir):
     """Fitted on Vidur's DGX A100 and DeepBench, Vidur's pairwise-NVLink A100s (never seen) are
     priced within 15 % (median, messages ≥ 1 MB) — per placement too."""
     from experiments.validate_collectives import held_out_split
-    from predictor.devices import collective_data
+    from predictor.emulator.devices import collective_data
 
     calibration = shared_dir / "calibration"
     if not (calibration / collective_data.VIDUR_DIR / "a100_pairwise_nvlink").is_dir():

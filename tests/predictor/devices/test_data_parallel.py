@@ -1,4 +1,4 @@
-"""The data-parallel step (predictor/devices/data_parallel.py): DDP's bucket packing against hand
+"""The data-parallel step (predictor/emulator/devices/data_parallel.py): DDP's bucket packing against hand
 cases and torch's own assignment, the overlap of all-reduces with backward by hand, N = 1, and a
 spread placement against a packed one."""
 
@@ -9,9 +9,9 @@ import dataclasses
 import pandas as pd
 import pytest
 
-from predictor import gpus
-from predictor.devices.collectives import CollectiveError, CommParams, Link, Network, Protocol
-from predictor.devices.data_parallel import (
+from predictor.common import gpus
+from predictor.emulator.devices.collectives import CollectiveError, CommParams, Link, Network, Protocol
+from predictor.emulator.devices.data_parallel import (
     BUCKET_CAP_BYTES,
     FIRST_BUCKET_CAP_BYTES,
     Gradient,

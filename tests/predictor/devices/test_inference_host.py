@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictor.devices import endtoend, inference_host
-from predictor.devices.specs import prior_params
-from predictor.devices.timing import MIN_KERNEL_US, OpArrays, emulate, kernel_us
-from predictor.zoo.config import ModelConfig
+from predictor.emulator.devices import endtoend, inference_host
+from predictor.emulator.devices.specs import prior_params
+from predictor.emulator.devices.timing import MIN_KERNEL_US, OpArrays, emulate, kernel_us
+from predictor.emulator.zoo.config import ModelConfig
 
 
 def _level1(device: str, times_us: list[float]) -> pd.DataFrame:
@@ -55,7 +55,7 @@ def test_the_file_round_trips_and_a_broken_one_names_the_field(tmp_path):
 
 
 def test_an_inference_forward_pays_the_per_kernel_host_cost_and_nothing_for_views():
-    from predictor.capture.quiet import capture_quietly
+    from predictor.emulator.capture.quiet import capture_quietly
 
     config = ModelConfig(kind="vision", family="resnet", model="resnet18", batch=2, input_size=32, num_classes=10)
     trace = capture_quietly(config)

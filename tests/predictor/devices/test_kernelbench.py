@@ -7,9 +7,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from predictor.capture import cache as capture_cache
-from predictor.devices import endtoend, kernelbench
-from predictor.devices.kernel_data import KernelDataError
+from predictor.emulator.capture import cache as capture_cache
+from predictor.emulator.devices import endtoend, kernelbench
+from predictor.emulator.devices.kernel_data import KernelDataError
 
 HEADER = "problem_set,source_dir,source_commit,config,level,problem,hardware,mean_ms,std_ms,min_ms,max_ms,num_trials\n"
 MATMUL = '''import torch

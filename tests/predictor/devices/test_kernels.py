@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictor.devices import kernel_data, kernels
-from predictor.devices.problems import backward_conv_problems, op_problems
-from predictor.devices.specs import DeviceParamsError, load_params, spec_from_file, spec_sheets
+from predictor.emulator.devices import kernel_data, kernels
+from predictor.emulator.devices.problems import backward_conv_problems, op_problems
+from predictor.emulator.devices.specs import DeviceParamsError, load_params, spec_from_file, spec_sheets
 
 
 def _synthetic(devices=("T4", "V100"), n=400, seed=0) -> pd.DataFrame:
@@ -156,8 +156,8 @@ def test_spec_file_gpu_is_emulated_and_a_missing_field_is_named(tmp_path):
 
 
 def test_emulation_prices_covered_ops_with_the_shipped_model():
-    from predictor.capture.opseq import capture
-    from predictor.devices.timing import MIN_KERNEL_US, OpArrays, learned_us
+    from predictor.emulator.capture.opseq import capture
+    from predictor.emulator.devices.timing import MIN_KERNEL_US, OpArrays, learned_us
     from tests.predictor.devices.test_timing import _config
 
     model = kernels.shipped()
@@ -195,8 +195,8 @@ def test_tf32_and_amp_choices_by_hand():
     assert kernels.roofline_us(conv32, a100)[0] == pytest.approx(2e9 / 156e6)
     assert kernels.roofline_us(mm32, a100)[0] == pytest.approx(2e9 / 19.49e6)
     assert kernels.roofline_us(mm16, v100)[0] == pytest.approx(2e9 / 112e6)
-    # an AMP op sequence: its matmuls float16, its softmax float32 (predictor.capture.amp)
-    from predictor.capture.amp import autocast_trace
+    # an AMP op sequence: its matmuls float16, its softmax float32 (predictor.emulator.capture.amp)
+    from predictor.emulator.capture.amp import autocast_trace
 
     trace = pd.DataFrame({"config_id": "c", "idx": range(3), "op": ["linear", "softmax", "AccumulateGrad"],
                           "phase": ["forward", "forward", "backward"],

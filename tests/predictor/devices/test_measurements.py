@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from predictor.devices import measurements as m
-from predictor.devices.measurements import (
+from predictor.emulator.devices import measurements as m
+from predictor.emulator.devices.measurements import (
     WORKLOADS,
     MeasurementError,
     default_calibration_dir,
@@ -20,8 +20,8 @@ from predictor.devices.measurements import (
     load_sia,
     workload_config,
 )
-from predictor.zoo import zoo_configs
-from predictor.zoo.registry import build
+from predictor.emulator.zoo import zoo_configs
+from predictor.emulator.zoo.registry import build
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "calibration"
 GAVEL = FIXTURES / "gavel_physical_cluster_throughputs.json"
@@ -262,15 +262,15 @@ def test_calibration_models_stay_out_of_the_hpo_zoo():
 
 # --- NeuSight and SPREAD (real end-to-end iterations; read only when asked for) -----------------
 
-from predictor.devices import neusight_ops  # noqa: E402
-from predictor.devices.measurements import (  # noqa: E402
+from predictor.emulator.devices import neusight_ops  # noqa: E402
+from predictor.emulator.devices.measurements import (  # noqa: E402
     NEUSIGHT_WORKLOADS,
     SPREAD_CONFIGS,
     SPREAD_WORKLOADS,
     load_neusight,
     load_spread,
 )
-from predictor.devices.neusight_ops import load_neusight_ops  # noqa: E402
+from predictor.emulator.devices.neusight_ops import load_neusight_ops  # noqa: E402
 
 NEUSIGHT = FIXTURES / "neusight"
 SPREAD = FIXTURES / "spread" / "iterations.csv"

@@ -9,11 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictor.devices import placement_sets as sets
-from predictor.devices import placement_validation as pv
-from predictor.devices.collectives import gpu_interconnect, params_from_json, shipped_params
-from predictor.devices.measurements import MeasurementError
-from predictor.gpus import entry
+from predictor.common.gpus import entry
+from predictor.emulator.devices import placement_sets as sets
+from predictor.emulator.devices import placement_validation as pv
+from predictor.emulator.devices.collectives import gpu_interconnect, params_from_json, shipped_params
+from predictor.emulator.devices.measurements import MeasurementError
 
 # --- readers -------------------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""`ets devices time` / predictor.devices.step_time: the numbers are the emulated trace's sums,
+"""`ets devices time` / predictor.emulator.devices.step_time: the numbers are the emulated trace's sums,
 the output is machine-readable, and user errors are one-line usage errors."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ import os
 import pytest
 from click.testing import CliRunner
 
-from predictor.capture.opseq import capture
-from predictor.capture.quiet import quiet_profiler
 from predictor.cli import main as ets
-from predictor.devices import kernels
-from predictor.devices.specs import load_params
-from predictor.devices.step_time import UnknownModelError, resolve_config, step_time, summarize
-from predictor.devices.timing import emulate
-from predictor.zoo.config import ModelBuildError
+from predictor.emulator.capture.opseq import capture
+from predictor.emulator.capture.quiet import quiet_profiler
+from predictor.emulator.devices import kernels
+from predictor.emulator.devices.specs import load_params
+from predictor.emulator.devices.step_time import UnknownModelError, resolve_config, step_time, summarize
+from predictor.emulator.devices.timing import emulate
+from predictor.emulator.zoo.config import ModelBuildError
 
 TINY = ["resnet18", "--batch", "2", "--size", "32"]
 KEYS = {"forward_ms", "backward_ms", "update_ms", "total_ms", "overhead_share", "device", "source"}

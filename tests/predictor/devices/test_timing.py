@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from predictor.capture.opseq import capture
-from predictor.devices import calibrate as cal
-from predictor.devices.specs import (
+from predictor.emulator.capture.opseq import capture
+from predictor.emulator.devices import calibrate as cal
+from predictor.emulator.devices.specs import (
     FORMAT_VERSION,
     DeviceParamsError,
     load_params,
@@ -19,8 +19,8 @@ from predictor.devices.specs import (
     save_params,
     spec_sheets,
 )
-from predictor.devices.timing import OpArrays, emulate, kernel_us, timeline
-from predictor.zoo.config import ModelConfig
+from predictor.emulator.devices.timing import OpArrays, emulate, kernel_us, timeline
+from predictor.emulator.zoo.config import ModelConfig
 
 
 def _config(model: str, batch: int, size: int) -> ModelConfig:

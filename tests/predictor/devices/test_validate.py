@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictor.devices import validate
-from predictor.devices.specs import DeviceParamsError, prior_params, regime_host_factor
+from predictor.emulator.devices import validate
+from predictor.emulator.devices.specs import DeviceParamsError, prior_params, regime_host_factor
 
 
 def _lomo_errors() -> list[dict]:
@@ -96,8 +96,8 @@ def test_regime_host_factor_and_unknown_regime():
 def test_nsys_regime_multiplies_host_time_and_widens_the_gaps():
     from dataclasses import replace
 
-    from predictor.capture.opseq import capture
-    from predictor.devices.timing import emulate
+    from predictor.emulator.capture.opseq import capture
+    from predictor.emulator.devices.timing import emulate
     from tests.predictor.devices.test_timing import _config
 
     params = replace(prior_params(), nsys_host_factor=3.0)

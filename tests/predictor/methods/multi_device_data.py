@@ -8,8 +8,8 @@ from functools import lru_cache
 
 import pandas as pd
 
-from predictor.devices.specs import prior_params
-from predictor.devices.timing import emulate
+from predictor.emulator.devices.specs import prior_params
+from predictor.emulator.devices.timing import emulate
 from tests.predictor.ets_data import tiny_traces
 
 GPUS = ("T4", "P100", "V100")

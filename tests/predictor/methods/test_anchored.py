@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictor import peaks
+from predictor.common.trace_table import COLUMNS
+from predictor.emulator import peaks
 from predictor.features import decode_targets, encode, encode_targets, fit_features, raw_targets
 from predictor.methods import ets
-from predictor.trace_table import COLUMNS
 
 T4 = peaks.for_device("T4")  # 8.14 TFLOP/s float32, 320 GB/s (spec-derived)
 LINEAR_EFFICIENCY, RELU_EFFICIENCY, LAUNCH_US, GAP_US = 0.6, 0.8, 5.0, 2.0
@@ -221,7 +221,7 @@ def test_ets_train_on_a_cpu_dataset_names_the_peaks_command_then_uses_the_record
     from click.testing import CliRunner
 
     from predictor.cli import main as ets_cli
-    from predictor.trace_table import write_traces
+    from predictor.common.trace_table import write_traces
 
     train, _ = sets
     data = tmp_path / "cpu-data"

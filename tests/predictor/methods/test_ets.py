@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from predictor import checkpoint_file
+from predictor.common.trace_table import DTYPES, PHASES
 from predictor.dataset import split_by_family, unit_of
 from predictor.evaluate import evaluate, headline_metrics
 from predictor.features import (
@@ -19,7 +20,6 @@ from predictor.features import (
     iteration_context,
 )
 from predictor.methods import ets
-from predictor.trace_table import DTYPES, PHASES
 from tests.predictor.ets_data import tiny_traces
 
 FAST = dict(hidden=16, layers=2, lr=1e-2, batch_size=64, max_minutes=2.0)

@@ -9,9 +9,9 @@ from click.testing import CliRunner
 
 from predictor import finetune, methods
 from predictor.cli import main as cli
+from predictor.common.trace_table import read_dataset, write_traces
 from predictor.evaluate import evaluate
 from predictor.methods import ets
-from predictor.trace_table import read_dataset, write_traces
 from tests.predictor.methods.multi_device_data import multi_device_traces
 
 # log targets: a parent whose V100 times are far off the T4 (anchored, re-anchoring on the T4 alone

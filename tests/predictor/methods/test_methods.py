@@ -10,8 +10,8 @@ from click.testing import CliRunner
 from predictor import checkpoint_file, methods
 from predictor.checkpoint_file import CheckpointError
 from predictor.cli import main as ets
+from predictor.common.trace_table import write_traces
 from predictor.methods.base import TrainedPredictor
-from predictor.trace_table import write_traces
 from tests.predictor.methods.multi_device_data import multi_device_traces
 
 
@@ -93,8 +93,8 @@ def test_habitat_needs_its_source_device(data_dir, tmp_path):
 
 def test_evaluate_on_another_devices_rows(data_dir):
     """`ets evaluate --device`: a V100 checkpoint scored on the T4 rows, as if they were its own."""
+    from predictor.common.trace_table import read_dataset
     from predictor.evaluate import evaluate
-    from predictor.trace_table import read_dataset
 
     ckpt = data_dir / "ets-cross.pt"
     trained = CliRunner().invoke(ets, ["train", "--data", str(data_dir / "data"), "--device", "emulated:V100",

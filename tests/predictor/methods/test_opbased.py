@@ -6,8 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictor import checkpoint_file, peaks
+from predictor import checkpoint_file
 from predictor.checkpoint_file import CheckpointError
+from predictor.emulator import peaks
 from predictor.features import fit_features
 from predictor.methods import opbased
 from predictor.methods.ets import iteration_mre

@@ -4,7 +4,7 @@ Why: ETS's RandWire set is binned by ops per iteration (0-250 / 250-550 / 550-80
 predictors.md §1.1), so the zoo needs a measured op count to check that its RandWire configs span
 that range — without a GPU, hence on the meta device (shapes only, no compute).
 
-What counts as one op (the same rule as the Kineto importer, predictor/capture/kineto.py):
+What counts as one op (the same rule as the Kineto importer, predictor/emulator/capture/kineto.py):
 
 * forward / update: a profiler event named ``aten::*`` that has no ``aten::*`` or autograd-node
   ancestor on its thread (ops called by other ops are not counted);
@@ -22,8 +22,8 @@ from __future__ import annotations
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from predictor.trace_table import PHASES
-from predictor.zoo.config import ModelConfig
+from predictor.common.trace_table import PHASES
+from predictor.emulator.zoo.config import ModelConfig
 
 _NODE_PREFIX = "autograd::engine::evaluate_function:"
 
@@ -34,7 +34,7 @@ def _is_op(name: str) -> bool:
 
 def count_iteration_ops(config: ModelConfig, device: str | torch.device = "meta") -> dict[str, int]:
     """``{"forward": n, "backward": n, "update": n, "total": n}`` for one training iteration."""
-    from predictor.zoo.registry import build, make_optimizer
+    from predictor.emulator.zoo.registry import build, make_optimizer
 
     workload = build(config, device)
     optimizer = make_optimizer(config, workload.model.parameters())

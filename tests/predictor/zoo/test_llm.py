@@ -1,4 +1,4 @@
-"""The LLM zoo (predictor/zoo/llm.py): NeuSight's sizes, published parameter counts, names and
+"""The LLM zoo (predictor/emulator/zoo/llm.py): NeuSight's sizes, published parameter counts, names and
 aliases, the grid, and the meta-device capture of a tiny variant (GEMM FLOPs by hand)."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import json
 import pytest
 import torch
 
-from predictor.capture.opseq import capture
-from predictor.families import family_of, job_class
-from predictor.zoo import ModelBuildError, build, llm, zoo_configs
+from predictor.common.families import family_of, job_class
+from predictor.emulator.capture.opseq import capture
+from predictor.emulator.zoo import ModelBuildError, build, llm, zoo_configs
 
 # Published sizes (GPT-2 paper / HF model cards: 355M, 774M, 1.5B (1,557.6M counted with tied
 # embeddings); GPT-3 paper: 2.7B; OPT paper: 1.3B; BERT paper: 340M (HF BertForMaskedLM:

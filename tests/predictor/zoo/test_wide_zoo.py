@@ -10,13 +10,13 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from predictor import families
 from predictor.checkpoint_file import read
 from predictor.cli import main
-from predictor.collect import collect
-from predictor.zoo import hf_models, timm_models
-from predictor.zoo.config import ModelBuildError, ModelConfig
-from predictor.zoo.registry import zoo_configs, zoo_families
+from predictor.common import families
+from predictor.emulator.collect import collect
+from predictor.emulator.zoo import hf_models, timm_models
+from predictor.emulator.zoo.config import ModelBuildError, ModelConfig
+from predictor.emulator.zoo.registry import zoo_configs, zoo_families
 
 ROOT = Path(__file__).resolve().parents[3]
 NEW_FAMILIES = sorted(set(timm_models.FAMILIES) | (set(hf_models.TASKS_OF) - set(hf_models.EXCLUDED)))
@@ -66,7 +66,7 @@ def test_the_zoo_lists_a_hundred_families_each_in_a_group():
 
 
 def test_timm_and_transformers_configs_capture_on_the_meta_device():
-    from predictor.capture.opseq import capture
+    from predictor.emulator.capture.opseq import capture
 
     name = timm_models.FAMILIES["starnet"][0]
     image = capture(timm_models.config_for(name, batch=1, size=64), "meta")
@@ -84,7 +84,7 @@ def test_collect_refuses_an_unknown_family_in_one_line(tmp_path):
 
 
 def test_collect_captures_a_reserved_family_only_when_named(tmp_path):
-    from predictor.trace_table import read_dataset
+    from predictor.common.trace_table import read_dataset
 
     reserved = next(f for f in RESERVED if f in timm_models.FAMILIES)
     args = ["collect", "--zoo", "timm", "--device", "meta", "--max-batch", "1", "--max-size", "64", "--workers", "1"]
@@ -107,7 +107,7 @@ def test_a_model_that_fails_to_build_is_named_and_the_others_go_on(tmp_path):
 
 @pytest.mark.parametrize("model_type", ["rag", "no_such_architecture"])
 def test_an_architecture_that_cannot_be_made_from_its_config_alone_is_refused_in_one_line(monkeypatch, model_type):
-    from predictor.zoo.registry import build
+    from predictor.emulator.zoo.registry import build
 
     monkeypatch.setitem(hf_models.TASKS_OF, model_type, "seq2seq")  # rag needs a retriever's sub-configs
     config = ModelConfig(kind="hf", family=model_type, model=f"hf_{model_type}", batch=1, input_size=8,
@@ -125,7 +125,7 @@ def test_a_transformers_class_reaching_for_the_hub_fails_at_once():
     import sys
     import time
 
-    code = ("from predictor.zoo import hf_models; hf_models._base_config('llama'); import transformers\n"
+    code = ("from predictor.emulator.zoo import hf_models; hf_models._base_config('llama'); import transformers\n"
             "try:\n    transformers.AutoTokenizer.from_pretrained('bert-base-uncased')\n"
             "except OSError as exc:\n    print('refused:', type(exc).__name__)")
     start = time.perf_counter()
@@ -135,7 +135,7 @@ def test_a_transformers_class_reaching_for_the_hub_fails_at_once():
 
 
 def test_no_committed_data_or_shipped_checkpoint_holds_a_reserved_family():
-    from predictor.trace_table import read_trace_file
+    from predictor.common.trace_table import read_trace_file
 
     for parquet in sorted((ROOT / "experiments" / "data").rglob("*.parquet")):
         held = set(read_trace_file(parquet)["family"])
