@@ -107,7 +107,7 @@ def main(data_dir: Path, device: str, configs: int, minutes: float, out: Path) -
     todo = [p for p in points() if key(p) not in done]
     click.echo(f"{len(todo)} of {len(points())} points to run; test families: {', '.join(split.test_units)}")
     for p in todo:
-        config = ets.TrainConfig(**{**ETS_SETTINGS, **{k: p[k] for k in DEFAULT}, "max_minutes": minutes})
+        config = ets.EtsConfig(**{**ETS_SETTINGS, **{k: p[k] for k in DEFAULT}, "max_minutes": minutes})
         started = time.perf_counter()
         model = ets.train(split.part(data, "train"), split.part(data, "val"), config, progress=False)
         row = {"key": key(p), **p, **evaluate(model, split.part(data, "test")).headline(),

@@ -70,7 +70,7 @@ def main(ckpt: Path | None, repeats: int, train_data: Path | None, device: str, 
         return
     data = pd.read_parquet(device_file(train_data, device))
     split = split_by_family(data, seed=0)
-    trained = ets.train(split.part(data, "train"), split.part(data, "val"), ets.TrainConfig(max_minutes=minutes))
+    trained = ets.train(split.part(data, "train"), split.part(data, "val"), ets.EtsConfig(max_minutes=minutes))
     best = min(trained.history, key=lambda h: h["val_mre"])
     first = trained.history[0]["wall_s"]
     click.echo(f"training on {len(split.train)} configs ({device}): {len(trained.history)} epochs in "

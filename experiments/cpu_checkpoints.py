@@ -53,7 +53,7 @@ def out_of_fold(protocol: Path, method: str, fingerprint: str) -> pd.DataFrame:
 @click.option("--val-fraction", type=click.FloatRange(0.05, 0.5), default=0.15, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=CHECKPOINT_DIR, show_default=True)
 def main(data_dir: Path, protocol: Path, minutes: float, chosen: str, val_fraction: float, out: Path) -> None:
-    from predictor.methods.ets import fingerprint
+    from predictor.methods.training import fingerprint
 
     traces = read_dataset(data_dir)
     traces = traces[traces["device"] == "cpu"]

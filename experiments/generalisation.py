@@ -64,7 +64,7 @@ from predictor.common.trace_table import read_dataset  # noqa: E402
 from predictor.dataset import family_folds, group_split, split_by_family  # noqa: E402
 from predictor.evaluate import evaluate  # noqa: E402
 from predictor.intervals import calibrate, interval_metrics  # noqa: E402
-from predictor.methods.ets import fingerprint  # noqa: E402
+from predictor.methods.training import fingerprint  # noqa: E402
 
 
 @dataclass(frozen=True)

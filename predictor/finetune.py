@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from predictor.methods import METHODS, ets
+from predictor.methods import METHODS, ets, training
 
 MIN_VAL_TRACES = 10
 VAL_FRACTION = 0.2
@@ -114,11 +114,11 @@ def check_compatible(parent, traces: pd.DataFrame, path: str = "") -> None:
 
 def fit_small(traces: pd.DataFrame, parent: ets.EtsPredictor | None = None, *, parent_path: str = "",
               seed: int = 0, minutes: float = 2.0, lr: float | None = None, epochs: int | None = None,
-              tune: str | None = None, base: ets.TrainConfig | None = None, progress: bool = True,
+              tune: str | None = None, base: ets.EtsConfig | None = None, progress: bool = True,
               split: dict | None = None) -> ets.EtsPredictor:
     """ETS for ``traces`` (one device) by the small-data rule: ``parent`` calibrated or fine-tuned
     (``tune`` "scale" or "all"; default by the trace count, :func:`default_tune`), or trained
-    from scratch with ``base`` (default :class:`ets.TrainConfig`) when None. ``epochs``
+    from scratch with ``base`` (default :class:`ets.EtsConfig`) when None. ``epochs``
     overrides the fixed or maximum epoch count, ``lr`` the learning rate (gradient training)."""
     if traces.empty:
         raise FinetuneError("no traces to train on")
@@ -130,12 +130,12 @@ def fit_small(traces: pd.DataFrame, parent: ets.EtsPredictor | None = None, *, p
     if parent is not None and tune == "scale":
         record = {**(split or {}), "train": len(ids), "val": 0, "traces": ids, "validation": "none (calibration)",
                   "tune": tune}
-        return ets.EtsPredictor(parent.spec, parent.config, parent.model, device, ets.fingerprint(traces), [],
+        return ets.EtsPredictor(parent.spec, parent.config, parent.model, device, training.fingerprint(traces), [],
                                 record, parent.lineage_of_child(parent_path), calibration(parent, traces))
     schedule = FINETUNE if parent is not None else SCRATCH
     train_ids, val_ids = split_traces(ids, seed)
     fixed = not val_ids
-    config = replace(parent.config if parent is not None else (base or ets.TrainConfig()),
+    config = replace(parent.config if parent is not None else (base or ets.EtsConfig()),
                      lr=lr or schedule.lr, batch_size=SMALL_BATCH, seed=seed, max_minutes=minutes,
                      max_epochs=epochs or (schedule.fixed_epochs if fixed else schedule.max_epochs),
                      patience=schedule.patience)

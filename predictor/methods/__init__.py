@@ -45,7 +45,7 @@ class Method:
 
 # The one list of model methods.
 METHODS: dict[str, Method] = {
-    "ets": Method("predictor.methods.ets", "TrainConfig", "ETS", baseline=False, fine_tunable=True),
+    "ets": Method("predictor.methods.ets", "EtsConfig", "ETS", baseline=False, fine_tunable=True),
     "opbased": Method("predictor.methods.opbased", "OpBasedConfig", "operator-based"),
     "habitat": Method("predictor.methods.habitat", "HabitatConfig", "Habitat-style", reads_source_device=True),
     "dnnperf": Method("predictor.methods.dnnperf", "DnnPerfConfig", "DNNPerf-style"),

@@ -1,5 +1,6 @@
 """What every trained predictor shares, whatever its method: its fields, its checkpoint (written,
-read and checked), the interval calibration stored with it, and the fit options of its config.
+read and checked), the interval calibration stored with it, the fit options of its config, and
+the per-trace sums of op predictions every :meth:`TrainedPredictor.iteration_times` returns.
 
 Why one base: a checkpoint is a file from a stranger (docs/security.md), so reading and checking
 it lives once, here, and a method only says how it rebuilds itself from a checked body
@@ -19,6 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
+import numpy as np
 import pandas as pd
 
 from predictor import checkpoint_file
@@ -248,3 +250,30 @@ class TrainedPredictor:
         """Rebuild from a body: config via :func:`checked_config`, the common fields via
         :func:`stored_fields`, the model and weights via :func:`build_weights`."""
         raise NotImplementedError
+
+
+def summarize(ops: pd.DataFrame) -> pd.DataFrame:
+    """Per-trace iteration time (µs) from per-op predictions, per phase and duration/gap.
+
+    numpy sums over factorised trace ids: a pandas groupby-aggregate costs more than the model
+    itself for one trace, and inference speed is a target."""
+    codes, ids = pd.factorize(ops["config_id"], sort=True)
+    n = len(ids)
+
+    def total(values: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+        return np.bincount(codes if mask is None else codes[mask], values if mask is None else values[mask],
+                           minlength=n)
+
+    duration, gap = ops["pred_duration_us"].to_numpy(np.float64), ops["pred_gap_us"].to_numpy(np.float64)
+    both = duration + gap
+    first = np.unique(codes, return_index=True)[1]
+    out = pd.DataFrame({"config_id": np.asarray(ids), "device": ops["device"].to_numpy()[first],
+                        "family": ops["family"].to_numpy()[first], "model": ops["model"].to_numpy()[first],
+                        "ops": np.bincount(codes, minlength=n), "pred_us": total(both),
+                        "pred_duration_us": total(duration), "pred_gap_us": total(gap)})
+    phase = ops["phase"].to_numpy()
+    for name in ("forward", "backward", "update"):
+        out[f"pred_{name}_us"] = total(both, phase == name)
+    if "duration_us" in ops and ops["duration_us"].notna().all():
+        out["true_us"] = total((ops["duration_us"] + ops["gap_us"]).to_numpy(np.float64))
+    return out

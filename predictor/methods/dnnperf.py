@@ -71,9 +71,8 @@ from predictor.methods.base import (
     stored_fields,
 )
 from predictor.methods.checks import MAX_HIDDEN
-from predictor.methods.ets import fingerprint, sorted_traces
 from predictor.methods.graph import EDGE_KINDS, build_graph, edge_features
-from predictor.methods.training import EarlyStopping, anchor_peaks, clock, device_rows
+from predictor.methods.training import EarlyStopping, anchor_peaks, clock, device_rows, fingerprint, sorted_traces
 
 METHOD = "dnnperf"
 CONVS = ("transformer", "gatv2")

@@ -32,7 +32,6 @@ kernels leaves the GPU idle; the same kernel between big ones does not).
 from __future__ import annotations
 
 import copy
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -62,9 +61,19 @@ from predictor.methods.base import (
     checked_spec,
     field_checker,
     stored_fields,
+    summarize,
 )
 from predictor.methods.checks import MAX_WIDTH
-from predictor.methods.training import EarlyStopping, anchor_peaks, clock, device_rows, shuffled_rows
+from predictor.methods.training import (
+    EarlyStopping,
+    anchor_peaks,
+    clock,
+    device_rows,
+    fingerprint,
+    iteration_mre,
+    shuffled_rows,
+    sorted_traces,
+)
 from predictor.methods.windows import average_windows, first_window_only, window_index
 
 ARCHS = ("lstm", "gru", "transformer", "mlp")
@@ -72,7 +81,7 @@ LOSS_WEIGHTS = ("time", "uniform")
 
 
 @dataclass
-class TrainConfig:
+class EtsConfig:
     width: int = 12
     stride: int = 4
     arch: str = "lstm"
@@ -104,7 +113,7 @@ class TrainConfig:
 
 
 class WindowModel(nn.Module):
-    def __init__(self, dim: int, config: TrainConfig) -> None:
+    def __init__(self, dim: int, config: EtsConfig) -> None:
         super().__init__()
         if config.arch not in ARCHS:
             raise ValueError(f"arch must be one of {ARCHS}, got {config.arch!r}")
@@ -160,10 +169,6 @@ class Windows:
     traces: list[pd.DataFrame] = field(repr=False)
 
 
-def sorted_traces(traces: pd.DataFrame) -> list[pd.DataFrame]:
-    return [t.sort_values("idx").reset_index(drop=True) for _, t in traces.groupby("config_id", sort=True)]
-
-
 def make_windows(spec: FeatureSpec, traces: pd.DataFrame, width: int, stride: int,
                  with_targets: bool = True) -> Windows:
     parts = sorted_traces(traces)
@@ -209,20 +214,12 @@ def _batch(w: Windows, rows: np.ndarray, uniform: bool = False):
     return x, torch.from_numpy(pad), torch.from_numpy(w.targets[safe]), weight
 
 
-def fingerprint(traces: pd.DataFrame) -> str:
-    """A short hash of which traces (and how many ops and how much time) a model was trained on."""
-    summary = traces.groupby(["device", "config_id"]).agg(n=("idx", "size"), d=("duration_us", "sum"),
-                                                          g=("gap_us", "sum"))
-    text = summary.round(3).to_csv()
-    return hashlib.sha1(text.encode()).hexdigest()[:12]
-
-
 class EtsPredictor(TrainedPredictor):
     """A trained window model with everything needed to use it on new traces."""
 
     method = "ets"
 
-    def __init__(self, spec: FeatureSpec, config: TrainConfig, model: WindowModel, device: str,
+    def __init__(self, spec: FeatureSpec, config: EtsConfig, model: WindowModel, device: str,
                  fingerprint: str = "", history: list[dict] | None = None, split: dict | None = None,
                  lineage: list[dict] | None = None, scale: tuple[float, float] = (1.0, 1.0)) -> None:
         super().__init__(config, model, device, fingerprint, history, split)
@@ -275,7 +272,7 @@ class EtsPredictor(TrainedPredictor):
     def from_checkpoint(cls, body: dict, path: str | Path) -> EtsPredictor:
         spec = checked_spec(body, path)
         # older checkpoints: no context columns; targets as their spec says (the default was log)
-        config = checked_config(TrainConfig, body.get("config"), path, context=spec.context,
+        config = checked_config(EtsConfig, body.get("config"), path, context=spec.context,
                                 target_transform=spec.target_transform)
         common = stored_fields(body, path)
         check = field_checker(path)
@@ -290,38 +287,7 @@ class EtsPredictor(TrainedPredictor):
 load = EtsPredictor.load  # what predictor.methods.load dispatches to
 
 
-def summarize(ops: pd.DataFrame) -> pd.DataFrame:
-    """Per-trace iteration time (µs) from per-op predictions, per phase and duration/gap.
-
-    numpy sums over factorised trace ids: a pandas groupby-aggregate costs more than the model
-    itself for one trace, and inference speed is a target."""
-    codes, ids = pd.factorize(ops["config_id"], sort=True)
-    n = len(ids)
-
-    def total(values: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
-        return np.bincount(codes if mask is None else codes[mask], values if mask is None else values[mask],
-                           minlength=n)
-
-    duration, gap = ops["pred_duration_us"].to_numpy(np.float64), ops["pred_gap_us"].to_numpy(np.float64)
-    both = duration + gap
-    first = np.unique(codes, return_index=True)[1]
-    out = pd.DataFrame({"config_id": np.asarray(ids), "device": ops["device"].to_numpy()[first],
-                        "family": ops["family"].to_numpy()[first], "model": ops["model"].to_numpy()[first],
-                        "ops": np.bincount(codes, minlength=n), "pred_us": total(both),
-                        "pred_duration_us": total(duration), "pred_gap_us": total(gap)})
-    phase = ops["phase"].to_numpy()
-    for name in ("forward", "backward", "update"):
-        out[f"pred_{name}_us"] = total(both, phase == name)
-    if "duration_us" in ops and ops["duration_us"].notna().all():
-        out["true_us"] = total((ops["duration_us"] + ops["gap_us"]).to_numpy(np.float64))
-    return out
-
-
-def iteration_mre(summary: pd.DataFrame) -> float:
-    return float((np.abs(summary["pred_us"] - summary["true_us"]) / summary["true_us"]).mean())
-
-
-def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: TrainConfig | None = None, *,
+def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: EtsConfig | None = None, *,
           device: str | None = None, split: dict | None = None, progress: bool = True,
           log=None, parent: EtsPredictor | None = None, parent_path: str = "",
           peaks: Peaks | None = None) -> EtsPredictor:
@@ -336,7 +302,7 @@ def train(train_traces: pd.DataFrame, val_traces: pd.DataFrame, config: TrainCon
     Empty ``val_traces`` (too few traces to hold any out): exactly ``max_epochs`` epochs, the
     last weights kept; the history's MRE is then the training traces'."""
     started = clock()  # the time budget covers features and model construction too
-    config = config or TrainConfig()
+    config = config or EtsConfig()
     if val_traces.empty:
         device, train_traces, _ = device_rows(train_traces, train_traces, device)
     else:

@@ -88,11 +88,19 @@ from predictor.methods.base import (
     checked_model_size,
     field_checker,
     stored_fields,
+    summarize,
 )
 from predictor.methods.checks import cut
-from predictor.methods.ets import fingerprint, sorted_traces, summarize
-from predictor.methods.opbased import mlp, mre, run_mlp
-from predictor.methods.training import EarlyStopping, clock, shuffled_rows
+from predictor.methods.training import (
+    EarlyStopping,
+    clock,
+    fingerprint,
+    mlp,
+    mre,
+    run_mlp,
+    shuffled_rows,
+    sorted_traces,
+)
 
 METHOD = "habitat"
 GROUPS = ("conv2d", "linear", "bmm", "lstm")

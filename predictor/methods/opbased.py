@@ -51,9 +51,20 @@ from predictor.methods.base import (
     checked_model_size,
     checked_spec,
     stored_fields,
+    summarize,
 )
-from predictor.methods.ets import fingerprint, sorted_traces, summarize
-from predictor.methods.training import EarlyStopping, anchor_peaks, clock, device_rows, shuffled_rows
+from predictor.methods.training import (
+    EarlyStopping,
+    anchor_peaks,
+    clock,
+    device_rows,
+    fingerprint,
+    mlp,
+    mre,
+    run_mlp,
+    shuffled_rows,
+    sorted_traces,
+)
 
 METHOD = "opbased"
 
@@ -73,30 +84,6 @@ class OpBasedConfig:
     target_transform: str = "anchored"
 
     RANGES: ClassVar[dict[str, tuple]] = {"norm": NORMS, "target_transform": TARGET_TRANSFORMS}
-
-
-def mlp(inputs: int, hidden: int, layers: int) -> nn.Sequential:
-    """``layers`` hidden ReLU layers of ``hidden`` units and one linear output."""
-    if layers < 1 or hidden < 1:
-        raise ValueError(f"an MLP needs at least one hidden layer of one unit, got {layers} x {hidden}")
-    body: list[nn.Module] = []
-    width = inputs
-    for _ in range(layers):
-        body += [nn.Linear(width, hidden), nn.ReLU()]
-        width = hidden
-    return nn.Sequential(*body, nn.Linear(width, 1))
-
-
-@torch.no_grad()
-def run_mlp(model: nn.Module, x: np.ndarray, chunk: int = 65536) -> np.ndarray:
-    """Model output for every row of ``x`` (evaluation mode, chunked), as a 1-D float64 array."""
-    model.eval()
-    out = [model(torch.from_numpy(x[i:i + chunk])).squeeze(1).numpy() for i in range(0, len(x), chunk)]
-    return np.concatenate(out).astype(np.float64) if out else np.zeros(0)
-
-
-def mre(pred: np.ndarray, truth: np.ndarray) -> float:
-    return float(np.mean(np.abs(pred - truth) / truth))
 
 
 class OpBasedPredictor(TrainedPredictor):

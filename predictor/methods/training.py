@@ -1,5 +1,7 @@
-"""What every method's training shares: device selection, mini-batches, and the one epoch loop
-with early stopping on the validation iteration MRE and a convergence history.
+"""What every method's training shares: device selection, mini-batches, the one epoch loop
+with early stopping on the validation iteration MRE and a convergence history, and the helpers
+more than one method trains with (traces in op order, the training data's fingerprint, the MRE,
+the small MLP of the op-level baselines).
 
 Why one module: ETS and the three baselines are compared on wall time to their best validation
 MRE (the paper's convergence figure), so they must stop by the same rule and record the same
@@ -9,6 +11,7 @@ history. What a trained model shares (its fields, checkpoint, fit config) is in
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, TypeVar
@@ -163,3 +166,43 @@ class EarlyStopping:
             last = self.history[-1]["val_mre"] if self.history else "no epoch"
             raise ValueError(f"validation MRE was never finite ({last}): check the validation traces' iteration times")
         self.model.load_state_dict(self.best_state)
+
+
+def sorted_traces(traces: pd.DataFrame) -> list[pd.DataFrame]:
+    return [t.sort_values("idx").reset_index(drop=True) for _, t in traces.groupby("config_id", sort=True)]
+
+
+def fingerprint(traces: pd.DataFrame) -> str:
+    """A short hash of which traces (and how many ops and how much time) a model was trained on."""
+    summary = traces.groupby(["device", "config_id"]).agg(n=("idx", "size"), d=("duration_us", "sum"),
+                                                          g=("gap_us", "sum"))
+    text = summary.round(3).to_csv()
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+def iteration_mre(summary: pd.DataFrame) -> float:
+    return float((np.abs(summary["pred_us"] - summary["true_us"]) / summary["true_us"]).mean())
+
+
+def mre(pred: np.ndarray, truth: np.ndarray) -> float:
+    return float(np.mean(np.abs(pred - truth) / truth))
+
+
+def mlp(inputs: int, hidden: int, layers: int) -> nn.Sequential:
+    """``layers`` hidden ReLU layers of ``hidden`` units and one linear output."""
+    if layers < 1 or hidden < 1:
+        raise ValueError(f"an MLP needs at least one hidden layer of one unit, got {layers} x {hidden}")
+    body: list[nn.Module] = []
+    width = inputs
+    for _ in range(layers):
+        body += [nn.Linear(width, hidden), nn.ReLU()]
+        width = hidden
+    return nn.Sequential(*body, nn.Linear(width, 1))
+
+
+@torch.no_grad()
+def run_mlp(model: nn.Module, x: np.ndarray, chunk: int = 65536) -> np.ndarray:
+    """Model output for every row of ``x`` (evaluation mode, chunked), as a 1-D float64 array."""
+    model.eval()
+    out = [model(torch.from_numpy(x[i:i + chunk])).squeeze(1).numpy() for i in range(0, len(x), chunk)]
+    return np.concatenate(out).astype(np.float64) if out else np.zeros(0)

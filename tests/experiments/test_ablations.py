@@ -14,7 +14,7 @@ def test_every_point_is_a_distinct_valid_config_and_differs_from_the_default_in_
     assert len({key(p) for p in grid}) == len(grid)
     assert sum(p["study"] == "window" for p in grid) == 28  # 5 widths x 6 strides, minus S > W
     for p in grid:
-        ets.TrainConfig(**{k: p[k] for k in DEFAULT})
+        ets.EtsConfig(**{k: p[k] for k in DEFAULT})
         assert p["stride"] <= p["width"]
         changed = {k for k in DEFAULT if p[k] != DEFAULT[k]}
         allowed = {"window": {"width", "stride"}, "overlap": {"overlap"}, "arch": {"arch"},

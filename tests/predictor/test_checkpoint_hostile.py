@@ -255,7 +255,7 @@ def test_train_refuses_a_model_too_large_to_build(monkeypatch):
     traces = tiny_traces()
     devices = spy_on_builds(monkeypatch)
     with pytest.raises(ValueError, match=r"the ets options .*: asks for a model of [\d,]+ parameters"):
-        ets.train(traces, traces, ets.TrainConfig(hidden=60_000, layers=8), progress=False)
+        ets.train(traces, traces, ets.EtsConfig(hidden=60_000, layers=8), progress=False)
     assert set(devices) == {"meta"}
 
 
@@ -284,7 +284,7 @@ def test_the_time_limit_covers_building_the_model(monkeypatch):
     traces = tiny_traces()
     ids = sorted(traces["config_id"].unique())
     train, val = traces[traces["config_id"].isin(ids[:-2])], traces[traces["config_id"].isin(ids[-2:])]
-    model = ets.train(train, val, ets.TrainConfig(hidden=8, layers=1, max_epochs=3, max_minutes=1.0), progress=False)
+    model = ets.train(train, val, ets.EtsConfig(hidden=8, layers=1, max_epochs=3, max_minutes=1.0), progress=False)
     assert steps["count"] == 0 and len(model.history) == 1
 
 

@@ -148,7 +148,7 @@ def test_the_time_limit_holds_within_an_epoch(monkeypatch):
     traces = tiny_traces()
     ids = sorted(traces["config_id"].unique())
     train, val = traces[traces["config_id"].isin(ids[:-2])], traces[traces["config_id"].isin(ids[-2:])]
-    config = ets.TrainConfig(hidden=8, layers=1, batch_size=1, max_epochs=5, max_minutes=3 / 60)
+    config = ets.EtsConfig(hidden=8, layers=1, batch_size=1, max_epochs=5, max_minutes=3 / 60)
     windows = len(ets.make_windows(ets.fit_features(train, top_k=config.top_k), train, config.width,
                                    config.stride).index)
     assert windows > 20  # one batch per window: a full epoch would take >20 clock readings

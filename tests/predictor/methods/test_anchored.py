@@ -58,7 +58,7 @@ def _largest_op_error(transform: str, sets) -> float:
     train, test = sets
     val = train[train["config_id"].isin({f"small:{i}" for i in range(50, 60)})]
     fit = train[~train["config_id"].isin(set(val["config_id"]))]
-    model = ets.train(fit, val, ets.TrainConfig(target_transform=transform, seed=0, **FAST), progress=False)
+    model = ets.train(fit, val, ets.EtsConfig(target_transform=transform, seed=0, **FAST), progress=False)
     ops = model.predict_ops(test)
     linear = ops[ops["op"] == "linear"]
     return float((linear["pred_duration_us"] / linear["duration_us"]).median() - 1)
@@ -197,7 +197,7 @@ def test_a_spec_round_trips_with_its_peaks_and_an_old_spec_still_loads(sets):
 def test_fine_tuning_on_another_gpu_re_anchors_on_it(sets):
     train, _ = sets
     val = train[train["config_id"].isin({f"small:{i}" for i in range(50, 60)})]
-    config = ets.TrainConfig(target_transform="anchored", seed=0, **{**FAST, "max_epochs": 1})
+    config = ets.EtsConfig(target_transform="anchored", seed=0, **{**FAST, "max_epochs": 1})
     parent = ets.train(train, val, config, progress=False)
     moved = train.assign(device="A100")
     child = ets.train(moved, moved[moved["config_id"].isin(set(val["config_id"]))], config, progress=False,
@@ -208,11 +208,11 @@ def test_fine_tuning_on_another_gpu_re_anchors_on_it(sets):
 def test_anchored_training_on_a_cpu_without_recorded_peaks_is_refused_with_the_command(sets):
     train, _ = sets
     cpu = train.assign(device="cpu")
-    config = ets.TrainConfig(target_transform="anchored", **FAST)
+    config = ets.EtsConfig(target_transform="anchored", **FAST)
     with pytest.raises(peaks.PeaksError, match="ets dataset peaks"):
         ets.train(cpu, cpu, config, progress=False)
     recorded = peaks.Peaks("cpu", {"float32": 1e11}, {"float32": 1e11}, 2e10, "measured: by hand")
-    model = ets.train(cpu, cpu, ets.TrainConfig(target_transform="anchored", **{**FAST, "max_epochs": 1}),
+    model = ets.train(cpu, cpu, ets.EtsConfig(target_transform="anchored", **{**FAST, "max_epochs": 1}),
                       progress=False, peaks=recorded)
     assert model.spec.peaks["origin"] == "measured: by hand"
 

@@ -34,7 +34,7 @@ def traces():
 def overfit(traces):
     alexnet = traces[traces["family"] == "alexnet"]
     # bounded by epochs, not by time: a busy machine must not stop it early
-    config = ets.TrainConfig(max_epochs=150, patience=150, seed=0, **{**FAST, "lr": 3e-2, "max_minutes": 60.0})
+    config = ets.EtsConfig(max_epochs=150, patience=150, seed=0, **{**FAST, "lr": 3e-2, "max_minutes": 60.0})
     return ets.train(alexnet, alexnet, config, progress=False), alexnet
 
 
@@ -179,7 +179,7 @@ def test_mismatched_checkpoints_are_refused_with_a_reason(overfit, tmp_path):
 
 def test_checkpoints_from_before_the_context_columns_still_load(traces, tmp_path):
     data = traces[traces["family"] == "squeezenet"]
-    model = ets.train(data, data, ets.TrainConfig(max_epochs=1, patience=1, context=False, **FAST), progress=False)
+    model = ets.train(data, data, ets.EtsConfig(max_epochs=1, patience=1, context=False, **FAST), progress=False)
     body = checkpoint_file.read(model.save(tmp_path / "m.pt"))
     del body["spec"]["context"], body["config"]["context"]  # what older versions wrote
     checkpoint_file.write(tmp_path / "old.pt", body)
@@ -191,14 +191,14 @@ def test_checkpoints_from_before_the_context_columns_still_load(traces, tmp_path
 @pytest.mark.parametrize("arch", ["gru", "transformer", "mlp"])
 def test_ablation_architectures_train(traces, arch):
     data = traces[traces["family"] == "resnet"]
-    config = ets.TrainConfig(arch=arch, max_epochs=3, patience=3, seed=0, **FAST)
+    config = ets.EtsConfig(arch=arch, max_epochs=3, patience=3, seed=0, **FAST)
     model = ets.train(data, data, config, progress=False)
     assert len(model.history) == 3 and np.isfinite(model.history[-1]["val_mre"])
 
 
 def test_training_is_seeded(traces):
     data = traces[traces["family"] == "squeezenet"]
-    config = ets.TrainConfig(max_epochs=2, patience=2, seed=3, **FAST)
+    config = ets.EtsConfig(max_epochs=2, patience=2, seed=3, **FAST)
     a = ets.train(data, data, config, progress=False).iteration_times(data)
     b = ets.train(data, data, config, progress=False).iteration_times(data)
     pd.testing.assert_frame_equal(a, b)

@@ -27,7 +27,7 @@ def setup(tmp_path_factory):
     v100 = data[data["device"] == "emulated:V100"]
     ids = sorted(v100["config_id"].unique())
     val = v100[v100["config_id"].isin(ids[::4])]
-    parent = ets.train(v100[~v100["config_id"].isin(ids[::4])], val, ets.TrainConfig(**TINY), progress=False)
+    parent = ets.train(v100[~v100["config_id"].isin(ids[::4])], val, ets.EtsConfig(**TINY), progress=False)
     parent.save(root / "v100.pt")
     return root, data
 

@@ -12,8 +12,8 @@ import pytest
 from predictor import checkpoint_file
 from predictor.checkpoint_file import CheckpointError
 from predictor.methods import habitat
-from predictor.methods.ets import iteration_mre, sorted_traces, summarize
-from predictor.methods.opbased import run_mlp
+from predictor.methods.base import summarize
+from predictor.methods.training import iteration_mre, run_mlp, sorted_traces
 from tests.predictor.methods.multi_device_data import multi_device_traces
 
 FAST = dict(hidden=32, layers=2, lr=1e-2, batch_size=64, max_minutes=2.0)

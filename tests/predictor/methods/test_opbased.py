@@ -11,7 +11,7 @@ from predictor.checkpoint_file import CheckpointError
 from predictor.emulator import peaks
 from predictor.features import fit_features
 from predictor.methods import opbased
-from predictor.methods.ets import iteration_mre
+from predictor.methods.training import iteration_mre
 from tests.predictor.ets_data import tiny_traces
 
 FAST = dict(hidden=32, layers=2, lr=1e-2, batch_size=64, max_minutes=2.0)
