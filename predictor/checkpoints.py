@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from predictor.checkpoint_file import CheckpointError
 from predictor.emulator.devices.specs import device_key
 from predictor.intervals import IntervalCalibration
 from predictor.methods.base import TrainedPredictor
@@ -33,8 +34,6 @@ def available(directory: str | Path = CHECKPOINT_DIR, method: str = "ets") -> li
 
 def pretrained_path(gpu: str, directory: str | Path = CHECKPOINT_DIR, method: str = "ets") -> Path:
     """The file of the shipped ``method`` model for ``gpu`` (a CheckpointError names the GPUs that have one)."""
-    from predictor.checkpoint_file import CheckpointError
-
     path = checkpoint_path(gpu, directory, method)
     if not path.exists():
         have = ", ".join(available(directory, method)) or "none"
@@ -54,8 +53,34 @@ def interval_calibration(gpu: str, directory: str | Path = CHECKPOINT_DIR,
                          method: str = "ets") -> IntervalCalibration | None:
     """The interval calibration stored in the shipped ``method`` checkpoint for ``gpu`` (None when
     it has none), read without building the model."""
-    from predictor.checkpoint_file import read
-    from predictor.methods.base import stored_intervals
+    return Pretrained(method, [gpu], directory).intervals(gpu)
 
-    path = pretrained_path(gpu, directory, method)
-    return stored_intervals(read(path), path)
+
+class Pretrained:
+    """The shipped ``method`` checkpoints of some GPU types, each file read once: its bytes are
+    what a table's cache key hashes, what its model is built from and what its intervals come
+    from, so no second read can see another file (or spend the time). CheckpointError naming the
+    GPUs that have one when a type has none."""
+
+    def __init__(self, method: str, gpus: list[str], directory: str | Path = CHECKPOINT_DIR) -> None:
+        from predictor.common.inputs import read_bytes
+
+        self.method, self.directory = method, Path(directory)
+        self.paths = {gpu: pretrained_path(gpu, self.directory, method) for gpu in gpus}
+        self.data = {gpu: read_bytes(path, "checkpoint file") for gpu, path in self.paths.items()}
+
+    def body(self, gpu: str) -> dict:
+        """The checked body of ``gpu``'s checkpoint (its SHA-256 verified), from the bytes read."""
+        from predictor.checkpoint_file import decode
+
+        return decode(self.data[gpu], self.paths[gpu])
+
+    def model(self, gpu: str) -> TrainedPredictor:
+        from predictor.methods import from_body
+
+        return from_body(self.body(gpu), self.paths[gpu])
+
+    def intervals(self, gpu: str) -> IntervalCalibration | None:
+        from predictor.methods.base import stored_intervals
+
+        return stored_intervals(self.body(gpu), self.paths[gpu])

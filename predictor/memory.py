@@ -47,9 +47,9 @@ def activation_bytes(trace: pd.DataFrame) -> float:
 def estimate(config, trace: pd.DataFrame) -> MemoryEstimate:
     """The estimate for a zoo config and its captured op sequence (the model is built on the meta
     device, which allocates nothing, to count its parameters)."""
-    from predictor.emulator.zoo.registry import build
+    from predictor.emulator.zoo.registry import parameter_count
 
-    parameters = sum(p.numel() for p in build(config, "meta").model.parameters())
+    parameters = parameter_count(config)
     copies = 2 + OPTIMIZER_STATES.get(config.optimizer, 2)  # weights, gradients, the optimizer's states
     state = parameters * ELEMENT_BYTES.get(config.dtype, 4) * copies
     return MemoryEstimate(config.config_id, activation_bytes(trace), float(state))

@@ -29,13 +29,17 @@ import stat
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from predictor.common.inputs import InputError, printable, read_bytes, read_parquet_arrow, short
+from predictor.common.inputs import InputError, printable, read_parquet_arrow, short
 from predictor.methods import METHODS, info
+
+if TYPE_CHECKING:
+    from predictor.checkpoints import Pretrained
 
 
 class IterationTimeTable:
@@ -390,26 +394,27 @@ def truth_table(sequences: pd.DataFrame, gpu_types: list[str], *, progress: bool
 
 def method_table(method: str, sequences: pd.DataFrame, gpu_types: list[str],
                  checkpoint_dir: str | Path | None = None, *, progress: bool = False,
-                 warn: Callable[[str], None] | None = None) -> IterationTimeTable:
+                 warn: Callable[[str], None] | None = None, pretrained: Pretrained | None = None) -> IterationTimeTable:
     """Seconds per iteration as the pretrained ``method`` checkpoints predict them.
     ``progress``: a bar on stderr while it is built, one step per GPU type (each predicts every
     config in one batch, so splitting it finer could change the numbers). ``warn``: gets the line
-    saying a cache table was rebuilt (:func:`_cached`)."""
+    saying a cache table was rebuilt (:func:`_cached`). ``pretrained``: the checkpoints already
+    read (:class:`predictor.checkpoints.Pretrained`, e.g. kept for their intervals); read here
+    otherwise."""
     from predictor.checkpoint_file import CheckpointError
-    from predictor.checkpoints import CHECKPOINT_DIR, pretrained_path
+    from predictor.checkpoints import CHECKPOINT_DIR, Pretrained
     from predictor.emulator.devices.specs import load_params
-    from predictor.methods import load
 
     if method not in METHODS:
         raise TableError(f"unknown predictor method {short(method)}; known: {', '.join(METHODS)}")
     directory = Path(checkpoint_dir or CHECKPOINT_DIR)
     types = sorted(set(gpu_types))
     keys = {g: _gpu_key(g) for g in types}
-    try:  # resolved once: the files hashed into the cache key are the files loaded
-        paths = {gpu: pretrained_path(keys[gpu], directory, method) for gpu in types}
+    try:  # each file read once: the bytes hashed into the cache key are the bytes the models are built from
+        pretrained = pretrained or Pretrained(method, types, directory)
+        files = [pretrained.data[gpu] for gpu in types]
     except CheckpointError as exc:  # names the GPUs that have one
         raise TableError(str(exc)) from None
-    files = [read_bytes(paths[gpu], "checkpoint file") for gpu in types]
     configs = sorted(sequences["config_id"].unique())
     params = load_params()
 
@@ -420,7 +425,7 @@ def method_table(method: str, sequences: pd.DataFrame, gpu_types: list[str],
             for gpu in types:
                 bar.set_postfix_str(gpu)
                 try:
-                    model = load(paths[gpu])
+                    model = pretrained.model(gpu)
                 except CheckpointError as exc:
                     raise TableError(str(exc)) from None
                 traces = sequences
@@ -434,4 +439,4 @@ def method_table(method: str, sequences: pd.DataFrame, gpu_types: list[str],
     from predictor.emulator.devices.timing import emulator_fingerprint
 
     return _cached(f"{method}-{_digest(*files, configs, keys, emulator_fingerprint(params), len(sequences))}", build,
-                   f"{method}: pretrained checkpoints in {directory}", warn)
+                   f"{method}: pretrained checkpoints in {pretrained.directory}", warn)

@@ -228,6 +228,7 @@ class ModelPredictor(RuntimePredictor):
         self.warn = warn  # gets the line saying a cache table was rebuilt [default: stderr]
         self.catalog: pd.DataFrame | None = None  # the run's workload catalog, handed on by it (else read once)
         self.table: IterationTimeTable | None = None
+        self.pretrained = None  # the checkpoints read for the table, kept for their intervals (read once)
 
     def sequences(self) -> pd.DataFrame:
         """The catalog the run was bound to (read here, once, when the run did not hand it on)."""
@@ -264,7 +265,8 @@ class ModelPredictor(RuntimePredictor):
                                          f"(column {col!r} is missing)")
         catalog = self.sequences()
         sequences = catalog[catalog["config_id"].isin(set(jobs["config_id"]))]
-        self.table = method_table(self.method, sequences, gpu_types, progress=self.progress, warn=self.warn)
+        self.table = method_table(self.method, sequences, gpu_types, progress=self.progress, warn=self.warn,
+                                  pretrained=self._pretrained(gpu_types))
         table = TablePredictor(self.name, self.table)
         table.distributed = self.distributed
         return table.runtimes(jobs, gpu_types, truth)
@@ -273,14 +275,12 @@ class ModelPredictor(RuntimePredictor):
         """From each GPU type's checkpoint calibration (:mod:`predictor.intervals`), by the family
         of each job's config: leave-family-out for the catalog's held-out families it was
         calibrated on, so no job plans with its own family's errors."""
-        from predictor.checkpoints import interval_calibration
-
         q = check_probability(q, "quantile")
         families = self.sequences().groupby("config_id")["family"].first()
         job_families = families.reindex(jobs["config_id"].astype(str)).to_numpy(dtype=object)
         out = np.empty((len(jobs), len(gpu_types)))
         for k, gpu in enumerate(gpu_types):
-            calibration = interval_calibration(gpu, method=self.method)
+            calibration = self._pretrained(gpu_types).intervals(gpu)
             if calibration is None:
                 raise PredictorSpecError(f"the pretrained {self.method} checkpoint for {gpu} has no calibrated "
                                          "intervals; add them with `ets calibrate --ckpt CKPT --data DIR`")
@@ -289,6 +289,18 @@ class ModelPredictor(RuntimePredictor):
                 raise PredictorSpecError(f"the {self.method} checkpoint for {gpu} was calibrated on "
                                          f"{calibration.traces} traces: too few for a {q:g}-quantile")
         return out
+
+    def _pretrained(self, gpu_types):
+        """The checkpoints of ``gpu_types``, each read once per run (again only for a type not read yet)."""
+        from predictor.checkpoints import CheckpointError, Pretrained
+        from predictor.tables import TableError
+
+        if self.pretrained is None or not set(gpu_types) <= set(self.pretrained.data):
+            try:
+                self.pretrained = Pretrained(self.method, sorted(set(gpu_types)))
+            except CheckpointError as exc:  # names the GPUs that have one
+                raise TableError(str(exc)) from None
+        return self.pretrained
 
     def describe(self) -> dict:
         return {"name": self.name, "table": self.table.source if self.table is not None else None}

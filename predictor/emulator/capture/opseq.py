@@ -56,10 +56,11 @@ def capture(config: ModelConfig, device: str = "meta", *, warmup: int | None = N
     warmup = (0 if device == "meta" else 2) if warmup is None else warmup
     iterations = (1 if device == "meta" else 5) if iterations is None else iterations
     run_on = device
-    if device == "meta" and _has_rnn(config):
-        run_on = "cpu"  # the meta device has no fused RNN kernel: it decomposes LSTMs per time step
     try:
-        workload = build(config, run_on)
+        workload = build(config, device)  # built once (on meta: no memory, no compute)
+        if device == "meta" and _has_rnn(workload.model):
+            run_on = "cpu"  # the meta device has no fused RNN kernel: it decomposes LSTMs per time step
+            workload = build(config, run_on)
         optimizer = make_optimizer(config, workload.model.parameters())
         inputs, targets = workload.inputs(torch.device(run_on))
     except ModelBuildError:
@@ -160,7 +161,6 @@ def _kernel_timings(chrome_trace: str, k: int, ops: list, source: str) -> tuple[
     return table["duration_us"].tolist(), table["gap_us"].tolist(), table["kernels"].tolist()
 
 
-def _has_rnn(config: ModelConfig) -> bool:
-    """Whether the model holds an RNN module (built on meta: no memory, no compute)."""
-    model = build(config, "meta").model
+def _has_rnn(model: torch.nn.Module) -> bool:
+    """Whether the model holds an RNN module."""
     return any(isinstance(m, torch.nn.RNNBase) for m in model.modules())

@@ -28,6 +28,7 @@ Fields of a device (rates in TFLOP/s and GB/s; the dense, non-sparse tensor-core
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -146,15 +147,15 @@ SPEC_FILE_FIELDS = {"Device": str, "Dev_Mem": float, "Mem_Bw": float, "Num_Sm": 
                     "SingleFLOPs": float, "L2Cache": float}
 
 
-def _json_file(path: Path, what: str):
-    """A JSON document from ``path``, read within the input limits (:mod:`predictor.common.inputs`: a FIFO,
-    a device, an over-size file or nesting past the depth limit refused); errors name the file."""
+def _json_file(path: Path, what: str, data: bytes | None = None):
+    """A JSON document from ``path`` (or its bytes ``data``, already read), read within the input
+    limits (:mod:`predictor.common.inputs`: a FIFO, a device, an over-size file or nesting past the
+    depth limit refused); errors name the file."""
+    data = _file_bytes(path, what) if data is None else data
     try:
-        return load_json(read_bytes(path, what), path)
+        return load_json(data, path)
     except InputError as exc:
         raise DeviceParamsError(str(exc)) from None
-    except OSError as exc:
-        raise DeviceParamsError(f"{path}: cannot read the {what} ({exc.strerror or type(exc).__name__})") from None
     except UnicodeDecodeError as exc:
         raise DeviceParamsError(f"{path}: not UTF-8 JSON text ({exc.reason} at byte {exc.start:,})") from None
     except json.JSONDecodeError as exc:
@@ -222,13 +223,37 @@ def save_params(params: DeviceParams, path: str | Path = PARAMS_FILE, report: di
 
 
 def load_params(path: str | Path | None = None) -> DeviceParams:
-    """The fitted parameters (``params.json`` in the package), or the priors when none were fitted."""
+    """The fitted parameters (``params.json`` in the package), or the priors when none were fitted.
+    Parsed once a process for the same bytes and catalogue: callers share the object (read-only)."""
     path = Path(path) if path is not None else PARAMS_FILE
     if not path.exists():
         if path == PARAMS_FILE:
             return prior_params()
         raise DeviceParamsError(f"{path}: no such device-parameter file")
-    body = _json_file(path, "device-parameter file")
+    data = _file_bytes(path, "device-parameter file")
+    gpus = catalog()  # one object per catalogue folder and process
+    key = (path.resolve(), hashlib.sha256(data).digest())
+    if _LAST_PARAMS and _LAST_PARAMS[0] == key and _LAST_PARAMS[1] is gpus:
+        return _LAST_PARAMS[2]  # the same bytes against the same catalogue: parsed and checked once a run
+    params = _params_of(_json_file(path, "device-parameter file", data), path, spec_sheets())
+    _LAST_PARAMS[:] = [key, gpus, params]
+    return params
+
+
+_LAST_PARAMS: list = []  # [(path, SHA-256 of its bytes), the GPU catalogue it was checked against, the params]
+
+
+def _file_bytes(path: Path, what: str) -> bytes:
+    try:
+        return read_bytes(path, what)
+    except InputError as exc:
+        raise DeviceParamsError(str(exc)) from None
+    except OSError as exc:
+        raise DeviceParamsError(f"{path}: cannot read the {what} ({exc.strerror or type(exc).__name__})") from None
+
+
+def _params_of(body, path: Path, sheets: dict[str, DeviceSpec]) -> DeviceParams:
+    """The device parameters a parsed ``params.json`` body holds, every field checked."""
     if not isinstance(body, dict):
         raise DeviceParamsError(f"{path}: a device-parameter file is one JSON object "
                                 "(refit with `ets devices calibrate`)")
@@ -236,7 +261,6 @@ def load_params(path: str | Path | None = None) -> DeviceParams:
         raise DeviceParamsError(f"{path}: field 'format' is {short(body.get('format'))}; this version reads "
                                 f"{FORMAT_VERSION} (refit with `ets devices calibrate`)")
     names = FITTED_FIELDS + ("fitted",)
-    sheets = spec_sheets()
     devices = dict(sheets)  # spec-sheet values come from the catalogue; the file holds what was fitted
     entries = body.get("devices") or {}
     if not isinstance(entries, dict):

@@ -163,7 +163,19 @@ def build(config: ModelConfig, device: str | torch.device = "meta") -> Workload:
     except Exception as exc:  # torchvision/torch refused the config
         raise ModelBuildError(config, f"{type(exc).__name__}: {exc}") from exc
     model.train()
+    _PARAMETERS[config.config_id] = sum(p.numel() for p in model.parameters())
     return Workload(model=model, inputs=module.inputs(config), loss=cross_entropy, config=config)
+
+
+_PARAMETERS: dict[str, int] = {}  # config_id -> parameter count, recorded by every build
+
+
+def parameter_count(config: ModelConfig) -> int:
+    """How many parameters ``config``'s model has: recorded by a build of it in this process (the
+    capture's), else counted on a meta build (no memory, no compute) — a model built once."""
+    if config.config_id not in _PARAMETERS:
+        build(config, "meta")
+    return _PARAMETERS[config.config_id]
 
 
 def make_optimizer(config: ModelConfig, params) -> torch.optim.Optimizer:
