@@ -73,11 +73,12 @@ def config_key(config: RunConfig) -> str:
 
 @functools.cache
 def checkpoint_digest(method: str) -> str:
-    """sha1 of the names and bytes of ``method``'s shipped checkpoints."""
-    from predictor.checkpoints import CHECKPOINT_DIR
+    """sha1 of the names and bytes of ``method``'s shipped checkpoints: those a run loads, one per
+    GPU type (not, say, ``ets-T4-real.pt``, which only ``ets predict --ckpt`` reads)."""
+    from predictor.checkpoints import available, pretrained_path
 
     h = hashlib.sha1()
-    for path in sorted(Path(CHECKPOINT_DIR).glob(f"{method}-*.pt")):
+    for path in sorted(pretrained_path(gpu, method=method) for gpu in available(method=method)):
         h.update(path.name.encode())
         h.update(path.read_bytes())
     return h.hexdigest()[:12]

@@ -35,10 +35,26 @@ def test_key_is_a_hash_of_the_sorted_config_json():
                                 checkpoint_every="600")) != config_key(failing)
 
 
+def digest_of_gpu_defaults(method: str) -> str:
+    """The checkpoints a run loads: ``<method>-<GPU>.pt`` for GPU types of the catalogue only."""
+    import hashlib
+
+    from predictor.checkpoints import CHECKPOINT_DIR
+    from predictor.emulator.devices.specs import spec_sheets
+
+    h = hashlib.sha1()
+    for path in sorted(CHECKPOINT_DIR.glob(f"{method}-*.pt")):
+        if path.stem.removeprefix(f"{method}-") in spec_sheets():
+            h.update(path.name.encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:12]
+
+
 def test_a_model_predictors_key_follows_its_checkpoints(monkeypatch):
     ets = RunConfig(policy="allox", predictor="ets", workload="pai-like:60", seed=1)
     truth = RunConfig(policy="allox", predictor="truth", workload="pai-like:60", seed=1)
     assert len(sweep_points.checkpoint_digest("ets")) == 12  # the shipped files
+    assert sweep_points.checkpoint_digest("ets") == digest_of_gpu_defaults("ets")  # not ets-T4-real.pt, ets-cpu.pt
     before = config_key(ets), config_key(truth)
     monkeypatch.setattr(sweep_points, "checkpoint_digest", lambda method: "retrained")
     assert config_key(ets) != before[0]  # retrained weights: the point runs again
