@@ -20,8 +20,8 @@ by rule; experiments/peers/tiresias.py runs it beside ours:
 * **The demotion timer** (``timer=``): ``paper`` (the default) — the time the job's service
   reaches the threshold, (threshold − service) / GPUs; ``simulator`` — the simulator's own line
   (``run_sim.py:1226``), which subtracts the *seconds* run (not GPU-seconds) and divides with
-  Python 2's floor, so a multi-GPU job is checked late (an 8-GPU job at 406 s, then 761 s, instead
-  of 407 s) and one with no other event near stays in its queue for longer.
+  Python 2's floor, so a multi-GPU job is checked late (a worked example: docs/scheduling.md)
+  and one with no other event near stays in its queue for longer.
 * **Placement** ignores heterogeneity: the type with the most free GPUs the job can run on (the
   simulator counts free GPUs over the whole cluster; on a one-type cluster they agree).
 * ``starve=S`` (the paper's starvation knob; 0: off, as in the simulator's default): a job in a

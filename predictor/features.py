@@ -2,6 +2,7 @@
 
 Why: the model sees each op as one vector; the encoding and its scalers are part of the model
 (stored in the checkpoint), fitted on the training split only, so an evaluation never leaks.
+(Measured effects of the choices below: docs/predictor.md, The ETS predictor.)
 
 Feature vector of an op (ETS §3, predictors.md §1.3), in this order:
 
@@ -10,7 +11,7 @@ Feature vector of an op (ETS §3, predictors.md §1.3), in this order:
   "others" slot. Frequent ops get their own slot, and so do rare heavy ones: an LSTM model has
   one ``lstm`` forward op and a few ``MkldnnRnnLayerBackward0`` ops that make up most of its
   iteration, and in the "others" slot (shared with trivia like ``ones_like``) they were
-  predicted 10-30x too fast;
+  predicted far too fast;
 * phase one-hot (forward, backward, update); dtype one-hot (float32, float16, bfloat16, float64);
   optimizer one-hot (sgd, adam: read from the zoo's ``config_id``; imported traces count as sgd,
   which is what the ETS authors and the profiled examples ran);
@@ -24,9 +25,7 @@ Feature vector of an op (ETS §3, predictors.md §1.3), in this order:
   Why: an op's gap depends on whether the GPU still has queued work when the op is issued.
   Models that start with large kernels build a queue that hides the host over hundreds of later
   small ops; a 12-op window cannot see that queue, so without these columns the model guessed
-  it from batch and image size and predicted no gap for RandWire at batch 96-192 (small kernels
-  throughout, no queue): -37 to -48 % on four V100 test graphs. With them the shipped V100
-  model's test MRE went from 5.8 to 2.8 % (one run each, same data and 15-minute budget).
+  it from batch and image size (and predicted no gap for RandWire's small kernels, no queue).
 
 Normalisation: z-score of the continuous columns (everything after the one-hots) and of the
 targets (duration_us, gap_us), either ``global`` (one mean/std per column over all training
@@ -46,12 +45,12 @@ time on the modelled device, a = max(FLOPs / peak rate, bytes / bandwidth) (:mod
 the duration target is log(1 + d) − log(1 + a), i.e. the log of the op's inefficiency (in (0, 1]
 as efficiency), and log(1 + a) joins the features. Why: a raw or log time learned on small ops
 does not carry to ops larger than any in training (VGG, whose convolutions are larger than any
-other family's, was predicted 45 % too fast on the real CPU benchmark), while an op's efficiency
+other family's, was predicted far too fast on the real CPU benchmark), while an op's efficiency
 saturates as it grows and carries there (NeuSight's insight). The decoded duration is
 (1 + a)·exp(max(r, 0)) − 1 ≥ a: the bound that no prediction beats the roofline is in the
 decoding, so no weight can break it. Real convolutions can
-beat the direct-convolution count (cuDNN's Winograd and FFT algorithms do fewer multiplications:
-11 % of the real T4 convolutions, 37 % of their time, run faster than it), so the bound of each op
+beat the direct-convolution count (cuDNN's Winograd and FFT algorithms do fewer multiplications),
+so the bound of each op
 class is the fastest ratio r its training ops reached when that is below 0 (``floor``; 0, the
 roofline, for data that never beat it, such as every emulated device). Above, the correction
 is bounded by the op's size where the data says that holds: an op is at most as inefficient as
@@ -61,11 +60,11 @@ maximum from the largest down; :func:`size_ceiling` calibrates the margin on the
 families, each priced under the others' envelope, and drops the ceiling where no margin up to 5×
 holds). Why: on a GPU efficiency saturates as ops grow, so a large op of a kind never seen
 (ConvNeXt's 7×7 depthwise convolutions, after 3×3 and 5×5 ones) is not predicted slower than
-anything of its size ever was — unbounded, the model put such a convolution at 12× its true
-time. On a real CPU the envelope does not hold (caches: VGG's largest ops are less efficient
+anything of its size ever was — unbounded, the model put such a convolution at many times its
+true time. On a real CPU the envelope does not hold (caches: VGG's largest ops are less efficient
 than smaller ones) and the calibration turns it off. The continuous
 features are clipped to their training range (``low``, ``high``): the correction of an op larger
-than any seen is the one learned at the edge of training, and the anchor alone carries the
+than any seen is the one learned at the edge of training, and the anchor carries the
 growth, where a learned correction extrapolated along log FLOPs drifts. Gaps are not
 anchored (the host's issue rate is not a roofline of the device): they keep the log transform.
 The peaks are those of the device the model is trained for, stored in the spec, so a trace is

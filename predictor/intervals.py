@@ -14,7 +14,7 @@ empirical distribution, and the q-quantile of the true time given a prediction Å
   interval the simulator plans with for a catalog job (the catalog is those families), is out of
   sample; a trace of a new family gets all of them.
 * **By family groups**: each trace weighs 1 / (its family's trace count), so every family counts
-  alike: a family with 34 configs must not set the interval for the others, and the quantiles
+  alike: a family with many configs must not set the interval for the others, and the quantiles
   describe "a trace of a family not yet seen", which is where the model is used.
 * **Split-conformal correction**: the weights sum to n / (n + 1) and the last 1 / (n + 1) lies at
   +âˆž (upper quantiles) or âˆ’âˆž (lower ones), so for exchangeable traces each one-sided quantile
@@ -23,10 +23,11 @@ empirical distribution, and the q-quantile of the true time given a prediction Å
 * **Log-ratios**: the error is relative (10 % on 1 ms and on 1 s alike), and bounds stay positive.
 * **Mondrian by family group** (CNN, decoder LM, speech, ... :func:`predictor.common.families.group_of`):
   a trace's quantiles come from the calibration families of its own group only, since one
-  calibration pooling families whose errors differ 30x is far too wide for most and too narrow for
-  some. A group with fewer than :data:`MIN_GROUP_FAMILIES` calibration families besides the
-  trace's own, or too few traces for the quantile asked (an infinite bound), falls back to the
-  pooled residuals, as does a family of no known group. Conformal guarantees hold within each
+  calibration pooling families whose errors differ by an order of magnitude or more is far too
+  wide for most and too narrow for some (measured: docs/accuracy.md, the real CPU intervals).
+  A group with fewer than :data:`MIN_GROUP_FAMILIES` calibration families besides the trace's
+  own, or too few traces for the quantile asked (an infinite bound), falls back to the pooled
+  residuals, as does a family of no known group. Conformal guarantees hold within each
   group (Vovk et al., Mondrian conformal predictors).
 
 Why not quantile heads or an ensemble: they need every method retrained (four architectures,

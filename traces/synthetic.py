@@ -7,13 +7,14 @@ small parameter sets fitted to the real files from data shipped with the package
 
 Data: ``traces/synthetic_fit.json`` (:data:`FIT_FILE`), read once at import into :data:`PARAMS`.
 philly-like is fitted from ``../shared/traces/philly/rfold_philly_trace.csv`` (RFold's per-job
-Philly CSV, 111,549 rows), pai-like from
+Philly CSV), pai-like from
 ``../shared/traces/alibaba_pai_v2020/cedtrain_case_random_10000_tasks.csv`` (CedTrain's random
 10,000-task sample of PAI 2020). To refit, run
 ``python -m experiments.fit_synthetic [--shared DIR]``: it fits both kinds (:func:`fit_philly`,
 :func:`fit_pai_sample`) and rewrites the file (:func:`write_fit`, floats at full precision so
 that the file loads back to the exact values).
-Each kind's ``_about`` in the file states the statistics of the real file that its values imply.
+Each kind's ``_about`` in the file states the statistics of the real file that its values imply;
+the statistics behind the judgement calls below are in docs/data.md (Synthetic traces).
 
 The model of one job (all parts fitted per kind):
 
@@ -25,8 +26,7 @@ The model of one job (all parts fitted per kind):
   on the jobs submitted between the 1st and 99th percentile of the real submit times, which drops
   the sparse start-up weeks of Philly (few jobs, but very long ones) and the partial edge days.
   Not modelled: day-of-week effects, the day-to-day swing of the load, and batch submissions, so
-  the generated inter-arrival times are far less bursty than the real ones (the inter-arrival CV
-  in the fitting window is 10.9 for Philly and 2.2 for the PAI sample; this model gives ~1.1).
+  the generated inter-arrival times are far less bursty than the real ones.
 * **GPU count**: categorical over the counts observed, with the observed frequencies.
 * **GPU type** (pai-like only): categorical given the GPU-count bucket (1 GPU vs more), with the
   observed frequencies. Philly records no GPU type: gpu_type is "".
@@ -34,30 +34,28 @@ The model of one job (all parts fitted per kind):
   quantile function of the duration at the knot probabilities ``KNOT_PROBS`` (the knots are
   observed durations, ``numpy.quantile(method="inverted_cdf")``), sampled by inverse CDF with
   interpolation that is linear in log-duration between knots. Support is [min, max] observed.
-  Durations below ``MIN_DURATION_S`` (Philly has 10 jobs of 0 s) are raised to it before fitting
+  Durations below ``MIN_DURATION_S`` (Philly has jobs of 0 s) are raised to it before fitting
   and after sampling, so no job has zero duration.
 
 deadline_s is NaN (deadlines are assigned elsewhere), user and workload are "".
 
 Judgement calls, philly-like:
 
-* Everything is fitted on the 1st-99th percentile window of arrivals: the file's first 40 days
-  hold only 1% of its jobs (logging start-up), so the whole-span rate would understate the load,
-  and those jobs are atypically long (216 GPU-hours per job on average against 28.7 inside the
-  window), so including them would overstate the work per job.
+* Everything is fitted on the 1st-99th percentile window of arrivals: the file's first weeks
+  hold few of its jobs (logging start-up), so the whole-span rate would understate the load,
+  and those jobs are atypically long, so including them would overstate the work per job.
 * Duration buckets 1 / 2-3 / 4+ GPUs instead of 1 / >1: the 2-GPU jobs are mostly very short
-  (median 30 s) while 4+ GPU jobs are long (median 10,862 s); pooling them would misplace both.
+  while 4+ GPU jobs are long; pooling them would misplace both.
 
 Judgement calls, pai-like:
 
-* Rate: the sample's own rate, 6.85 jobs/h. The file is a random 10k subsample of a filtered
-  PAI task table and the sampling fraction is not published, so no "real" rate can be derived;
-  any multiplier would be invented. At this rate the workload keeps about 41 GPUs busy on
-  average, i.e. it suits a cluster of ~50-70 GPUs; pass generate(..., rate_per_hour=R) (see
-  offered_load_gpus) to size the load for another cluster. The shape is fitted from the sample.
-* GPU type depends on the GPU-count bucket (chi-square p = 3e-4) and duration depends on both
-  the bucket (KS D = 0.11, p = 7e-8) and, among 1-GPU jobs, on the type (KS p < 1e-9 for each
-  pair), so durations are tabled per (bucket, type). The 2+ cells are thin (163-305 rows).
+* Rate: the sample's own rate. The file is a random 10k subsample of a filtered PAI task table
+  and the sampling fraction is not published, so no "real" rate can be derived; any multiplier
+  would be invented. Pass generate(..., rate_per_hour=R) (see offered_load_gpus) to size the
+  load for a cluster. The shape is fitted from the sample.
+* GPU type depends on the GPU-count bucket and duration depends on both the bucket and, among
+  1-GPU jobs, on the type (significance tests in docs/data.md), so durations are tabled per
+  (bucket, type); the 2+ cells are thin.
 * Durations are >= 1000 s by the sample's filter, so the generator has no short jobs.
 """
 
@@ -401,7 +399,7 @@ def generate(kind: str, num_jobs: int, seed: int = 0, *, rate_per_hour: float | 
     order), exactly the rows and source of the whole trace's ``head(first)`` but costing about
     ``first`` jobs' memory, so ``pai-like:100000000000 --limit 10`` is instant (up to
     :data:`ONE_STREAM_MAX_JOBS` jobs the generator still steps past the other jobs' arrival
-    gaps, ~10 ns each: 0.1 s at 10^7). More than ``limit("jobs")`` jobs to build are refused
+    gaps, which are cheap: docs/benchmarks.md). More than ``limit("jobs")`` jobs to build are refused
     before any is drawn.
     Same arguments -> identical table.
     """

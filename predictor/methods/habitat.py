@@ -6,61 +6,47 @@ predictor and the ETS paper's cross-device comparison. It scales each measured o
 source to the target GPU and carries the framework overhead over unchanged — exactly the
 assumption ETS questions, since the overhead left visible depends on how fast the kernels run.
 
-What it does, per op of the source trace (gap and kernel time recorded separately, as our trace
-table does):
+Per op of the source trace (gap and kernel time recorded separately, as our trace table does):
 
 * **Kernel-varying ops** (Habitat's SPECIAL_OPERATIONS, whose kernels and algorithms change with
-  the GPU): conv2d, linear, bmm, lstm. In our traces these are the ops the cost model counts as
-  GEMMs (:func:`predictor.emulator.capture.costs.op_class` "conv", "matmul", "lstm"), forward and backward,
-  mapped to Habitat's groups by :func:`kernel_group`: conv2d/convolution/ConvolutionBackward0 →
-  conv2d; linear, addmm, mm, addmv, mv, dot, AddmmBackward0, MmBackward0 → linear; bmm, baddbmm,
-  matmul (batched in our zoo's attention and in the ETS swin traces), BmmBackward0 → bmm; lstm,
-  MkldnnRnnLayerBackward0 → lstm. The ETS CSV import names backward ops like their forward op
-  ("conv2d" with phase backward); the phase one-hot tells them apart. scaled_dot_product_attention
-  and SafeSoftmaxBackward0 stay kernel-alike: our cost model (and the emulator) count them as
-  element-wise (fused flash kernels), not as GEMMs.
-  Prediction = T_source × MLP(op, target) / MLP(op, source) (Habitat's ratio scaling), with an MLP
+  the GPU): the ops the cost model counts as GEMMs (:func:`predictor.emulator.capture.costs.op_class`
+  "conv", "matmul", "lstm"), forward and backward, in Habitat's groups conv2d, linear, bmm
+  (batched matmuls and fused attention) and lstm (:func:`kernel_group`). The ETS CSV import names
+  backward ops like their forward op; the phase one-hot tells them apart.
+  Prediction = T_source × MLP(op, target) / MLP(op, source) (Habitat's ratio scaling), the MLP
   regressing log(duration_us) from the op's features (group, phase and dtype one-hots; log1p of
   batch, FLOPs, bytes and the 30 params) and 4 device features [memory GB, memory bandwidth
-  GB/s, SMs, peak FP32 TFLOPS], all continuous inputs z-scored with training statistics; MAE in
-  log space (Habitat uses MAPE on the time; MAE of the log is its scale-free counterpart and the
-  ETS loss). It learns from the kernel-varying rows of every device in the training traces.
+  GB/s, SMs, peak FP32 TFLOPS], continuous inputs z-scored with training statistics; MAE in log
+  space (the scale-free counterpart of Habitat's MAPE, and the ETS loss).
   **One MLP with a group one-hot** instead of Habitat's four: Habitat's per-op MLPs each read an
   op-specific argument list, while ours share one generic feature layout; our zoo holds very
-  unequal numbers of rows per group (tens of thousands of convolutions, a few hundred LSTM
-  rows), and a shared trunk lets the rare groups borrow how GEMM-like kernels scale with SMs,
-  clock and bandwidth. Habitat's MLP is 1024 wide with 8 hidden layers; on our 2-CPU machines
-  the default is 256 × 4 (``hidden``/``layers`` configurable).
+  unequal numbers of rows per group (many convolutions, few LSTM rows), and a shared trunk lets
+  the rare groups borrow how GEMM-like kernels scale with SMs, clock and bandwidth. Habitat's MLP
+  is 1024 × 8; on our 2-CPU machines the default is 256 × 4 (``hidden``/``layers``).
 * **Kernel-alike ops** (everything else): Habitat's roofline wave scaling with the arithmetic
-  intensity from our per-op ``flops``/``bytes`` instead of CUPTI metrics: γ from I = flops/bytes
-  relative to the target's ridge point R = peak FP32 FLOP/s ÷ memory bandwidth (γ = 1 − 0.5·I/R
-  for I ≤ R, 0.5·R/I above; 1 when the op has no FLOPs, 0 when it has FLOPs but no bytes), then
+  intensity I = flops/bytes from our per-op counts instead of CUPTI metrics, against the target's
+  ridge point R = peak FP32 FLOP/s ÷ memory bandwidth: γ = 1 − 0.5·I/R for I ≤ R, 0.5·R/I above
+  (1 with no FLOPs, 0 with FLOPs but no bytes), then
   T_d = T_o · (BW_o/BW_d)^γ · (clk_o/clk_d)^(1−γ) · (SM_o/SM_d)^(1−γ). Our traces hold one time
-  per op, not per kernel, and no block counts, so the sub-wave branch (kernels that fill less
-  than one wave on both GPUs) cannot be applied. Habitat's metric-free fallback keeps small
-  kernels unchanged; ``small_kernel_us`` does the same for ops faster than it on the source, but
-  defaults to 0 (scale every op) because that was the more accurate choice: on emulated T4 → V100
-  test configs, keeping ops under 12 µs unchanged raised the kernel-alike per-op error from 22 %
-  to 61 % (the emulated GPUs' launch latencies differ: 7.3 µs on the T4, 4.1 µs on the V100),
-  and on the real ETS 2080Ti → T4 pairs the small kernels took 1.9× longer on the T4 (per-op
-  error 30 % scaled, 43 % kept). Keeping them lowered the iteration MRE slightly (11.8 → 11.0 %
-  emulated) only by offsetting the gap that the method carries over too small.
+  per op, not per kernel, and no block counts, so the sub-wave branch cannot be applied.
+  Habitat's metric-free fallback keeps small kernels unchanged; ``small_kernel_us`` does the
+  same for ops faster than it on the source, but defaults to 0 (scale every op): keeping them
+  was less accurate per op, on emulated and on real GPU pairs alike, since launch latencies
+  differ between GPUs (measured figures: docs/predictor.md, Baselines).
 * **Framework overhead is carried over unchanged**: an op's predicted gap is the source trace's
   ``gap_us``, exactly.
 
 Training (:func:`train`): the MLP learns from the training traces of every device present (at
-least the source and the target); Adam; after each epoch the target's iteration times are
-predicted from the validation configs' source traces, and training stops early on their MRE
-(best weights kept, ``patience``, ``max_minutes``). Limits that stay: the roofline uses the FP32
-peak for every dtype (no tensor-core or FP64 rates), and the MLP sees a device only through its
-4 features, so it extrapolates poorly to GPUs far from those it was trained on.
+least the source and the target); Adam; early stopping on the MRE of the target's iteration
+times predicted from the validation configs' source traces. Limits that stay: the roofline uses
+the FP32 peak for every dtype, and the MLP sees a device only through its 4 features, so it
+extrapolates poorly to GPUs far from those it was trained on.
 
-The iteration time is the sum over ops, as in Habitat. Device constants: peak FP32 TFLOPS and
-memory bandwidth, SMs, boost clock and memory size from :func:`predictor.emulator.devices.specs.spec_sheets`
-(the GPU catalogue). Device names resolve through :func:`predictor.emulator.devices.specs.device_key`
-("emulated:T4", "T4", "Tesla T4", the ETS import's "2080Ti" all work), so a model trained on
-emulated traces predicts real ones, and the simulator can predict a GPU a config was never
-measured on from its source trace alone.
+The iteration time is the sum over ops, as in Habitat. Device constants come from the GPU
+catalogue (:func:`predictor.emulator.devices.specs.spec_sheets`); names resolve through
+:func:`predictor.emulator.devices.specs.device_key` ("emulated:T4", "Tesla T4", the ETS import's
+"2080Ti"), so a model trained on emulated traces predicts real ones, and the simulator can
+predict a GPU a config was never measured on from its source trace alone.
 """
 
 from __future__ import annotations

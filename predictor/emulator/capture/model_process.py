@@ -4,7 +4,7 @@ Why: ``--model-file`` runs the file's code (:mod:`predictor.emulator.capture.mod
 file that loops at import (``while True``) would hang the command forever, and one that allocates
 without end would take the machine down with it. So every command that takes ``--model-file``
 (``ets devices time``, ``ets collect``, ``ets predict``) captures through :func:`capture_files`:
-one child Python process for all the files of a run (one torch import, ~2-4 s), the files in
+one child Python process for all the files of a run (one torch import), the files in
 order, each within the ``model_seconds`` limit (its import, its model's construction and its capture), the
 whole child within the ``model_bytes`` limit of address space (``RLIMIT_AS``, soft and hard: the file's code
 cannot raise it). The parent gets data back, never objects: per file a JSON header and the trace
@@ -19,12 +19,11 @@ nothing of the file runs in the parent.
   instead (a C extension that aborts or crashes when ``malloc`` fails, or ``os._exit``) fails the
   file it was capturing, with its exit status and the limit named, and a new child goes on.
 * Limits (one pair for every command; environment variables, so no command grows new flags):
-  ``ETS_SIM_MAX_MODEL_SECONDS`` (default 600 s per file; the slowest capture measured, a 2-layer
-  1024-wide LSTM run on the CPU as RNN files are, took 33 s on 2 cores; a meta-device ResNet-50
-  or a 24-layer transformer 5-11 s) and ``ETS_SIM_MAX_MODEL_BYTES`` (default 16 GiB of address
-  space: the child's torch import alone maps 3.2 GB, and those captures peaked at 5-6 GB mapped,
-  0.9-2 GB resident; threads map stacks and, capped here at 4, malloc arenas on top, so the
-  margin is for many-core machines). What the file prints goes to stderr, as before.
+  ``ETS_SIM_MAX_MODEL_SECONDS`` (default 600 s per file) and ``ETS_SIM_MAX_MODEL_BYTES``
+  (default 16 GiB of address space), both far above the slowest and largest captures measured
+  (docs/benchmarks.md, model-file capture): address space counts what torch maps, not what it
+  uses, and threads map stacks and, capped here at 4, malloc arenas on top, so the margin is for
+  many-core machines. What the file prints goes to stderr, as before.
 """
 
 from __future__ import annotations

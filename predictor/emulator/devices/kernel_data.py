@@ -9,7 +9,7 @@ Sources:
 
 * NeuSight (``calibration/neusight/kernels/<GPU>/<op>.csv``): one fp32 forward op timed alone with
   CUDA events (``latency_ms``). Those times include a per-call floor of host dispatch and event
-  overhead (25–50 µs: the fastest rows of every file sit on it whatever their size), so rows below
+  overhead (the fastest rows of every file sit on it whatever their size; docs/gpus.md), so rows below
   ``FLOOR_FACTOR`` × the file's 1st-percentile latency are marked ``censored`` and kept out of
   fitting and of the error figures: their kernel time is unknown, only bounded.
 * ETS traces (``ets_traces/<GPU>/*.csv``): Nsight Systems kernel times (``kduration``) of real
@@ -22,8 +22,8 @@ Columns: ``device`` (spec-sheet key), ``dataset`` (neusight | ets), ``op`` (the 
 ``cls``, ``phase``, ``flops``, ``bytes``, ``out``, ``red``, ``batches``, ``in_elems`` and ``w_elems``
 (input and weight elements of GEMM-like ops, for the backward mapping; 0 elsewhere), ``half`` (bool),
 ``training`` (bool: a kernel of a training iteration, timed by Nsight Systems — the ETS rows;
-NeuSight's are single forward calls timed with CUDA events, whose kernels and clocks differ: on
-the same T4, NeuSight's large convolutions take about 1.4x ETS's), ``measured_us``,
+NeuSight's are single forward calls timed with CUDA events, whose kernels and clocks differ:
+docs/gpus.md compares them on the same T4), ``measured_us``,
 ``censored`` (bool), ``origin`` (file:line). FLOPs and bytes follow
 :mod:`predictor.emulator.capture.costs` (a multiply-add is 2 FLOPs; compulsory traffic).
 """

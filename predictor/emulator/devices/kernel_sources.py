@@ -22,7 +22,7 @@ read; the AMD, Xeon Phi, phone and inference (INT8) sheets are left out and coun
 ``precision``: ``Float`` -> fp32 (no TF32 on these GPUs); "16 bit inputs, 16 bit multiplication,
 32 bit addition" (V100, T4: tensor cores) -> fp16; P100's "pseudo FP16" ("16 bit inputs, 32 bit
 multiplication") -> fp16 as well, although it *computes in FP32*: its GEMMs take the same time as
-the FP32 sheet's (median ratio 1.00), so against P100's FP16 peak (2x FP32) they look half as
+the FP32 sheet's (docs/gpus.md), so against P100's FP16 peak (2x FP32) they look half as
 efficient. Device strings map through :data:`DEEPBENCH_DEVICES` (an unknown one is an error):
 
 * "NVIDIA V100" -> ``V100-SXM2``: the file's Specs sheet names an NVIDIA DGX-1 (Xeon E5-2698 v4,
@@ -40,10 +40,10 @@ Timing (``code/nvidia/{gemm,conv}_bench.cu``): the host clock around 400 (GEMM) 
 back-to-back calls, one ``cudaDeviceSynchronize`` at the end, averaged and truncated to whole
 microseconds. No per-call synchronisation, so no per-call floor of tens of µs as in NeuSight — the
 time is that of the kernels of a training step, hence ``training`` True — but a call cannot take
-less than the host's cost to launch it (cuBLAS / cuDNN: ~5-10 µs on these rigs): the fastest GEMMs
-of every rig but the two Maxwell ones take 6-11 µs, nearly flat in their size (V100 FP16: 8.4, 16.8
-and 33.6 MFLOP GEMMs all take 8-9 µs; P100: 11-12 µs). Rows at or under :data:`FLOOR_US` are
-therefore ``censored`` (their kernel time is only bounded). Times are whole microseconds.
+less than the host's cost to launch it (cuBLAS / cuDNN): the fastest GEMMs of every rig but the
+two Maxwell ones sit on a floor nearly flat in their size (measured figures: docs/gpus.md). Rows
+at or under :data:`FLOOR_US` are therefore ``censored`` (their kernel time is only bounded).
+Times are whole microseconds.
 
 * GEMM (``deepbench_gemm.csv``): C[M×N] = op(A)[M×K] · op(B)[K×N], transposes as given (they do
   not change the counts): flops 2·M·N·K; out M·N; red K; batches 1; in_elems M·K; w_elems K·N;

@@ -17,7 +17,7 @@ Kernel time of an op (µs), op class from :func:`predictor.emulator.capture.cost
 * **learned kernels first**: ops of the classes the learned kernel model covers (conv, matmul,
   element-wise, norm, softmax, pool; :mod:`predictor.emulator.devices.kernels`, mapping in
   :mod:`predictor.emulator.devices.problems`) take its prediction, the sum over the op's kernels, each at
-  least ``MIN_KERNEL_US`` (the shortest real ETS T4 kernels: 1.98 µs, 5th percentile 2.4 µs);
+  least ``MIN_KERNEL_US`` (about the shortest real ETS T4 kernels; docs/gpus.md);
   each kernel in the arithmetic PyTorch picks for it on that GPU (TF32 for float32 convolutions on
   Ampere and later, for float32 matmuls with ``allow_tf32``; FP16/BF16 for half ops, AMP included).
   The roofline below prices the rest (LSTM, embedding) and every op when no model ships.
