@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
+from predictor.common.inputs import UserError
 from predictor.methods import METHODS, ets, training
 
 MIN_VAL_TRACES = 10
@@ -72,7 +73,7 @@ def calibration(parent: ets.EtsPredictor, traces: pd.DataFrame) -> tuple[float, 
     return (float(np.clip(a, lo, hi) * parent.scale[0]), float(np.clip(b, lo, hi) * parent.scale[1]))
 
 
-class FinetuneError(ValueError):
+class FinetuneError(UserError, ValueError):
     """Data or checkpoint that cannot be fine-tuned; the message says why."""
 
 

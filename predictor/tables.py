@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from predictor.common.inputs import InputError, printable, read_parquet_arrow, short
+from predictor.common.inputs import InputError, UserError, printable, read_parquet_arrow, short
 from predictor.methods import METHODS, info
 
 if TYPE_CHECKING:
@@ -181,7 +181,7 @@ def read_table(path: str | Path, *, signed: tuple[bytes, str] | None = None) -> 
     return frame, None
 
 
-class TableError(ValueError):
+class TableError(UserError, ValueError):
     """A table that cannot be built (unknown GPU type, no checkpoint); the message says why."""
 
 

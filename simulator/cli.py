@@ -14,11 +14,10 @@ from pathlib import Path
 
 import click
 
-from policies.base import PolicySpecError
 from policies.registry import policy_help
 from predictor.common.errors import UserErrorGroup
-from predictor.common.gpus import UnknownGpuTypeError, names_help
-from predictor.common.inputs import printable
+from predictor.common.gpus import names_help
+from predictor.common.inputs import UserError, printable
 from predictor.common.outputs import (
     LOCK_NAME,
     OutputError,
@@ -28,22 +27,14 @@ from predictor.common.outputs import (
     locked_folder,
     remove_if_empty,
 )
-from predictor.emulator.devices.collectives import CollectiveError
-from predictor.tables import TableError, open_cache
-from simulator.cluster import PRESETS, ClusterError
-from simulator.communication import PLACEMENTS, PlacementError
-from simulator.engine import SimulationError
-from simulator.failure_models import FAILURES_HELP, FailureSpecError
-from simulator.run import DEFAULT_CLUSTER, DEFAULT_WORKLOAD, RunConfig, RunOutput, WorkloadSpecError, execute, readable
-from simulator.timing import PREDICTOR_HELP, PredictorSpecError
-from traces.binding import BindingError
-from traces.registry import TraceSpecError, kinds_help
-from traces.schema import TraceError
+from predictor.tables import open_cache
+from simulator.cluster import PRESETS
+from simulator.communication import PLACEMENTS
+from simulator.failure_models import FAILURES_HELP
+from simulator.run import DEFAULT_CLUSTER, DEFAULT_WORKLOAD, RunConfig, RunOutput, execute, readable
+from simulator.timing import PREDICTOR_HELP
+from traces.registry import kinds_help
 from traces.synthetic import KINDS as SYNTHETIC_KINDS
-
-USER_ERRORS = (TraceError, TraceSpecError, ClusterError, PolicySpecError, PredictorSpecError,
-               WorkloadSpecError, UnknownGpuTypeError, BindingError, TableError, OutputError, PlacementError,
-               CollectiveError, FailureSpecError, SimulationError)
 
 
 def format_summary(summary: dict) -> str:
@@ -284,7 +275,7 @@ def main(ctx: click.Context, policy, predictor, trace, workload, limit, cluster,
             if fresh:
                 remove_if_empty(out_dir)
             raise
-    except USER_ERRORS as exc:
+    except UserError as exc:  # every input error a user can fix (predictor.common.inputs.UserError)
         raise click.ClickException(str(exc)) from None
     if quiet:
         click.echo(printable(out_dir))

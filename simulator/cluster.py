@@ -11,14 +11,12 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
-from predictor.common.errors import one_line
+from predictor.common.documents import read_document
 from predictor.common.gpus import UnknownGpuTypeError, canonical_gpu_type
-from predictor.common.inputs import LIMITS, InputError, json_depth, limit, load_json, names, read_bytes, short
+from predictor.common.inputs import UserError, names, short
 
 
-class ClusterError(ValueError):
+class ClusterError(UserError, ValueError):
     """A cluster description that cannot be used (unknown preset, bad file, unknown GPU type)."""
 
 
@@ -200,98 +198,10 @@ def from_table(rows, name: str) -> Cluster:
     return Cluster(name, nodes)
 
 
-# Nodes a YAML cluster document may expand to once its aliases are followed: a real file has a few
-# per node entry (a full inventory listed machine by machine: ~30,000); a 1 KB alias "billion
-# laughs" expands to ~10^9. Refused from the composed graph, before anything is built.
-MAX_YAML_NODES = 1_000_000
-
-
-def _yaml_depth_error(path: Path) -> ClusterError:
-    spec = LIMITS["json_depth"]
-    return ClusterError(f"{path}: YAML nested deeper than {limit('json_depth'):,.0f} levels (aliases followed); "
-                        f"a cluster file needs 3 (raise the limit with {spec.variable}=N)")
-
-
-def _yaml_children(node: yaml.Node) -> list[yaml.Node]:
-    if isinstance(node, yaml.SequenceNode):
-        return list(node.value)
-    if isinstance(node, yaml.MappingNode):
-        return [part for pair in node.value for part in pair]
-    return []
-
-
-def _check_yaml_graph(root: yaml.Node, path: Path) -> None:
-    """Refuse a composed YAML document that aliases would expand past :data:`MAX_YAML_NODES`
-    nodes or past the nesting limit, or whose aliases loop. Each shared (aliased) node is measured
-    once, so the check costs the file's size, not its expansion's."""
-    most_deep = limit("json_depth")
-    measured: dict[int, tuple[int, int]] = {}  # id(node) -> (expanded nodes, height)
-    open_nodes: set[int] = set()
-
-    def measure(node: yaml.Node, depth: int) -> tuple[int, int]:
-        if depth > most_deep:
-            raise _yaml_depth_error(path)
-        key = id(node)
-        if key in measured:
-            size, height = measured[key]
-            if depth + height - 1 > most_deep:
-                raise _yaml_depth_error(path)
-            return size, height
-        if key in open_nodes:
-            raise ClusterError(f"{path}:{node.start_mark.line + 1}: a YAML alias refers to a node that contains it "
-                               "(a recursive document cannot describe a cluster)")
-        open_nodes.add(key)
-        size, height = 1, 0
-        for child in _yaml_children(node):
-            child_size, child_height = measure(child, depth + 1)
-            size, height = size + child_size, max(height, child_height)
-            if size > MAX_YAML_NODES:
-                raise ClusterError(f"{path}: YAML aliases expand this document to more than {MAX_YAML_NODES:,} "
-                                   "nodes (an alias bomb?); a cluster file needs a few per node entry")
-        open_nodes.discard(key)
-        measured[key] = (size, height + 1)
-        return size, height + 1
-
-    measure(root, 1)
-
-
-def _yaml_document(data: bytes, path: Path) -> object:
-    """The YAML document of ``data`` (safe types only), its expansion checked before it is built.
-    Flow brackets are counted first, so a 100,000-deep ``[[[...`` never reaches the recursive
-    parser; deep block nesting stops at Python's recursion limit."""
-    if json_depth(data) > limit("json_depth"):
-        raise _yaml_depth_error(path)
-    loader = yaml.SafeLoader(data)
-    try:
-        root = loader.get_single_node()
-        if root is None:
-            return None
-        _check_yaml_graph(root, path)
-        return loader.construct_document(root)
-    except RecursionError:
-        raise _yaml_depth_error(path) from None
-    finally:
-        loader.dispose()
-
-
 def _read_document(path: Path) -> object:
-    """The parsed cluster file: JSON (nesting checked first) or YAML (:func:`_yaml_document`),
-    read only if it is a regular file within the size limit."""
-    try:
-        data = read_bytes(path, "cluster file")
-    except InputError as exc:
-        raise ClusterError(str(exc)) from None
-    except OSError as exc:
-        raise ClusterError(f"{path}: cannot read cluster file: {exc.strerror or exc}") from None
-    is_json = path.suffix == ".json"
-    try:
-        return load_json(data, path) if is_json else _yaml_document(data, path)
-    except ClusterError:
-        raise
-    except InputError as exc:
-        raise ClusterError(str(exc)) from None
-    except (ValueError, yaml.YAMLError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise ClusterError(f"{path}: not valid {'JSON' if is_json else 'YAML'}: {one_line(str(exc), 300)}") from None
+    """The parsed cluster file: JSON (suffix .json) or YAML (any other), read within the input
+    limits (:func:`predictor.common.documents.read_document`)."""
+    return read_document(path, "cluster file", ClusterError, kind="json" if path.suffix == ".json" else "yaml")
 
 
 def _scalar_text(value: object, where: str, key: str) -> str:

@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from predictor.common.gpus import GpuEntry, Interconnect, entry
+from predictor.common.inputs import UserError
 from predictor.emulator.devices.collectives import (
     CommParams,
     default_per_node,
@@ -57,7 +58,7 @@ PLACEMENTS = ("consolidate", "spread", "tiresias")
 SKEW_SHARE = 0.25
 
 
-class PlacementError(ValueError):
+class PlacementError(UserError, ValueError):
     """An unknown placement rule."""
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from predictor.common.inputs import short
+from predictor.common.inputs import UserError, short
 from traces.schema import ATTEMPTS, OUTCOME, JobTrace, parse_attempts
 
 OPTION = "--failures"
@@ -86,7 +86,7 @@ _CLASS_EDGES = np.array([4, 8])
 TILT_B_LIMIT = 4.0  # |b| of the GPU-time tilt: g^4 already puts a job of 10x the GPU time 10,000x likelier
 
 
-class FailureSpecError(ValueError):
+class FailureSpecError(UserError, ValueError):
     """A bad ``--failures`` value, or a model that cannot be applied: one line naming the option."""
 
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from predictor.common.inputs import short
+from predictor.common.inputs import UserError, short
 from predictor.common.outputs import atomic_file, check_writable, inside
 from simulator.sweep.points import load_results, read_json, read_table
 from simulator.sweep.tables import normalise_to_truth, pooled_ratio, source_label
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from matplotlib.lines import Line2D
 
 
-class PlotInputError(ValueError):
+class PlotInputError(UserError, ValueError):
     """A directory that is neither a sweep (points/) nor a run (jobs.parquet), or a run file that is
     unreadable (truncated, not ours) or holds a bad value; the message names the file."""
 

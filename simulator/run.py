@@ -22,7 +22,7 @@ import pandas as pd
 
 from policies.registry import make_policy
 from predictor.common.gpus import canonical_gpu_type, speed
-from predictor.common.inputs import InputError, short
+from predictor.common.inputs import InputError, UserError, short
 from predictor.common.outputs import atomic_file, inside
 from predictor.tables import IterationTimeTable, stderr_warning
 from simulator.cluster import Cluster, resolve
@@ -46,7 +46,7 @@ DEFAULT_WORKLOAD = "pai-like:2000"
 DEFAULT_CLUSTER = "default"
 
 
-class WorkloadSpecError(ValueError):
+class WorkloadSpecError(UserError, ValueError):
     """A malformed --workload value."""
 
 

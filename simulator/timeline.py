@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from predictor.common.inputs import printable, short
+from predictor.common.inputs import UserError, printable, short
 from predictor.common.outputs import claim_file, inside, write_text
 from simulator.cluster import Cluster
 from simulator.sweep.points import read_json, read_table
@@ -29,7 +29,7 @@ FAILED_STRETCHES = ("failed", "node failure")  # a segment's ``ended`` values dr
 OUTAGE_COLUMNS = ("node", "failed_at", "repaired_at")
 
 
-class TimelineInputError(ValueError):
+class TimelineInputError(UserError, ValueError):
     """A directory without jobs.parquet, or a run file that is unreadable (truncated, not ours) or
     holds a bad value; the message names the file."""
 

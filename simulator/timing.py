@@ -37,14 +37,14 @@ from scipy.optimize import brentq
 from scipy.special import ndtr, ndtri
 
 from predictor.common.gpus import relative_time
-from predictor.common.inputs import check_probability
+from predictor.common.inputs import UserError, check_probability
 from predictor.methods import METHODS
 from predictor.tables import IterationTimeTable
 from traces.schema import ALLOWED_GPUS, ALLOWED_SEPARATOR, RUNTIME_PREFIX
 from traces.seeding import hashed_uniform, scalar_exp
 
 
-class PredictorSpecError(ValueError):
+class PredictorSpecError(UserError, ValueError):
     """An unknown or malformed --predictor value."""
 
 

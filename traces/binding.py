@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from predictor.common.families import JOB_CLASSES, family_of, job_class
+from predictor.common.inputs import UserError
 from predictor.tables import IterationTimeTable
 from traces.schema import CHECKPOINT_BYTES, RUNTIME_PREFIX, JobTrace
 from traces.seeding import hashed_uniform
@@ -41,7 +42,7 @@ from traces.seeding import hashed_uniform
 CLASS_SHARES = {"image": 0.6, "language": 0.3, "speech": 0.1}
 
 
-class BindingError(ValueError):
+class BindingError(UserError, ValueError):
     """A workload that cannot be bound (empty catalog class, missing truth); the message says why."""
 
 

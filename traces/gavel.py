@@ -53,8 +53,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from predictor.common.documents import read_document
 from predictor.common.gpus import UnknownGpuTypeError, canonical_gpu_type
-from predictor.common.inputs import InputError, load_json, read_bytes, short
+from predictor.common.inputs import short
 from traces.schema import (
     RUNTIME_PREFIX,
     THROUGHPUT_PREFIX,
@@ -97,21 +98,11 @@ def read_throughputs(path: str | Path) -> dict[str, dict[tuple[str, int], float]
     """Gavel's throughputs file as {canonical GPU type: {(job type, scale factor): steps per
     second}} (the ``null`` entry: the job alone on the worker), in the file's worker order; a
     malformed entry is a TraceError naming the file and the entry."""
-    try:
-        data = read_bytes(path, "Gavel throughputs file")
-    except FileNotFoundError:
+    if not Path(path).exists():
         raise TraceError(path, f"file not found (Gavel's throughputs: give another with ${THROUGHPUTS_VARIABLE} "
-                         "or load(..., throughputs=PATH))") from None
-    except InputError:
-        raise
-    except OSError as exc:
-        raise TraceError(path, f"cannot read the file: {exc.strerror or exc}") from None
-    try:
-        raw = load_json(data, path)
-    except InputError:
-        raise
-    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
-        raise TraceError(path, f"not valid JSON: {short(str(exc), 160)}") from None
+                         "or load(..., throughputs=PATH))")
+    raw = read_document(path, "Gavel throughputs file", lambda m: TraceError(path, m.removeprefix(f"{path}: ")),
+                        kind="json")
     if not isinstance(raw, dict):
         raise TraceError(path, "expected a JSON object of worker types")
     out: dict[str, dict[tuple[str, int], float]] = {}

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 import pandas as pd
 
-from predictor.common.inputs import short
+from predictor.common.inputs import UserError, short
 from traces import alibaba2023, gavel, generic, hydra_cases, itp, pai, philly
 from traces.schema import JobTrace, TraceError
 
@@ -43,7 +43,7 @@ MACHINE_KINDS: dict[str, Callable[[str | Path], pd.DataFrame]] = {
 }
 
 
-class TraceSpecError(ValueError):
+class TraceSpecError(UserError, ValueError):
     """A malformed ``KIND:PATH`` spec or an unknown kind."""
 
 

@@ -2,7 +2,7 @@
 traceback for input we refused.
 
 Why one place: each command turns its own error types into messages, but a limit hit deep in a
-loader (:class:`predictor.common.inputs.InputError`) may surface from any of them, and a message built
+loader (:class:`predictor.common.inputs.UserError`) may surface from any of them, and a message built
 from a hostile file must not print megabytes. ``ets`` and ``simrun`` are both :class:`UserErrorGroup`.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from predictor.common.inputs import InputError, printable
+from predictor.common.inputs import UserError, printable
 
 MAX_MESSAGE = 1000  # characters of one error line
 
@@ -33,7 +33,7 @@ class UserErrorGroup(click.Group):
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
-        except InputError as exc:
+        except UserError as exc:  # any refusal of input a user can fix, wherever it was raised
             raise click.ClickException(one_line(str(exc))) from None
         except click.ClickException as exc:
             exc.message = one_line(exc.message)

@@ -21,19 +21,19 @@ from __future__ import annotations
 import csv
 import math
 import os
-import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from predictor.common.inputs import InputError, load_json, read_bytes, regular_file, short
+from predictor.common.documents import read_document
+from predictor.common.inputs import InputError, UserError, regular_file, short
 
 CATALOG_DIR = Path(__file__).with_name("gpu_catalog")
 CATALOG_ENV = "ETS_SIM_GPU_CATALOG"
 REFERENCE = "V100"  # relative time 1.0
 
 
-class UnknownGpuTypeError(ValueError):
+class UnknownGpuTypeError(UserError, ValueError):
     """A GPU type name that is neither a catalogue name nor one of its aliases. The message lists
     the catalogue; :attr:`brief` does not, for errors that must stay one short line (a trace row)."""
 
@@ -160,14 +160,7 @@ def _number(path: Path, body: dict, key: str, positive: bool) -> float:
 
 def read_entry(path: Path) -> GpuEntry:
     """One catalogue file; a missing, mistyped or non-positive field names the file and the field."""
-    try:
-        body = tomllib.loads(read_bytes(path, "GPU catalogue entry").decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise GpuCatalogError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start:,})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise GpuCatalogError(f"{path}: not TOML ({exc})") from None
-    except OSError as exc:
-        raise GpuCatalogError(f"{path}: cannot read ({exc.strerror or type(exc).__name__})") from None
+    body = read_document(path, "GPU catalogue entry", GpuCatalogError, kind="toml")
     missing = [k for k in FIELDS if k not in body]
     if missing:
         raise GpuCatalogError(f"{path}: lacks field(s) {', '.join(missing)} (every entry needs {', '.join(FIELDS)})")
@@ -338,7 +331,7 @@ def derive_relative_iteration_time(calibration_dir: str | Path) -> dict[str, flo
     V100/A100 ratio."""
     root = Path(calibration_dir)
     gavel_file = root / "gavel_physical_cluster_throughputs.json"
-    gavel = load_json(read_bytes(gavel_file, "Gavel throughput file"), gavel_file)
+    gavel = read_document(gavel_file, "Gavel throughput file", kind="json")
     v100 = _gavel_single_gpu(gavel, "v100")
     out: dict[str, float] = {"V100": 1.0}
     for name, key in (("K80", "k80"), ("P100", "p100")):

@@ -31,7 +31,13 @@ from typing import Any
 import numpy as np
 
 
-class LocatedError(ValueError):
+class UserError(Exception):
+    """An input the user can fix — a file, an option, a spec, a folder: both command lines print it
+    as one line naming what is wrong, never a traceback. Every such error class derives from it,
+    so a command line catches this one class, not a list typed by hand."""
+
+
+class LocatedError(UserError, ValueError):
     """Bad content of an input file, located: the message names the file, and the line (or row)
     and field when known — ``path:line: field 'x': what is wrong``. One class for job traces
     (:class:`traces.schema.TraceError`) and execution traces
@@ -44,7 +50,7 @@ class LocatedError(ValueError):
         super().__init__(f"{where}:{what} {message}")
 
 
-class InputError(ValueError):
+class InputError(UserError, ValueError):
     """Input refused before it was read whole: too large, nested too deep, not a regular file.
     The message names the file (or option), the limit and how to raise it."""
 

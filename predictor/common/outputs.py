@@ -21,8 +21,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from predictor.common.inputs import UserError
 
-class OutputError(Exception):
+
+class OutputError(UserError):
     """An output location that cannot be written (the message names it and says why)."""
 
 

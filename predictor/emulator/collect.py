@@ -24,6 +24,7 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
+from predictor.common.inputs import UserError
 from predictor.common.trace_table import device_file, read_trace_file, write_traces
 from predictor.emulator.capture.heap import return_freed_memory
 from predictor.emulator.zoo.config import ModelConfig
@@ -63,7 +64,7 @@ def dataset_device(device: str) -> str:
     return recorded_device(device)
 
 
-class RegimeMismatchError(ValueError):
+class RegimeMismatchError(UserError, ValueError):
     """An emulated dataset that already holds traces of another measurement regime."""
 
 

@@ -34,8 +34,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from predictor.common.documents import read_document
 from predictor.common.gpus import UnknownGpuTypeError, entry
-from predictor.common.inputs import InputError, load_json, read_bytes, short
+from predictor.common.inputs import InputError, short
 from predictor.common.outputs import write_text
 from predictor.emulator.capture.costs import GEMM_CLASSES, kernel_free, op_class
 
@@ -150,12 +151,7 @@ def record(directory: str | Path, peaks: Peaks) -> Path:
 
 
 def _read(path: Path) -> dict:
-    try:
-        table = load_json(read_bytes(path, "peaks file"), path)  # bounded depth: a stranger's file
-    except (UnicodeDecodeError, ValueError) as exc:
-        if isinstance(exc, InputError):
-            raise
-        raise PeaksError(f"{path}: not a peaks file ({type(exc).__name__}: {short(str(exc), 120)})") from None
+    table = read_document(path, "peaks file", PeaksError, kind="json")  # bounded depth: a stranger's file
     if not isinstance(table, dict):
         raise PeaksError(f"{path}: expected an object of devices, got {type(table).__name__}")
     return table

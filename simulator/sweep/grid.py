@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from predictor.common.inputs import UserError, over_limit, short
 from predictor.common.inputs import limit as input_limit
-from predictor.common.inputs import over_limit, short
 from simulator.communication import PLACEMENTS
 from simulator.run import (
     DEFAULT_CLUSTER,
@@ -31,7 +31,7 @@ from simulator.run import (
 )
 
 
-class SweepSpecError(ValueError):
+class SweepSpecError(UserError, ValueError):
     """A malformed sweep option (seeds, errors, load scales, an empty grid)."""
 
 

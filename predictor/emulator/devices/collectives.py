@@ -32,8 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
+from predictor.common.documents import read_document
 from predictor.common.gpus import GpuEntry, Interconnect
-from predictor.common.inputs import InputError, load_json, read_bytes
+from predictor.common.inputs import InputError
 
 PARAMS_FILE = Path(__file__).with_name("collectives.json")
 LINKS = ("nvlink", "pcie", "pcie_host")  # within a node; "network" between nodes
@@ -108,12 +109,8 @@ def params_from_json(body: dict, where: str = "collective parameters") -> CommPa
 def load_params(path: Path | None = None) -> CommParams:
     """The shipped fit (``collectives.json``), or another file written by the fitting script."""
     path = path or PARAMS_FILE
-    try:
-        body = load_json(read_bytes(path, "collective parameter file"), path)
-    except OSError as exc:
-        raise CollectiveError(f"{path}: cannot read the collective parameter file "
-                              f"({exc.strerror or type(exc).__name__}; python -m experiments.validate_collectives "
-                              "--write-params makes it)") from None
+    body = read_document(path, "collective parameter file (python -m experiments.validate_collectives "
+                               "--write-params makes it)", CollectiveError, kind="json")
     if not isinstance(body, dict):
         raise CollectiveError(f"{path}: not a JSON object of collective parameters")
     return params_from_json(body, str(path))

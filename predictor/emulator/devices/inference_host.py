@@ -28,7 +28,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from predictor.common.inputs import InputError, load_json, read_bytes
+from predictor.common.documents import read_document
+from predictor.common.inputs import UserError
 from predictor.emulator.devices.timing import MIN_KERNEL_US
 
 FILE = Path(__file__).with_name("inference_host.json")
@@ -38,7 +39,7 @@ PLAUSIBLE_US = 100.0
 MIN_HOST_US = 1.0
 
 
-class InferenceHostError(ValueError):
+class InferenceHostError(UserError, ValueError):
     """An inference-host file that cannot be used; the message names the file and field."""
 
 
@@ -90,11 +91,8 @@ def save(host: InferenceHost, path: str | Path = FILE) -> Path:
 def load(path: str | Path = FILE) -> InferenceHost:
     """The saved costs; a broken file is one :class:`InferenceHostError` naming it and the field."""
     path = Path(path)
-    try:
-        body = load_json(read_bytes(path, "inference-host file"), path)
-    except (InputError, OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InferenceHostError(f"{path}: cannot read the inference-host file ({exc}); refit with "
-                                 "`ets devices calibrate`") from None
+    body = read_document(path, "inference-host file (refit with `ets devices calibrate`)", InferenceHostError,
+                         kind="json")
     if not isinstance(body, dict) or body.get("format") != FORMAT:
         raise InferenceHostError(f"{path}: not an inference-host file of format {FORMAT}; refit with "
                                  "`ets devices calibrate`")

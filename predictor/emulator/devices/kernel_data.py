@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from predictor.common.inputs import InputError, check_width, read_bytes, short
+from predictor.common.inputs import InputError, UserError, check_width, read_bytes, short
 from predictor.emulator.capture.costs import _ELEMENTWISE_COST
 
 FLOOR_FACTOR = 2.0
@@ -59,7 +59,7 @@ _SIZE_COLUMNS = {"conv": ("B", "Input_Channel", "Output_Channel", "Kernel_Szie",
                  "linear": ("B", "M", "N", "K"), "bmm": ("B", "M", "N", "K")}
 
 
-class KernelDataError(ValueError):
+class KernelDataError(UserError, ValueError):
     """A kernel-measurement file that cannot be read; the message names file, line and column."""
 
 

@@ -51,7 +51,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from predictor.common.inputs import InputError, load_json, read_bytes, short
+from predictor.common.documents import read_document
+from predictor.common.inputs import UserError, short
 from predictor.emulator.devices.specs import DeviceSpec
 
 MODEL_FILE = Path(__file__).with_name("kernel_model.json")
@@ -82,7 +83,7 @@ OFFSET_ROUNDS = 100
 MAX_GROUP_ROWS = 4000  # the first pass, whose residuals estimate the per-source offsets
 
 
-class KernelModelError(ValueError):
+class KernelModelError(UserError, ValueError):
     """A kernel-model file that cannot be used; the message names the file and the field."""
 
 
@@ -203,17 +204,7 @@ def load(path: str | Path | None = None) -> KernelModel | None:
         if path == MODEL_FILE:
             return None
         raise KernelModelError(f"{path}: no such kernel-model file")
-    try:
-        body = load_json(read_bytes(path, "kernel-model file"), path)
-    except InputError as exc:  # a FIFO, an over-size file, nesting past the depth limit
-        raise KernelModelError(str(exc)) from None
-    except OSError as exc:
-        raise KernelModelError(f"{path}: cannot read the kernel-model file "
-                               f"({exc.strerror or type(exc).__name__})") from None
-    except UnicodeDecodeError as exc:
-        raise KernelModelError(f"{path}: not UTF-8 JSON text ({exc.reason} at byte {exc.start:,})") from None
-    except json.JSONDecodeError as exc:
-        raise KernelModelError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    body = read_document(path, "kernel-model file", KernelModelError, kind="json")
     if not isinstance(body, dict):
         raise KernelModelError(f"{path}: a kernel-model file is one JSON object (refit with `ets devices calibrate`)")
     if body.get("format") != FORMAT:

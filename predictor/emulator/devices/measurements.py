@@ -63,7 +63,17 @@ from pathlib import Path
 import pandas as pd
 
 from predictor.common.families import family_of
-from predictor.common.inputs import InputError, check_width, limit, load_json, names, read_bytes, regular_file, short
+from predictor.common.inputs import (
+    InputError,
+    UserError,
+    check_width,
+    limit,
+    load_json,
+    names,
+    read_bytes,
+    regular_file,
+    short,
+)
 from predictor.emulator.zoo.config import ModelConfig
 
 COLUMNS = ("source", "device", "workload", "batch", "seconds", "origin")
@@ -126,7 +136,7 @@ SPREAD_WORKLOADS = tuple(SPREAD_CONFIGS)
 _REPO = Path(__file__).resolve().parents[3]
 
 
-class MeasurementError(ValueError):
+class MeasurementError(UserError, ValueError):
     """A calibration file that is missing or malformed; the message names the file, the row or
     key (``where``) and the field."""
 

@@ -35,8 +35,9 @@ from pathlib import Path
 
 import numpy as np
 
+from predictor.common.documents import document_bytes, parse_document, read_document
 from predictor.common.gpus import GpuEntry, UnknownGpuTypeError, canonical_gpu_type, catalog
-from predictor.common.inputs import InputError, load_json, read_bytes, short
+from predictor.common.inputs import UserError, short
 
 FORMAT_VERSION = 2  # 2: no per-device GEMM scales (precision is modelled: TF32, FP16, AMP)
 PARAMS_FILE = Path(__file__).with_name("params.json")
@@ -46,7 +47,7 @@ FITTED_FIELDS = ("compute_eff", "compute_half_mflop", "tensor_eff", "memory_eff"
                  "host_scale")
 
 
-class DeviceParamsError(ValueError):
+class DeviceParamsError(UserError, ValueError):
     """A device name or parameter file that cannot be used; the message names file and field."""
 
 
@@ -147,21 +148,6 @@ SPEC_FILE_FIELDS = {"Device": str, "Dev_Mem": float, "Mem_Bw": float, "Num_Sm": 
                     "SingleFLOPs": float, "L2Cache": float}
 
 
-def _json_file(path: Path, what: str, data: bytes | None = None):
-    """A JSON document from ``path`` (or its bytes ``data``, already read), read within the input
-    limits (:mod:`predictor.common.inputs`: a FIFO, a device, an over-size file or nesting past the
-    depth limit refused); errors name the file."""
-    data = _file_bytes(path, what) if data is None else data
-    try:
-        return load_json(data, path)
-    except InputError as exc:
-        raise DeviceParamsError(str(exc)) from None
-    except UnicodeDecodeError as exc:
-        raise DeviceParamsError(f"{path}: not UTF-8 JSON text ({exc.reason} at byte {exc.start:,})") from None
-    except json.JSONDecodeError as exc:
-        raise DeviceParamsError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
-
-
 def _finite(value: float) -> bool:
     """Whether a number is finite as a float (``1e400`` reads as inf; a 4,000-digit int overflows)."""
     try:
@@ -173,7 +159,7 @@ def _finite(value: float) -> bool:
 def spec_from_file(path: str | Path) -> DeviceSpec:
     """A spec-only GPU from a NeuSight-style device file; errors name the file and the field."""
     path = Path(path)
-    body = _json_file(path, "spec file")
+    body = read_document(path, "spec file", DeviceParamsError, kind="json")
     if not isinstance(body, dict):
         raise DeviceParamsError(f"{path}: a spec file is one JSON object with fields {', '.join(SPEC_FILE_FIELDS)}")
     values = {}
@@ -230,26 +216,18 @@ def load_params(path: str | Path | None = None) -> DeviceParams:
         if path == PARAMS_FILE:
             return prior_params()
         raise DeviceParamsError(f"{path}: no such device-parameter file")
-    data = _file_bytes(path, "device-parameter file")
+    data = document_bytes(path, "device-parameter file", DeviceParamsError)
     gpus = catalog()  # one object per catalogue folder and process
     key = (path.resolve(), hashlib.sha256(data).digest())
     if _LAST_PARAMS and _LAST_PARAMS[0] == key and _LAST_PARAMS[1] is gpus:
         return _LAST_PARAMS[2]  # the same bytes against the same catalogue: parsed and checked once a run
-    params = _params_of(_json_file(path, "device-parameter file", data), path, spec_sheets())
+    params = _params_of(parse_document(data, path, "device-parameter file", DeviceParamsError, kind="json"), path,
+                        spec_sheets())
     _LAST_PARAMS[:] = [key, gpus, params]
     return params
 
 
 _LAST_PARAMS: list = []  # [(path, SHA-256 of its bytes), the GPU catalogue it was checked against, the params]
-
-
-def _file_bytes(path: Path, what: str) -> bytes:
-    try:
-        return read_bytes(path, what)
-    except InputError as exc:
-        raise DeviceParamsError(str(exc)) from None
-    except OSError as exc:
-        raise DeviceParamsError(f"{path}: cannot read the {what} ({exc.strerror or type(exc).__name__})") from None
 
 
 def _params_of(body, path: Path, sheets: dict[str, DeviceSpec]) -> DeviceParams:

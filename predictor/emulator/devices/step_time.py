@@ -24,6 +24,7 @@ import difflib
 
 import pandas as pd
 
+from predictor.common.inputs import UserError
 from predictor.common.trace_table import PHASES
 from predictor.emulator.capture.quiet import capture_quietly
 from predictor.emulator.devices.specs import DeviceParams, load_params
@@ -35,7 +36,7 @@ NLP_DEFAULT_VARIANT = {"transformer_encoder": "base", "transformer_seq2seq": "ba
                        "lstm_speech": "small"}
 
 
-class UnknownModelError(ValueError):
+class UnknownModelError(UserError, ValueError):
     """A model name the zoo does not know; the message lists close names and the families."""
 
 
