@@ -33,10 +33,10 @@ from predictor.dataset import split_by_family
 from predictor.emulator.zoo.registry import zoo_configs
 from predictor.evaluate import evaluate, markdown
 from predictor.methods import ets
+from predictor.methods.checks import ARCHS
 
 WIDTHS = (4, 8, 12, 16, 24)
 STRIDES = (1, 2, 3, 4, 6, 8)
-ARCHS = ("lstm", "gru", "transformer", "mlp")
 
 
 DEFAULT = {"width": 12, "stride": 4, "arch": "lstm", "overlap": True, "loss_weight": "time", "ema": 0.998,

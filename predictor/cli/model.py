@@ -21,6 +21,7 @@ from predictor.common.trace_table import TraceFormatError, read_dataset
 from predictor.features import TARGET_TRANSFORMS
 from predictor.intervals import DEFAULT_LEVEL, check_level
 from predictor.methods import METHODS, info
+from predictor.methods.checks import ARCHS
 from predictor.prediction import Subject, UnusablePrediction, predictions, subject_of
 
 if TYPE_CHECKING:
@@ -167,7 +168,7 @@ def _print_evaluation(result, as_json: bool, extra: dict) -> None:
 @click.option("--source-device", help="habitat: the device whose measured traces it scales to --device.")
 @click.option("--window", type=click.IntRange(1), help="ets: window width [12].")
 @click.option("--stride", type=click.IntRange(1), help="ets: window stride [4].")
-@click.option("--arch", type=click.Choice(["lstm", "gru", "transformer", "mlp"]), help="ets: window model [lstm].")
+@click.option("--arch", type=click.Choice(ARCHS), help="ets: window model [lstm].")
 @click.option("--layers", type=click.IntRange(1), help="Layers [method default].")
 @click.option("--hidden", type=click.IntRange(1), help="Hidden size [method default; ets: the feature dimension].")
 @click.option("--norm", type=click.Choice(["global", "per-op"]),

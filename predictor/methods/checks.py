@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 MAX_LAYERS = 256  # construction time grows with the layer count even on the meta device
 MAX_HIDDEN = 2**16
 MAX_WIDTH = 1024  # ops per ETS window
+ARCHS = ("lstm", "gru", "transformer", "mlp")  # ETS's window models (here: no torch to list them)
 MAX_OPS = 4096  # op types with their own feature slot (a feature row holds one slot per op type)
 MAX_EPOCHS = 10**6
 MAX_BATCH = 2**24

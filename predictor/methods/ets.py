@@ -63,7 +63,7 @@ from predictor.methods.base import (
     stored_fields,
     summarize,
 )
-from predictor.methods.checks import MAX_WIDTH
+from predictor.methods.checks import ARCHS, MAX_WIDTH
 from predictor.methods.training import (
     EarlyStopping,
     anchor_peaks,
@@ -76,7 +76,6 @@ from predictor.methods.training import (
 )
 from predictor.methods.windows import average_windows, first_window_only, window_index
 
-ARCHS = ("lstm", "gru", "transformer", "mlp")
 LOSS_WEIGHTS = ("time", "uniform")
 
 

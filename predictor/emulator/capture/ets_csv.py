@@ -38,6 +38,8 @@ from predictor.common.inputs import InputError, check_width, read_bytes, short
 from predictor.common.trace_table import TraceFormatError, refusing, validate
 
 OP_CODES_FILE = "op_codes.txt"
+# The ETS authors' GPU folders (../shared/ets_traces/<folder>/) and the catalogue GPU each one is
+ETS_DEVICES = {"T4": "T4", "2080Ti": "RTX2080Ti"}
 ATEN = "aten::"  # two list names carry it (aten::index, aten::clone); trace tables use bare names
 
 PHASE_OF_DIR = {1: "forward", 2: "backward", 3: "update"}

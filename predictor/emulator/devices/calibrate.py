@@ -51,6 +51,7 @@ from tqdm import tqdm
 from predictor.common.trace_table import PHASES
 from predictor.emulator.capture import cache as capture_cache
 from predictor.emulator.capture.costs import op_class
+from predictor.emulator.capture.ets_csv import ETS_DEVICES
 from predictor.emulator.devices import kernels as kernel_model
 from predictor.emulator.devices.measurements import SOURCES, load_measurements, workload_config
 from predictor.emulator.devices.neusight_ops import LOSS_OPS
@@ -64,7 +65,6 @@ MIN_CLASS_OPS = 20
 BOUNDS = {"compute_eff": (0.02, 2.0), "compute_half_mflop": (0.001, 1e4), "tensor_eff": (0.02, 1.0),
           "memory_eff": (0.02, 1.0), "memory_half_kb": (0.1, 1e5), "kernel_latency_us": (0.3, 60.0),
           "host_scale": (0.05, 20.0)}
-ETS_DEVICES = {"T4": "T4", "2080Ti": "RTX2080Ti"}
 WALL_CLOCK = ("gavel", "sia", "spread")  # step times of a training loop: pay time outside the trace
 DDP_SOURCES = ("spread",)  # DistributedDataParallel (gloo) even on one GPU: a gradient all-reduce per step
 NSYS_SOURCES = ("ets",)

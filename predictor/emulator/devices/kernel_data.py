@@ -39,12 +39,12 @@ import pandas as pd
 
 from predictor.common.inputs import InputError, UserError, check_width, read_bytes, short
 from predictor.emulator.capture.costs import _ELEMENTWISE_COST
+from predictor.emulator.capture.ets_csv import ETS_DEVICES
 
 FLOOR_FACTOR = 2.0
 NEUSIGHT_DEVICES = {"Tesla_T4": "T4", "Tesla_P4": "P4", "Tesla_P100-PCIE-16GB": "P100",
                     "Tesla_V100-PCIE-32GB": "V100", "NVIDIA_A100-PCIE-40GB": "A100",
                     "NVIDIA_A100_80GB_PCIe": "A100-80GB"}
-ETS_DEVICES = {"T4": "T4", "2080Ti": "RTX2080Ti"}
 BINARY = ("add", "mul", "div", "pow")
 SCALAR = ("addu", "mulu", "divu", "powu")
 UNARY = ("relu", "gelu", "tanh")
