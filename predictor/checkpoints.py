@@ -49,13 +49,6 @@ def pretrained(gpu: str, directory: str | Path = CHECKPOINT_DIR, method: str = "
     return load(pretrained_path(gpu, directory, method))
 
 
-def interval_calibration(gpu: str, directory: str | Path = CHECKPOINT_DIR,
-                         method: str = "ets") -> IntervalCalibration | None:
-    """The interval calibration stored in the shipped ``method`` checkpoint for ``gpu`` (None when
-    it has none), read without building the model."""
-    return Pretrained(method, [gpu], directory).intervals(gpu)
-
-
 class Pretrained:
     """The shipped ``method`` checkpoints of some GPU types, each file read once: its bytes are
     what a table's cache key hashes, what its model is built from and what its intervals come

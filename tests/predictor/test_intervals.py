@@ -194,12 +194,12 @@ def model_intervals_factor(ckpt, q: float) -> float:
 
 def test_shipped_checkpoint_calibrations_are_readable():
     """Every shipped checkpoint either has intervals or says it has none; no other outcome."""
-    from predictor.checkpoints import CHECKPOINT_DIR, available, interval_calibration
+    from predictor.checkpoints import CHECKPOINT_DIR, Pretrained, available
     from predictor.methods import METHODS
 
     for method in METHODS:
         for gpu in available(CHECKPOINT_DIR, method):
-            cal = interval_calibration(gpu, method=method)
+            cal = Pretrained(method, [gpu]).intervals(gpu)
             assert cal is None or (cal.traces > 0 and 0 < cal.factor(0.9) < math.inf)
 
 

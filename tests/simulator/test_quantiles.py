@@ -111,7 +111,7 @@ def test_a_predictor_without_uncertainty_fails_only_when_asked():
 def test_model_quantiles_leave_each_jobs_own_family_out():
     """A catalog job's quantile comes from the checkpoint's calibration without its family (the
     catalog is the held-out families the intervals were calibrated on)."""
-    from predictor.checkpoints import interval_calibration
+    from predictor.checkpoints import Pretrained
     from traces.catalog import read_catalog
 
     catalog = read_catalog().groupby("config_id")["family"].first()
@@ -119,7 +119,7 @@ def test_model_quantiles_leave_each_jobs_own_family_out():
     bound = pd.DataFrame({"job_id": [f"j{i}" for i in range(len(picked))], "config_id": picked.index})
     got = make_predictor("ets").quantile_factors(0.9, bound, ["T4", "V100"])
     for k, gpu in enumerate(["T4", "V100"]):
-        cal = interval_calibration(gpu, method="ets")
+        cal = Pretrained("ets", [gpu]).intervals(gpu)
         if cal is None:
             pytest.skip("the shipped ETS checkpoints have no calibrated intervals")
         families = picked.to_numpy()
