@@ -24,13 +24,15 @@ from pathlib import Path
 import click
 import matplotlib
 
+from predictor.common.inputs import InputError
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from experiments.shared_data import shared_dir  # noqa: E402
-from predictor.emulator.devices import kernel_corpus, kernel_data, kernels  # noqa: E402
+from predictor.emulator.devices import kernel_corpus, kernels  # noqa: E402
 from predictor.emulator.devices.specs import spec_sheets  # noqa: E402
 
 SHARED = shared_dir()
@@ -119,7 +121,7 @@ def mlp_leave_one_gpu_out(data: pd.DataFrame, epochs: int = 15) -> pd.DataFrame:
 def main(calibration: Path, ets_dir: Path, report: Path, out: Path, rounds: int, compare_mlp: bool) -> None:
     try:
         data = kernel_corpus.load_all(calibration, ets_dir, kernelbench_cache=KERNELBENCH_CACHE, progress=True)
-    except kernel_data.KernelDataError as exc:
+    except InputError as exc:
         raise click.ClickException(str(exc)) from None
     report.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()

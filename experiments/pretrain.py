@@ -28,7 +28,8 @@ Stages (each resumable: a rerun skips what exists):
 
 Budgets: ETS ``--minutes``, DNNPerf-style ``--dnnperf-minutes`` (their convergence curves are
 compared), the operator-based MLP and Habitat-style's MLP ``--baseline-minutes``. Habitat-style predicts each
-device from another one's trace: P100 and V100 from T4, T4 from V100.
+device from another one's trace: P100 and V100 from T4, T4 from V100 (:func:`habitat_source` reads
+it from the shipped checkpoints' configs).
 """
 
 from __future__ import annotations
@@ -106,7 +107,20 @@ def held_out_units(traces: pd.DataFrame, base: set[str]) -> list[str]:
 ETS_SETTINGS = {"hidden": 32, "batch_size": 512, "lr": 3e-3, "patience": 12}
 # Per method, the settings its shipped checkpoints were trained with beyond its config's defaults.
 SHIPPED_SETTINGS: dict[str, dict] = {"ets": ETS_SETTINGS}
-HABITAT_SOURCE = {"T4": "V100", "P100": "T4", "V100": "T4", "A100": "V100", "H100": "V100", "L4": "T4"}
+# The source GPU of a Habitat model for a GPU no shipped checkpoint records one for (the shipped
+# habitat-<GPU>.pt files record theirs in their config: habitat_source reads it there).
+HABITAT_SOURCE_UNSHIPPED = {"A100": "V100", "H100": "V100", "L4": "T4"}
+
+
+def habitat_source(gpu: str) -> str:
+    """The GPU whose traces the Habitat model of ``gpu`` scales: the ``source_device`` its shipped
+    checkpoint was trained with (so a retrain reproduces it), else :data:`HABITAT_SOURCE_UNSHIPPED`."""
+    from predictor import checkpoint_file
+
+    path = checkpoint_path(gpu, CHECKPOINT_DIR, "habitat")
+    if path.exists():
+        return str(checkpoint_file.read(path)["config"]["source_device"]).removeprefix(EMULATED_PREFIX)
+    return HABITAT_SOURCE_UNSHIPPED[gpu]
 
 
 def emulated_datasets(sequences: pd.DataFrame, devices: list[str], out: Path) -> None:
@@ -126,7 +140,7 @@ def train_one(method: str, gpu: str, data: dict[str, pd.DataFrame], split, minut
     target = EMULATED_PREFIX + gpu
     options = {"max_minutes": minutes, **SHIPPED_SETTINGS.get(method, {})}
     if methods.info(method).reads_source_device:
-        options["source_device"] = EMULATED_PREFIX + HABITAT_SOURCE[gpu]
+        options["source_device"] = EMULATED_PREFIX + habitat_source(gpu)
         traces = pd.concat(data.values(), ignore_index=True)  # its MLPs learn from every device
     else:
         traces = data[target]

@@ -19,8 +19,6 @@ from typing import Any
 
 import numpy as np
 
-from predictor.common.inputs import UserError
-
 # What a view's ``gpu_job`` holds for a GPU that runs no job: free, or on a failed node (out of the
 # free and total counts until it is repaired; a policy must not pin a job to it).
 IDLE_GPU = -1
@@ -29,10 +27,6 @@ DOWN_GPU = -2
 
 class PolicyError(RuntimeError):
     """A policy returned an impossible decision (a bug in the policy, not in user input)."""
-
-
-class PolicySpecError(UserError, ValueError):
-    """An unknown policy name or option on the command line."""
 
 
 def read_only(array: np.ndarray) -> np.ndarray:

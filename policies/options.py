@@ -6,8 +6,7 @@ with these parsers so a bad value fails with one clear message.
 
 from __future__ import annotations
 
-from policies.base import PolicySpecError
-from predictor.common.inputs import short
+from predictor.common.inputs import SpecError, short
 
 
 def count_or_all(name: str, value: int | str | None) -> int | None:
@@ -17,9 +16,9 @@ def count_or_all(name: str, value: int | str | None) -> int | None:
     try:
         number = int(value)
     except (TypeError, ValueError):
-        raise PolicySpecError(f"option {name}={value!r}: expected a positive integer or 'all'") from None
+        raise SpecError(f"option {name}={value!r}: expected a positive integer or 'all'") from None
     if number < 1:
-        raise PolicySpecError(f"option {name}={value!r}: expected a positive integer or 'all'")
+        raise SpecError(f"option {name}={value!r}: expected a positive integer or 'all'")
     return number
 
 
@@ -30,13 +29,13 @@ def number(name: str, value: float | str, low: float, high: float, *, low_open: 
     try:
         x = float(value)
     except (TypeError, ValueError):
-        raise PolicySpecError(f"option {name}={short(value)}: expected a number") from None
+        raise SpecError(f"option {name}={short(value)}: expected a number") from None
     above = low < x if low_open else low <= x
     below = x < high if high_open else x <= high
     if not (above and below):
         opening, closing = "(" if low_open else "[", ")" if high_open else "]"
-        raise PolicySpecError(f"option {name}={short(value)}: must lie in {opening}{low:g}, {high:g}{closing}"
-                              + (f" {unit}" if unit else ""))
+        raise SpecError(f"option {name}={short(value)}: must lie in {opening}{low:g}, {high:g}{closing}"
+                        + (f" {unit}" if unit else ""))
     return x
 
 
@@ -53,12 +52,12 @@ def switch(name: str, value: bool | str) -> bool:
         return True
     if str(value).lower() in ("off", "false", "no", "0"):
         return False
-    raise PolicySpecError(f"option {name}={value!r}: expected on or off")
+    raise SpecError(f"option {name}={value!r}: expected on or off")
 
 
 def choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
-        raise PolicySpecError(f"option {name}={value!r}: expected one of {', '.join(allowed)}")
+        raise SpecError(f"option {name}={value!r}: expected one of {', '.join(allowed)}")
     return value
 
 
@@ -71,5 +70,5 @@ def planning_mode(value: str) -> str:
     every event and starts only idle GPUs' queue heads; ``offline`` plans each batch of arrivals
     once and installs whole queues (later arrivals are planned behind them)."""
     if value in RENAMED_MODES:
-        raise PolicySpecError(f"option mode={value!r} is now spelled mode={RENAMED_MODES[value]}")
+        raise SpecError(f"option mode={value!r} is now spelled mode={RENAMED_MODES[value]}")
     return choice("mode", value, MODES)

@@ -10,7 +10,7 @@ import inspect
 from collections.abc import Callable
 
 from policies.allox import AlloxPolicy
-from policies.base import Policy, PolicySpecError
+from policies.base import Policy
 from policies.edf import EdfPolicy
 from policies.fifo import FifoPolicy
 from policies.gavel import OBJECTIVES, GavelPolicy
@@ -18,6 +18,7 @@ from policies.hydra import DEFAULT_WORK, HydraPolicy
 from policies.sjf import SjfPolicy
 from policies.srtf import SrtfPolicy
 from policies.tiresias import TiresiasPolicy
+from predictor.common.inputs import SpecError
 
 PREEMPTION_OPTIONS = ("lease=360 (seconds between rounds, >= 1; inf: never preempt), restart=10 (seconds to "
                       "resume, <= 86400, plus checkpoint_bytes / storage_gbps where the trace has them), "
@@ -57,7 +58,7 @@ def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
     for item in filter(None, (s.strip() for s in rest.split(","))):
         key, eq, value = item.partition("=")
         if not eq or not key:
-            raise PolicySpecError(f"policy option {item!r} in {spec!r} is not key=value")
+            raise SpecError(f"policy option {item!r} in {spec!r} is not key=value")
         options[key.strip()] = value.strip()
     return name, options
 
@@ -65,13 +66,13 @@ def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
 def make_policy(spec: str) -> Policy:
     name, options = parse_spec(spec)
     if name not in POLICIES:
-        raise PolicySpecError(f"unknown policy {name!r}; available: {', '.join(POLICIES)}")
+        raise SpecError(f"unknown policy {name!r}; available: {', '.join(POLICIES)}")
     factory, _ = POLICIES[name]
     accepted = set(inspect.signature(factory).parameters)
     unknown = sorted(set(options) - accepted)
     if unknown:
-        raise PolicySpecError(f"policy {name!r} does not take option(s) {unknown}"
-                              + (f"; it takes {sorted(accepted)}" if accepted else ""))
+        raise SpecError(f"policy {name!r} does not take option(s) {unknown}"
+                        + (f"; it takes {sorted(accepted)}" if accepted else ""))
     return factory(**options)
 
 

@@ -39,9 +39,10 @@ import math
 
 import numpy as np
 
-from policies.base import Placement, PolicySpecError, Preemption
+from policies.base import Placement, Preemption
 from policies.options import choice, number
 from policies.preemptive import PreemptivePolicy
+from predictor.common.inputs import SpecError
 
 TIMERS = ("paper", "simulator")
 
@@ -53,8 +54,8 @@ def thresholds_option(value: str | tuple[float, ...]) -> tuple[float, ...]:
     parts = tuple(number("thresholds", v, 0.0, np.inf, low_open=True, high_open=True)
                   for v in str(value).split("/") if v.strip())
     if not parts or list(parts) != sorted(set(parts)):
-        raise PolicySpecError(f"option thresholds={value!r}: expected ascending positive GPU-seconds "
-                              "such as 3200/25600")
+        raise SpecError(f"option thresholds={value!r}: expected ascending positive GPU-seconds "
+                        "such as 3200/25600")
     return parts
 
 

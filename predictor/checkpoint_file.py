@@ -26,7 +26,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from predictor.common.inputs import InputError, UserError, load_json, read_bytes, short
+from predictor.common.inputs import CheckpointError, InputError, load_json, read_bytes, short
 
 MAGIC = b"ETS-CHECKPOINT 2 sha256="
 HEADER_BYTES = len(MAGIC) + 64 + 1  # the first line, newline included
@@ -35,10 +35,6 @@ if TYPE_CHECKING:
     import torch
 
 CONVERT_HINT = "`ets checkpoint convert --trust FILE` converts a pickled checkpoint whose source you trust"
-
-
-class CheckpointError(UserError, ValueError):
-    """A checkpoint that cannot be used with this code or this data; the message says why."""
 
 
 # -- writing --------------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from predictor.common.inputs import UserError
+from predictor.common.inputs import CheckpointError, InputError, SpecError
 from predictor.methods import METHODS, ets, training
 
 MIN_VAL_TRACES = 10
@@ -73,10 +73,6 @@ def calibration(parent: ets.EtsPredictor, traces: pd.DataFrame) -> tuple[float, 
     return (float(np.clip(a, lo, hi) * parent.scale[0]), float(np.clip(b, lo, hi) * parent.scale[1]))
 
 
-class FinetuneError(UserError, ValueError):
-    """Data or checkpoint that cannot be fine-tuned; the message says why."""
-
-
 def split_traces(config_ids: list[str], seed: int = 0) -> tuple[list[str], list[str]]:
     """(train, validation) config ids: ``VAL_FRACTION`` held out, at least one, when there are
     ``MIN_VAL_TRACES`` or more; else all train and none validates."""
@@ -99,15 +95,15 @@ def vocabulary_coverage(parent: ets.EtsPredictor, traces: pd.DataFrame) -> float
 
 
 def check_compatible(parent, traces: pd.DataFrame, path: str = "") -> None:
-    """FinetuneError unless ``parent`` is an ETS predictor whose feature spec describes ``traces``."""
+    """CheckpointError unless ``parent`` is an ETS predictor whose feature spec describes ``traces``."""
     method = getattr(parent, "method", type(parent).__name__)
     if method not in METHODS or not METHODS[method].fine_tunable:
         tunable = ", ".join(spec.label for spec in METHODS.values() if spec.fine_tunable)
-        raise FinetuneError(f"{path or 'checkpoint'}: a {method!r} checkpoint; fine-tuning continues {tunable} "
-                            "checkpoints")
+        raise CheckpointError(f"{path or 'checkpoint'}: a {method!r} checkpoint; fine-tuning continues {tunable} "
+                              "checkpoints")
     coverage = vocabulary_coverage(parent, traces)
     if coverage < MIN_COVERAGE:
-        raise FinetuneError(
+        raise CheckpointError(
             f"{path or 'checkpoint'}: its op vocabulary covers {coverage:.0%} of the data's time (at least "
             f"{MIN_COVERAGE:.0%} needed): the traces carry features of another kind (imported with "
             "--features recorded? re-import with --features zoo), or the checkpoint was trained on other workloads")
@@ -122,11 +118,11 @@ def fit_small(traces: pd.DataFrame, parent: ets.EtsPredictor | None = None, *, p
     from scratch with ``base`` (default :class:`ets.EtsConfig`) when None. ``epochs``
     overrides the fixed or maximum epoch count, ``lr`` the learning rate (gradient training)."""
     if traces.empty:
-        raise FinetuneError("no traces to train on")
+        raise InputError("no traces to train on")
     ids = sorted(traces["config_id"].unique())
     tune = tune or default_tune(len(ids))
     if tune not in TUNES:
-        raise FinetuneError(f"tune must be one of {', '.join(TUNES)}, got {tune!r}")
+        raise SpecError(f"tune must be one of {', '.join(TUNES)}, got {tune!r}")
     device = str(traces["device"].iloc[0])
     if parent is not None and tune == "scale":
         record = {**(split or {}), "train": len(ids), "val": 0, "traces": ids, "validation": "none (calibration)",

@@ -59,8 +59,8 @@ def largest_gpu() -> tuple[float, list[str]]:
     """The memory (GB) of the largest known GPU and the GPUs that have it (the spec sheets)."""
     from predictor.emulator.devices.specs import spec_sheets
 
-    most = max(s.mem_gb for s in spec_sheets().values())
-    return most, sorted(s.name for s in spec_sheets().values() if s.mem_gb == most)
+    most = max(s.memory_gb for s in spec_sheets().values())
+    return most, sorted(s.name for s in spec_sheets().values() if s.memory_gb == most)
 
 
 def too_big_warning(memory: MemoryEstimate) -> str | None:

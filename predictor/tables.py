@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from predictor.common.inputs import InputError, UserError, printable, read_parquet_arrow, short
+from predictor.common.inputs import InputError, printable, read_parquet_arrow, short
 from predictor.methods import METHODS, info
 
 if TYPE_CHECKING:
@@ -181,18 +181,14 @@ def read_table(path: str | Path, *, signed: tuple[bytes, str] | None = None) -> 
     return frame, None
 
 
-class TableError(UserError, ValueError):
-    """A table that cannot be built (unknown GPU type, no checkpoint); the message says why."""
-
-
 def cache_dir() -> Path:
     """Where cache tables live: ``$ETS_SIM_CACHE/tables`` (default ``~/.cache/ets-sim/tables``).
-    TableError for a variable set to nothing (it would put the cache in ``./tables``)."""
+    InputError for a variable set to nothing (it would put the cache in ``./tables``)."""
     root = os.environ.get("ETS_SIM_CACHE")
     if root is None:
         return Path.home() / ".cache" / "ets-sim" / "tables"
     if not root.strip():
-        raise TableError("ETS_SIM_CACHE is set but empty: name a folder for the table cache, or unset it "
+        raise InputError("ETS_SIM_CACHE is set but empty: name a folder for the table cache, or unset it "
                          "for ~/.cache/ets-sim")
     return Path(root) / "tables"
 
@@ -204,17 +200,17 @@ KEY_BYTES = 32
 def open_cache() -> tuple[Path, bytes]:
     """The cache folder, proved a writable directory, and its secret (created with the cache):
     checked before any table is built, so an unusable cache fails in one line at the start, not
-    after minutes of work. TableError naming the folder or key file and what to do."""
+    after minutes of work. InputError naming the folder or key file and what to do."""
     from predictor.common.outputs import OutputError, check_writable
 
     folder = cache_dir()
     if folder.is_symlink():  # a link planted in a shared cache would send our writes elsewhere
-        raise TableError(f"table cache {printable(folder)} is a symbolic link; remove it (a new cache is made) "
+        raise InputError(f"table cache {printable(folder)} is a symbolic link; remove it (a new cache is made) "
                          "or set ETS_SIM_CACHE to the folder it names")
     try:
         check_writable(folder)
     except OutputError as exc:
-        raise TableError(f"table cache (ETS_SIM_CACHE): {exc}; set ETS_SIM_CACHE to a writable folder") from None
+        raise InputError(f"table cache (ETS_SIM_CACHE): {exc}; set ETS_SIM_CACHE to a writable folder") from None
     return folder, _cache_secret(folder / KEY_FILE)
 
 
@@ -228,7 +224,7 @@ def _cache_secret(path: Path) -> bytes:
     except FileNotFoundError:
         fd = None
     except OSError as exc:  # ELOOP: a symbolic link
-        raise TableError(f"table cache key {printable(path)}: cannot be opened as a private file "
+        raise InputError(f"table cache key {printable(path)}: cannot be opened as a private file "
                          f"({exc.strerror}); remove it: a new key is made and every table rebuilt") from None
     if fd is None:
         import tempfile
@@ -257,7 +253,7 @@ def _cache_secret(path: Path) -> bytes:
     if problem is None and len(secret) != KEY_BYTES:
         problem = f"{len(secret)} bytes, not {KEY_BYTES}"
     if problem is not None:
-        raise TableError(f"table cache key {printable(path)} is {problem}: tables in this cache cannot be "
+        raise InputError(f"table cache key {printable(path)} is {problem}: tables in this cache cannot be "
                          "authenticated; remove the key (a new one is made and every table rebuilt) or set "
                          "ETS_SIM_CACHE to a private folder")
     return secret
@@ -332,7 +328,7 @@ def _store(folder: Path, secret: bytes, key: str, table: pd.DataFrame) -> None:
         with atomic_file(folder / f"{key}.parquet") as tmp:  # the rename replaces a planted link
             write_table(table, tmp, signed=(secret, key))
     except OutputError as exc:
-        raise TableError(f"table cache: {exc}") from None
+        raise InputError(f"table cache: {exc}") from None
 
 
 def stderr_warning(line: str) -> None:
@@ -341,12 +337,9 @@ def stderr_warning(line: str) -> None:
 
 
 def _gpu_key(gpu: str) -> str:
-    from predictor.emulator.devices.specs import DeviceParamsError, device_key
+    from predictor.emulator.devices.specs import device_key
 
-    try:
-        return device_key(gpu)
-    except DeviceParamsError as exc:
-        raise TableError(str(exc)) from None
+    return device_key(gpu)  # DeviceParamsError, an InputError, for a name the catalogue lacks
 
 
 def truth_table(sequences: pd.DataFrame, gpu_types: list[str], *, progress: bool = False,
@@ -360,7 +353,7 @@ def truth_table(sequences: pd.DataFrame, gpu_types: list[str], *, progress: bool
     from predictor.evaluate import iteration_truth
 
     if phase not in TRUTH_PHASES:
-        raise TableError(f"unknown truth phase {short(phase)}; known: {', '.join(TRUTH_PHASES)}")
+        raise InputError(f"unknown truth phase {short(phase)}; known: {', '.join(TRUTH_PHASES)}")
     params = load_params()
     types = sorted(set(gpu_types))
     keys = {g: _gpu_key(g) for g in types}
@@ -406,7 +399,7 @@ def method_table(method: str, sequences: pd.DataFrame, gpu_types: list[str],
     from predictor.emulator.devices.specs import load_params
 
     if method not in METHODS:
-        raise TableError(f"unknown predictor method {short(method)}; known: {', '.join(METHODS)}")
+        raise InputError(f"unknown predictor method {short(method)}; known: {', '.join(METHODS)}")
     directory = Path(checkpoint_dir or CHECKPOINT_DIR)
     types = sorted(set(gpu_types))
     keys = {g: _gpu_key(g) for g in types}
@@ -414,7 +407,7 @@ def method_table(method: str, sequences: pd.DataFrame, gpu_types: list[str],
         pretrained = pretrained or Pretrained(method, types, directory)
         files = [pretrained.data[gpu] for gpu in types]
     except CheckpointError as exc:  # names the GPUs that have one
-        raise TableError(str(exc)) from None
+        raise InputError(str(exc)) from None
     configs = sorted(sequences["config_id"].unique())
     params = load_params()
 
@@ -427,7 +420,7 @@ def method_table(method: str, sequences: pd.DataFrame, gpu_types: list[str],
                 try:
                     model = pretrained.model(gpu)
                 except CheckpointError as exc:
-                    raise TableError(str(exc)) from None
+                    raise InputError(str(exc)) from None
                 traces = sequences
                 if info(method).reads_source_device:  # scales the trace measured on its source device
                     source = model.config.source_device

@@ -71,9 +71,10 @@ def sweep_cmd(policies, predictors, errors, workloads, traces, seeds, load_scale
     configs, so truth and the predictors see the same jobs.
     Exit status 1 when a point of this grid failed.
     """
+    from predictor.common.inputs import SpecError
     from predictor.common.outputs import OutputError, locked_folder
     from simulator.sweep.driver import run_sweep
-    from simulator.sweep.grid import SweepSpecError, plan
+    from simulator.sweep.grid import plan
     from simulator.sweep.points import config_key
     from simulator.sweep.tables import format_table, summary_table
 
@@ -83,7 +84,7 @@ def sweep_cmd(policies, predictors, errors, workloads, traces, seeds, load_scale
                        deadline_fraction=deadline_fraction, reference_gpu=reference_gpu, observe_after=observe_after,
                        placements=placements, communication=not blind, failures=failures or ("none",),
                        checkpoints=checkpoints or ())
-    except SweepSpecError as exc:
+    except SpecError as exc:
         raise click.UsageError(str(exc)) from None
     if ray_address:
         check_ray_address(ray_address)
@@ -141,13 +142,14 @@ def plot_cmd(path, out, overwrite) -> None:
     (pooled, with each seed); JCT CDFs and utilisation over time of every run (a panel per policy,
     workload and load; a line per predictor and seed).
     """
+    from predictor.common.inputs import InputError
     from predictor.common.outputs import OutputError, inside
-    from simulator.plots import PlotInputError, plot
+    from simulator.plots import plot
 
     try:  # PATH/plots is ours to create: a link planted there is refused; an --out given is taken as is
         check_figures_folder(out or inside(path, "plots"), overwrite)
         files = plot(path, out, log=lambda m: click.echo(m, err=True))
-    except (PlotInputError, OutputError) as exc:
+    except (InputError, OutputError) as exc:
         raise click.ClickException(str(exc)) from None
     for f in files:
         click.echo(f)
@@ -184,12 +186,13 @@ def timeline_cmd(run_dir, out, overwrite) -> None:
 
     One track per GPU (grouped by node), one slice per job per GPU, and a waiting-jobs counter.
     """
+    from predictor.common.inputs import InputError
     from predictor.common.outputs import OutputError
-    from simulator.timeline import TimelineInputError, write_timeline
+    from simulator.timeline import write_timeline
 
     try:
         path = write_timeline(run_dir, out, overwrite, warn=lambda m: click.echo(f"warning: {m}", err=True))
-    except (TimelineInputError, OutputError) as exc:
+    except (InputError, OutputError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(path)
 

@@ -13,12 +13,7 @@ from pathlib import Path
 
 from predictor.common.documents import read_document
 from predictor.common.gpus import UnknownGpuTypeError, canonical_gpu_type
-from predictor.common.inputs import UserError, names, short
-
-
-class ClusterError(UserError, ValueError):
-    """A cluster description that cannot be used (unknown preset, bad file, unknown GPU type)."""
-
+from predictor.common.inputs import InputError, names, short
 
 # The engine keeps state per GPU (and builds the node list one node at a time), so a size past
 # this is a typo (num_gpus: 1e20) that would otherwise overflow, exhaust memory or never finish.
@@ -42,20 +37,20 @@ def check_size(total: int, where: str, nodes: int = 0) -> None:
     """Refuse a cluster of more than :data:`MAX_GPUS` GPUs or :data:`MAX_NODES` nodes (checked
     from the counts, before a node is built)."""
     if total > MAX_GPUS:
-        raise ClusterError(f"{where}: {total:,} GPUs; at most {MAX_GPUS:,} are supported "
-                           "(the simulator keeps state per GPU)")
+        raise InputError(f"{where}: {total:,} GPUs; at most {MAX_GPUS:,} are supported "
+                         "(the simulator keeps state per GPU)")
     if nodes > MAX_NODES:
-        raise ClusterError(f"{where}: {nodes:,} nodes; at most {MAX_NODES:,} are supported "
-                           "(the simulator keeps state per node)")
+        raise InputError(f"{where}: {nodes:,} nodes; at most {MAX_NODES:,} are supported "
+                         "(the simulator keeps state per node)")
 
 
 def check_name(name: str, where: str) -> str:
     """``name`` if it has at most :data:`MAX_NAME` characters, all printable (it is echoed to the
-    terminal and kept once per node), else ClusterError naming ``where``."""
+    terminal and kept once per node), else InputError naming ``where``."""
     if len(name) > MAX_NAME:
-        raise ClusterError(f"{where}: {len(name):,} characters, at most {MAX_NAME} ({short(name)})")
+        raise InputError(f"{where}: {len(name):,} characters, at most {MAX_NAME} ({short(name)})")
     if not name.isprintable():
-        raise ClusterError(f"{where}: holds a control or format character: {short(name)}")
+        raise InputError(f"{where}: holds a control or format character: {short(name)}")
     return name
 
 
@@ -77,11 +72,11 @@ class Node:
             from predictor.emulator.devices.collectives import INTERCONNECT_KINDS
 
             if self.interconnect not in INTERCONNECT_KINDS:
-                raise ClusterError(f"node {short(self.name)}: unknown interconnect {short(self.interconnect)}; "
-                                   f"known: {', '.join(INTERCONNECT_KINDS)}")
+                raise InputError(f"node {short(self.name)}: unknown interconnect {short(self.interconnect)}; "
+                                 f"known: {', '.join(INTERCONNECT_KINDS)}")
         if self.network_gbps and not (0 < self.network_gbps < math.inf):
-            raise ClusterError(f"node {short(self.name)}: network_gbps must be a finite number > 0, "
-                               f"got {short(self.network_gbps)}")
+            raise InputError(f"node {short(self.name)}: network_gbps must be a finite number > 0, "
+                             f"got {short(self.network_gbps)}")
 
 
 @dataclass(frozen=True)
@@ -93,11 +88,11 @@ class Cluster:
 
     def __post_init__(self) -> None:
         if not self.nodes:
-            raise ClusterError(f"cluster {short(self.name)} has no GPU nodes")
+            raise InputError(f"cluster {short(self.name)} has no GPU nodes")
         largest = max(self.nodes, key=lambda node: node.num_gpus)
         if largest.num_gpus > MAX_NODE_GPUS:
-            raise ClusterError(f"cluster {short(self.name)}: node {short(largest.name)} has {largest.num_gpus:,} GPUs; "
-                               f"at most {MAX_NODE_GPUS:,} per node are supported (split it into nodes)")
+            raise InputError(f"cluster {short(self.name)}: node {short(largest.name)} has {largest.num_gpus:,} GPUs; "
+                             f"at most {MAX_NODE_GPUS:,} per node are supported (split it into nodes)")
 
     @property
     def gpu_types(self) -> list[str]:
@@ -178,9 +173,9 @@ PRESETS["default"] = [("T4", 2, 5), ("P100", 2, 5), ("V100", 8, 2)]
 def scaled(groups: list[tuple[str, int, int]], factor: float) -> list[tuple[str, int, int]]:
     """Scale node counts (at least one node per type)."""
     if not factor > 0:
-        raise ClusterError(f"cluster scale must be > 0, got {factor}")
+        raise InputError(f"cluster scale must be > 0, got {factor}")
     if not math.isfinite(factor) or factor > MAX_GPUS:
-        raise ClusterError(f"cluster scale {factor:g} is too large (at most {MAX_GPUS:,} GPUs are supported)")
+        raise InputError(f"cluster scale {factor:g} is too large (at most {MAX_GPUS:,} GPUs are supported)")
     out = [(t, per, max(1, math.floor(count * factor + 0.5))) for t, per, count in groups]
     check_size(sum(per * count for _, per, count in out), f"cluster scaled {factor:g}x",
                sum(count for _, _, count in out))
@@ -201,13 +196,13 @@ def from_table(rows, name: str) -> Cluster:
 def _read_document(path: Path) -> object:
     """The parsed cluster file: JSON (suffix .json) or YAML (any other), read within the input
     limits (:func:`predictor.common.documents.read_document`)."""
-    return read_document(path, "cluster file", ClusterError, kind="json" if path.suffix == ".json" else "yaml")
+    return read_document(path, "cluster file", InputError, kind="json" if path.suffix == ".json" else "yaml")
 
 
 def _scalar_text(value: object, where: str, key: str) -> str:
     """A name field as text; a list or mapping (which ``str`` would expand whole) is refused."""
     if isinstance(value, (dict, list, tuple, set)):
-        raise ClusterError(f"{where}: field {key!r} must be a string, got a {type(value).__name__}")
+        raise InputError(f"{where}: field {key!r} must be a string, got a {type(value).__name__}")
     return str(value)
 
 
@@ -224,12 +219,12 @@ def _interconnect(entry: dict, gpu_type: str, where: str) -> str:
 
     kind = entry["interconnect"]
     if not isinstance(kind, str) or kind not in INTERCONNECT_KINDS:
-        raise ClusterError(f"{where}: field 'interconnect': unknown interconnect {short(kind)}; "
-                           f"known: {', '.join(INTERCONNECT_KINDS)}")
+        raise InputError(f"{where}: field 'interconnect': unknown interconnect {short(kind)}; "
+                         f"known: {', '.join(INTERCONNECT_KINDS)}")
     try:
         override_interconnect(gpu_entry(gpu_type), kind)
     except CollectiveError as exc:
-        raise ClusterError(f"{where}: field 'interconnect': {exc}") from None
+        raise InputError(f"{where}: field 'interconnect': {exc}") from None
     return kind
 
 
@@ -239,7 +234,7 @@ def _network_gbps(entry: dict, where: str) -> float:
         return 0.0
     value = entry["network_gbps"]
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-        raise ClusterError(f"{where}: field 'network_gbps' must be a finite number of Gbit/s > 0, got {short(value)}")
+        raise InputError(f"{where}: field 'network_gbps' must be a finite number of Gbit/s > 0, got {short(value)}")
     return float(value)
 
 
@@ -248,21 +243,21 @@ def _node_entry(entry: object, i: int, path: Path) -> tuple[str, int, int, str, 
     interconnect, network_gbps)."""
     where = f"{path}: nodes[{i}]"
     if not isinstance(entry, dict):
-        raise ClusterError(f"{where}: expected a mapping, got {short(entry)}")
+        raise InputError(f"{where}: expected a mapping, got {short(entry)}")
     unknown = set(entry) - set(NODE_FIELDS)
     if unknown:
-        raise ClusterError(f"{where}: unknown field(s) [{names(sorted(unknown, key=str))}]")
+        raise InputError(f"{where}: unknown field(s) [{names(sorted(unknown, key=str))}]")
     if "gpu_type" not in entry:
-        raise ClusterError(f"{where}: field 'gpu_type' is missing")
+        raise InputError(f"{where}: field 'gpu_type' is missing")
     try:
         gpu_type = canonical_gpu_type(_scalar_text(entry["gpu_type"], where, "gpu_type"))
     except UnknownGpuTypeError as exc:
-        raise ClusterError(f"{where}: field 'gpu_type': {exc}") from None
+        raise InputError(f"{where}: field 'gpu_type': {exc}") from None
     for key, default, most in (("num_gpus", None, MAX_NODE_GPUS), ("count", 1, MAX_NODES)):
         value = entry.get(key, default)
         if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= most:
-            raise ClusterError(f"{where}: field {key!r} must be an integer >= 1 and <= {most:,}, "
-                               f"got {short(value)}")
+            raise InputError(f"{where}: field {key!r} must be an integer >= 1 and <= {most:,}, "
+                             f"got {short(value)}")
     base = _scalar_text(entry.get("name", f"{gpu_type.lower()}-{i}"), where, "name")
     check_name(base, f"{where}: field 'name'")
     return (gpu_type, entry["num_gpus"], entry.get("count", 1), base, _interconnect(entry, gpu_type, where),
@@ -294,7 +289,7 @@ def load_file(path: str | Path) -> Cluster:
     path = Path(path)
     doc = _read_document(path)
     if not isinstance(doc, dict) or not isinstance(doc.get("nodes"), list):
-        raise ClusterError(f"{path}: expected a mapping with a 'nodes' list")
+        raise InputError(f"{path}: expected a mapping with a 'nodes' list")
     entries = []
     gpus = count_nodes = 0
     for i, entry in enumerate(doc["nodes"], start=1):
@@ -321,7 +316,7 @@ def resolve(spec: str) -> Cluster:
         try:
             factor = float(arg) if arg else 1.0
         except ValueError:
-            raise ClusterError(f"cluster scale in {short(spec)} is not a number") from None
+            raise InputError(f"cluster scale in {short(spec)} is not a number") from None
         return homogeneous_groups(scaled(PRESETS[kind], factor) if arg else PRESETS[kind],
                                   spec if arg else kind)
     if kind in ("pai-spec", "philly-machines"):
@@ -331,7 +326,7 @@ def resolve(spec: str) -> Cluster:
         return from_table(table, spec)
     if Path(spec).suffix in (".yaml", ".yml", ".json"):
         return load_file(spec)
-    raise ClusterError(
+    raise InputError(
         f"unknown cluster {short(spec)}: use a preset ({', '.join(PRESETS)}; optionally PRESET:SCALE), "
         "pai-spec:PATH, philly-machines:PATH, or a .yaml/.json file"
     )

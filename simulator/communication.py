@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from predictor.common.gpus import GpuEntry, Interconnect, entry
-from predictor.common.inputs import UserError
+from predictor.common.inputs import SpecError
 from predictor.emulator.devices.collectives import (
     CommParams,
     default_per_node,
@@ -58,13 +58,9 @@ PLACEMENTS = ("consolidate", "spread", "tiresias")
 SKEW_SHARE = 0.25
 
 
-class PlacementError(UserError, ValueError):
-    """An unknown placement rule."""
-
-
 def check_placement(name: str) -> str:
     if name not in PLACEMENTS:
-        raise PlacementError(f"unknown placement {name!r}; known: {', '.join(PLACEMENTS)}")
+        raise SpecError(f"unknown placement {name!r}; known: {', '.join(PLACEMENTS)}")
     return name
 
 

@@ -22,7 +22,7 @@ import simpy
 from tqdm import tqdm
 
 from policies.base import Placement, Policy, PolicyError, SchedulerView
-from predictor.common.inputs import UserError
+from predictor.common.inputs import SimulationError
 from simulator.allocation import ClusterState
 from simulator.cluster import Cluster
 from simulator.communication import PlacementTiming, check_placement
@@ -37,10 +37,6 @@ def sim_clock(seconds: float) -> str:
 
 
 GC_THRESHOLD = 100_000  # allocations between collections of the youngest generation, during a replay
-
-
-class SimulationError(UserError, RuntimeError):
-    """The run could not finish (e.g. a policy left jobs waiting on an idle cluster)."""
 
 
 @dataclass

@@ -19,7 +19,7 @@ SPEC: ``none``, or models joined by ``+``:
   node out of service for a drawn repair time (:class:`RepairTime`).
 
 ``replay`` and ``jobs:`` do not combine (one source of job failures); ``nodes:`` combines with
-either. Bad text is a :class:`FailureSpecError`, one line naming ``--failures`` and the value.
+either. Bad text is a :class:`SpecError`, one line naming ``--failures`` and the value.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from predictor.common.inputs import UserError, short
+from predictor.common.inputs import SpecError, short
 from traces.schema import ATTEMPTS, OUTCOME, JobTrace, parse_attempts
 
 OPTION = "--failures"
@@ -86,13 +86,9 @@ _CLASS_EDGES = np.array([4, 8])
 TILT_B_LIMIT = 4.0  # |b| of the GPU-time tilt: g^4 already puts a job of 10x the GPU time 10,000x likelier
 
 
-class FailureSpecError(UserError, ValueError):
-    """A bad ``--failures`` value, or a model that cannot be applied: one line naming the option."""
-
-
-def _error(text: str, reason: str) -> FailureSpecError:
+def _error(text: str, reason: str) -> SpecError:
     quoted = repr(text) if isinstance(text, str) and len(text) <= 200 else short(text)  # a spec is short
-    return FailureSpecError(f"{OPTION} {quoted}: {reason}")
+    return SpecError(f"{OPTION} {quoted}: {reason}")
 
 
 # -- the models -------------------------------------------------------------------------------
@@ -242,7 +238,7 @@ def gpu_class(num_gpus: np.ndarray) -> np.ndarray:
 # -- parsing ------------------------------------------------------------------------------------
 
 def _number(text: str, what: str, value: str) -> float:
-    """``value`` as a finite float; FailureSpecError naming ``what`` otherwise."""
+    """``value`` as a finite float; SpecError naming ``what`` otherwise."""
     try:
         if "_" in value:
             raise ValueError(value)
@@ -417,7 +413,7 @@ def _read_philly_attempts(path: str) -> AttemptData:
 
 
 def philly_attempts(spec: str = "jobs:") -> AttemptData:
-    """The Philly subset's attempts (read once per process); FailureSpecError when it is absent."""
+    """The Philly subset's attempts (read once per process); SpecError when it is absent."""
     path = default_attempts_file()
     if not path.is_file():
         raise _error(spec, f"the jobs: models draw retried attempts from the Philly subset, {path}, which is not "

@@ -48,9 +48,9 @@ import numpy as np
 import pandas as pd
 
 from policies.base import Placement, Policy, PolicyError
-from predictor.common.inputs import short
+from predictor.common.inputs import SpecError, short
 from simulator.engine import Simulation, SimulationError
-from simulator.failure_models import FailureModel, FailureSpecError, JobFates
+from simulator.failure_models import FailureModel, JobFates
 from simulator.preemption import PreemptiveSimulation, Segments
 from traces.schema import MAX_ATTEMPTS, JobTrace
 
@@ -73,7 +73,7 @@ def check_checkpoint_every(value: object, option: str = "--checkpoint-every") ->
     except ValueError:
         seconds = math.nan
     if not (math.isfinite(seconds) and seconds > 0):
-        raise FailureSpecError(f"{option} {short(value)}: expected 'optimal', 'none' or a number of seconds > 0")
+        raise SpecError(f"{option} {short(value)}: expected 'optimal', 'none' or a number of seconds > 0")
     return text
 
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from predictor.common.inputs import UserError, short
+from predictor.common.inputs import InputError, short
 from predictor.common.outputs import atomic_file, check_writable, inside
 from simulator.sweep.points import load_results, read_json, read_table
 from simulator.sweep.tables import normalise_to_truth, pooled_ratio, source_label
@@ -29,11 +29,6 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
-
-
-class PlotInputError(UserError, ValueError):
-    """A directory that is neither a sweep (points/) nor a run (jobs.parquet), or a run file that is
-    unreadable (truncated, not ours) or holds a bad value; the message names the file."""
 
 
 # Config fields besides the workload and the load that split panels when they take more than one
@@ -295,7 +290,7 @@ def _run_figure(results: pd.DataFrame, sweep: Path, draw: Draw, xlabel: str, yla
     gid = the point's key) coloured by predictor, one legend entry per predictor; None when the
     sweep has no ok run. Runs whose jobs.parquet is missing are left out; a run whose files are
     unreadable too, with one warning line through ``log`` (without ``log`` it raises
-    :class:`PlotInputError`)."""
+    :class:`InputError`)."""
     panels = run_panels(results)
     if not panels:
         return None
@@ -311,7 +306,7 @@ def _run_figure(results: pd.DataFrame, sweep: Path, draw: Draw, xlabel: str, yla
                 if (run / "jobs.parquet").exists() or (run / "jobs.parquet").is_symlink():
                     try:
                         line = draw(ax, run, label, dict(color=colours[pred], lw=0.9))
-                    except PlotInputError as exc:
+                    except InputError as exc:
                         if log is None:
                             raise
                         unreadable.append(str(exc))
@@ -364,18 +359,18 @@ def plot_sweep_utilisation(results: pd.DataFrame, sweep: Path, out: Path, log: L
 
 def run_records(path: Path, numeric: tuple[str, ...]) -> pd.DataFrame:
     """A run's jobs.parquet with the ``numeric`` columns (and ``status`` when there) checked, or
-    PlotInputError naming the file (truncated, not Parquet, a missing or non-numeric column)."""
-    jobs = read_table(path, PlotInputError)
+    InputError naming the file (truncated, not Parquet, a missing or non-numeric column)."""
+    jobs = read_table(path, InputError)
     missing = [c for c in numeric if c not in jobs]
     if missing:
-        raise PlotInputError(f"{path}: jobs table lacks column(s) {missing}")
+        raise InputError(f"{path}: jobs table lacks column(s) {missing}")
     for col in numeric:
         values = pd.to_numeric(jobs[col], errors="coerce").astype(float)
         bad = (values.isna() & jobs[col].notna()) | np.isinf(values)
         if bad.any():
             i = int(np.argmax(bad.to_numpy()))
             shown = f"{values.iloc[i]:g}" if pd.notna(values.iloc[i]) else short(jobs[col].iloc[i])
-            raise PlotInputError(f"{path}: row {i + 1} field {col!r}: {shown} is not a finite number")
+            raise InputError(f"{path}: row {i + 1} field {col!r}: {shown} is not a finite number")
         jobs[col] = values.astype(float)
     return jobs
 
@@ -391,7 +386,7 @@ def held_gpus(run: Path, jobs: pd.DataFrame) -> pd.DataFrame:
     bad = (job < 0) | (job >= len(jobs)) | (job != np.round(job))
     if bad.any():
         i = int(np.argmax(bad))
-        raise PlotInputError(f"{path}: row {i + 1} field 'job': {job[i]:g} is not a row of the run's jobs.parquet")
+        raise InputError(f"{path}: row {i + 1} field 'job': {job[i]:g} is not a row of the run's jobs.parquet")
     held = pd.DataFrame({"start": segments["start"], "end": segments["end"],
                          "num_gpus": jobs["num_gpus"].to_numpy()[job.astype(np.int64)]})
     if "ended" in segments:  # a run with failures: why each stretch ended
@@ -400,11 +395,11 @@ def held_gpus(run: Path, jobs: pd.DataFrame) -> pd.DataFrame:
 
 
 def _manifest(run: Path) -> dict | None:
-    """The run's manifest.json (None when there is none); PlotInputError when it is unreadable."""
+    """The run's manifest.json (None when there is none); InputError when it is unreadable."""
     path = run / "manifest.json"
     if not path.exists() and not path.is_symlink():
         return None
-    return read_json(path, PlotInputError)
+    return read_json(path, InputError)
 
 
 def _total_gpus(run: Path) -> int:
@@ -414,7 +409,7 @@ def _total_gpus(run: Path) -> int:
         if isinstance(cluster, dict) and "gpus" in cluster:
             gpus = cluster["gpus"]
             if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
-                raise PlotInputError(f"{run / 'manifest.json'}: field 'cluster.gpus': {short(gpus)} is not a GPU count")
+                raise InputError(f"{run / 'manifest.json'}: field 'cluster.gpus': {short(gpus)} is not a GPU count")
             return gpus
         config = info.get("config")
         spec = config.get("cluster") if isinstance(config, dict) else None
@@ -423,10 +418,10 @@ def _total_gpus(run: Path) -> int:
 
             try:
                 return resolve(spec).total_gpus
-            except (ValueError, OSError) as exc:  # ClusterError included
-                raise PlotInputError(f"{run / 'manifest.json'}: its cluster {short(spec)} cannot be read: "
-                                     f"{exc}") from None
-    raise PlotInputError(f"{run}: manifest.json with the cluster size is missing")
+            except (ValueError, OSError) as exc:  # InputError included
+                raise InputError(f"{run / 'manifest.json'}: its cluster {short(spec)} cannot be read: "
+                                 f"{exc}") from None
+    raise InputError(f"{run}: manifest.json with the cluster size is missing")
 
 
 def _as_text(value: object, width: int = 60) -> str:
@@ -479,7 +474,7 @@ def plot(path: str | Path, out: str | Path | None = None, *,
     if (path / "points").is_dir():
         results = load_results(path, warn=log)
         if not (results["status"] == "ok").any():
-            raise PlotInputError(f"{path}: the sweep has no finished point to plot")
+            raise InputError(f"{path}: the sweep has no finished point to plot")
         check_writable(out)
         written: list[Path] = []
         has_truth = (results.loc[results["status"] == "ok", "predictor"] == "truth").any()
@@ -501,5 +496,5 @@ def plot(path: str | Path, out: str | Path | None = None, *,
         log(f"{path} is a single run: JCT CDF and utilisation only")
         check_writable(out)
         return plot_run(path, out)
-    raise PlotInputError(f"{path}: neither a sweep directory (points/) nor a run directory (jobs.parquet)")
+    raise InputError(f"{path}: neither a sweep directory (points/) nor a run directory (jobs.parquet)")
 

@@ -51,9 +51,9 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from policies.base import Placement, Policy, PolicyError, PolicySpecError, Preemption, RestartCost, read_only
+from policies.base import Placement, Policy, PolicyError, Preemption, RestartCost, read_only
 from policies.preemptive import PreemptivePolicy
-from predictor.common.inputs import LIMITS, limit
+from predictor.common.inputs import LIMITS, SimulationError, SpecError, limit
 from simulator.engine import Simulation
 from traces.schema import CHECKPOINT_BYTES
 
@@ -74,12 +74,6 @@ def _heap_queue(env: simpy.Environment) -> bool:
     (simpy's private ``_queue``: another simpy version may keep it otherwise; then nothing is dropped)."""
     queue = getattr(env, "_queue", None)
     return isinstance(queue, list) and all(isinstance(entry, tuple) and len(entry) == 4 for entry in queue)
-
-
-class RoundLimitError(PolicySpecError):
-    """A preemptive run that needs (or took) more rounds than the ``rounds`` limit: its lease is
-    too short for its trace. A :class:`PolicySpecError`, so that the command line prints it as
-    one line naming the option."""
 
 
 def _round_up(x: float) -> float:
@@ -142,8 +136,8 @@ class PreemptiveSimulation(Simulation):
             raise TypeError(f"policy {policy.name!r} is not preemptive; use Simulation")
         super().__init__(trace, cluster, policy, predictor, **options)
         if self.observe_time is not None:
-            raise PolicySpecError(f"--observe-after does not combine with {self._without_feedback()} "
-                                  "(a resumed job's measured time is not modelled)")
+            raise SpecError(f"--observe-after does not combine with {self._without_feedback()} "
+                            "(a resumed job's measured time is not modelled)")
         n = len(trace.jobs)
         jobs = trace.jobs
         checkpoint = jobs[CHECKPOINT_BYTES].to_numpy(dtype="float64") if CHECKPOINT_BYTES in jobs else np.zeros(n)
@@ -206,7 +200,7 @@ class PreemptiveSimulation(Simulation):
         submit = self.view.submit[admitted]
         span = float((submit + least).max() - submit.min())
         if span / self.lease > self._max_rounds:
-            raise RoundLimitError(
+            raise SimulationError(
                 f"option lease={self.lease:g} s: this trace's jobs run for at least {span:.4g} s, "
                 f"{span / self.lease:.3g} rounds; a run takes at most {self._max_rounds:,} rounds "
                 f"(for this trace use lease >= {_round_up(span / self._max_rounds):.3g}, or raise the limit "
@@ -248,13 +242,13 @@ class PreemptiveSimulation(Simulation):
         self._rounds += 1
         if self._rounds > self._max_rounds and self._by_event:  # a round per event: no lease to raise
             view = self.view
-            raise RoundLimitError(
+            raise SimulationError(
                 f"policy {self.policy.name!r} passed {self._max_rounds:,} rounds (one at every arrival, completion "
                 f"and demotion) at simulated time {self._env.now:.4g} s with {len(view.waiting) + len(view.running):,} "
                 f"job(s) unfinished; raise the limit with {LIMITS['rounds'].variable}=N")
         if self._rounds > self._max_rounds:
             view = self.view
-            raise RoundLimitError(
+            raise SimulationError(
                 f"option lease={self.lease:g} s: policy {self.policy.name!r} passed {self._max_rounds:,} rounds at "
                 f"simulated time {self._env.now:.4g} s with {len(view.waiting) + len(view.running):,} job(s) "
                 "unfinished (restarts longer than the lease keep a run from ending); a run takes at most "

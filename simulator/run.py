@@ -22,7 +22,7 @@ import pandas as pd
 
 from policies.registry import make_policy
 from predictor.common.gpus import canonical_gpu_type, speed
-from predictor.common.inputs import InputError, UserError, short
+from predictor.common.inputs import LIMITS, InputError, SpecError, short
 from predictor.common.outputs import atomic_file, inside
 from predictor.tables import IterationTimeTable, stderr_warning
 from simulator.cluster import Cluster, resolve
@@ -44,10 +44,6 @@ from traces.schema import JobTrace
 
 DEFAULT_WORKLOAD = "pai-like:2000"
 DEFAULT_CLUSTER = "default"
-
-
-class WorkloadSpecError(UserError, ValueError):
-    """A malformed --workload value."""
 
 
 def needs_binding(predictor: str, observe_after: int | None) -> bool:
@@ -95,23 +91,23 @@ HORIZON_S = 1e12
 
 
 def check_seed(seed: object, option: str = "--seed") -> int:
-    """A seed as an int, or WorkloadSpecError: a negative one would fail deep in numpy with a
+    """A seed as an int, or SpecError: a negative one would fail deep in numpy with a
     message naming another option, and one past int64 cannot be stored with a sweep's points."""
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed <= INT64_MAX:
-        raise WorkloadSpecError(f"{option} {short(seed)}: a seed must be an integer from 0 to {INT64_MAX:,}")
+        raise SpecError(f"{option} {short(seed)}: a seed must be an integer from 0 to {INT64_MAX:,}")
     return int(seed)
 
 
 def check_limit(limit: object, option: str = "--limit") -> int | None:
-    """--limit as an int (None: no limit), or WorkloadSpecError."""
+    """--limit as an int (None: no limit), or SpecError."""
     if limit is None:
         return None
     if isinstance(limit, bool) or not isinstance(limit, (int, np.integer)):
-        raise WorkloadSpecError(f"{option} {short(limit)}: expected a whole number of jobs")
+        raise SpecError(f"{option} {short(limit)}: expected a whole number of jobs")
     if limit < 1:
-        raise WorkloadSpecError(f"{option} must be >= 1, got {limit}")
+        raise SpecError(f"{option} must be >= 1, got {limit}")
     if limit > INT64_MAX:
-        raise WorkloadSpecError(f"{option} {short(limit)}: at most {INT64_MAX:,} jobs")
+        raise SpecError(f"{option} {short(limit)}: at most {INT64_MAX:,} jobs")
     return int(limit)
 
 
@@ -125,7 +121,7 @@ def check_deadline_fraction(fraction: object, option: str = "--deadline-fraction
     except (TypeError, ValueError):
         value = math.nan
     if not 0.0 <= value <= 1.0:
-        raise WorkloadSpecError(f"{option} {short(fraction)}: must be a number from 0 to 1")
+        raise SpecError(f"{option} {short(fraction)}: must be a number from 0 to 1")
     return value
 
 
@@ -136,18 +132,18 @@ def check_load_scale(scale: object, option: str = "--load-scale") -> float:
     except (TypeError, ValueError):
         value = math.nan
     if not value > 0:
-        raise WorkloadSpecError(f"load scale must be > 0, got {short(scale)}")
+        raise SpecError(f"load scale must be > 0, got {short(scale)}")
     if not math.isfinite(value):
-        raise WorkloadSpecError(f"{option} {short(scale)}: must be a finite number > 0")
+        raise SpecError(f"{option} {short(scale)}: must be a finite number > 0")
     return value
 
 
 def check_observe_after(k: object, option: str = "--observe-after") -> int:
     """An iteration count K >= 1 that fits the int64 columns of a sweep's points."""
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise WorkloadSpecError(f"{option} must be >= 1 iteration, got {short(k)}")
+        raise SpecError(f"{option} must be >= 1 iteration, got {short(k)}")
     if k > INT64_MAX:
-        raise WorkloadSpecError(f"{option} {short(k)}: at most {INT64_MAX:,} iterations")
+        raise SpecError(f"{option} {short(k)}: at most {INT64_MAX:,} iterations")
     return int(k)
 
 
@@ -168,8 +164,8 @@ def failure_options(config: RunConfig) -> tuple[FailureModel | None, str]:
     model = parse_failures(config.failures)
     if model is None:
         if config.checkpoint_every is not None:
-            raise WorkloadSpecError(f"--checkpoint-every {short(config.checkpoint_every)}: checkpoints are modelled "
-                                    "only with --failures (a run without failures never reads one back)")
+            raise SpecError(f"--checkpoint-every {short(config.checkpoint_every)}: checkpoints are modelled "
+                            "only with --failures (a run without failures never reads one back)")
         return None, CHECKPOINT_OPTIMAL
     return model, check_checkpoint_every(config.checkpoint_every or CHECKPOINT_OPTIMAL)
 
@@ -202,7 +198,7 @@ def scale_load(trace: JobTrace, scale: float) -> JobTrace:
     floor = load_scale_floor(trace)
     if scale < floor:
         horizon = _horizon(trace.jobs)
-        raise WorkloadSpecError(
+        raise SpecError(
             f"--load-scale {scale:g}: stretches this trace's arrivals past the simulated horizon of "
             f"{horizon:.3g} s (about {readable(horizon / YEAR_S)} years); for this trace use a finite value "
             f"of at least {_round_up(floor):.3g}")
@@ -225,13 +221,13 @@ def synthetic_workload(spec: str, seed: int, limit: int | None) -> JobTrace:
     try:
         n = int(count)
     except ValueError:
-        raise WorkloadSpecError(f"--workload {short(spec)}: expected KIND:N, e.g. pai-like:1000") from None
+        raise SpecError(f"--workload {short(spec)}: expected KIND:N, e.g. pai-like:1000") from None
     try:
         return generate(kind, n, seed=seed, first=limit)
     except ValueError as exc:  # InputError (over the job limit) included
-        hint = ("" if limit is not None or not isinstance(exc, InputError)
-                else "; or keep the first K jobs with --limit K")
-        raise WorkloadSpecError(f"--workload {short(spec)}: {exc}{hint}") from None
+        over = isinstance(exc, InputError) and LIMITS["jobs"].variable in str(exc)  # not another input error
+        hint = "" if limit is not None or not over else "; or keep the first K jobs with --limit K"
+        raise SpecError(f"--workload {short(spec)}: {exc}{hint}") from None
 
 
 def load_workload(config: RunConfig) -> JobTrace:
@@ -240,7 +236,7 @@ def load_workload(config: RunConfig) -> JobTrace:
     is generated (a real trace is read whole, then cut)."""
     check_options(config)
     if config.trace and config.workload:
-        raise WorkloadSpecError("give either --trace or --workload, not both")
+        raise SpecError("give either --trace or --workload, not both")
     if config.trace:
         from traces.registry import load_trace
 
@@ -492,8 +488,8 @@ def execute(config: RunConfig, *, trace: JobTrace | None = None, cluster: Cluste
             binding["communication"] = timing_manifest(trace, timing)
             predictor.distributed = timing.packed_steps
     elif config.placement == "tiresias":
-        raise WorkloadSpecError("--placement tiresias reads each job's gradients: it needs a bound workload "
-                                "(a model-based predictor, or --bind)")
+        raise SpecError("--placement tiresias reads each job's gradients: it needs a bound workload "
+                        "(a model-based predictor, or --bind)")
     options = dict(reference_type=reference, progress=progress, observe_after=config.observe_after, timing=timing,
                    placement=config.placement)
     if failure_model is None:

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from predictor.common.inputs import UserError, printable, short
+from predictor.common.inputs import InputError, printable, short
 from predictor.common.outputs import claim_file, inside, write_text
 from simulator.cluster import Cluster
 from simulator.sweep.points import read_json, read_table
@@ -27,11 +27,6 @@ US = 1e6
 ENDED = ("completed", "failed", "cancelled")  # the statuses of jobs that held GPUs
 FAILED_STRETCHES = ("failed", "node failure")  # a segment's ``ended`` values drawn as failures
 OUTAGE_COLUMNS = ("node", "failed_at", "repaired_at")
-
-
-class TimelineInputError(UserError, ValueError):
-    """A directory without jobs.parquet, or a run file that is unreadable (truncated, not ours) or
-    holds a bad value; the message names the file."""
 
 
 REQUIRED = ("job_id", "submit", "start", "end", "gpu_type", "num_gpus", "gpu_ids")
@@ -50,13 +45,13 @@ def _us(seconds: float) -> float:
 
 
 def _gpu_ids(text) -> list[int]:
-    """The GPU ids of a records row ("3,4"); TimelineInputError for anything else."""
+    """The GPU ids of a records row ("3,4"); InputError for anything else."""
     if text is None or text is pd.NA or (isinstance(text, float) and math.isnan(text)):
         return []
     try:
         return [int(g) for g in str(text).split(",") if g.strip()]
     except ValueError:
-        raise TimelineInputError(f"field 'gpu_ids': {short(text)} is not a comma list of GPU ids") from None
+        raise InputError(f"field 'gpu_ids': {short(text)} is not a comma list of GPU ids") from None
 
 
 def _bars(placed: pd.DataFrame, segments: pd.DataFrame | None) -> pd.DataFrame:
@@ -80,7 +75,7 @@ def chrome_trace(jobs: pd.DataFrame, cluster: Cluster | None = None, *, queue_co
     """
     missing = [c for c in REQUIRED if c not in jobs]
     if missing:
-        raise TimelineInputError(f"jobs table lacks column(s) {missing}")
+        raise InputError(f"jobs table lacks column(s) {missing}")
     placed = jobs[jobs["start"].notna() & jobs["end"].notna()]
     if "status" in placed:  # a job that ended failed or cancelled held its GPUs too
         placed = placed[placed["status"].isin(ENDED)]
@@ -179,7 +174,7 @@ def _cluster_of(run: Path, warn: Callable[[str], None] | None = None) -> Cluster
     manifest = run / "manifest.json"
     if not manifest.exists() and not manifest.is_symlink():
         return None
-    config = read_json(manifest, TimelineInputError).get("config")
+    config = read_json(manifest, InputError).get("config")
     spec = config.get("cluster") if isinstance(config, dict) else None
     if not isinstance(spec, str) or not spec:
         _say(warn, f"{manifest}: field 'config.cluster': {short(spec)} is not a cluster; one process per GPU type")
@@ -188,7 +183,7 @@ def _cluster_of(run: Path, warn: Callable[[str], None] | None = None) -> Cluster
 
     try:
         return resolve(spec)
-    except (ValueError, OSError) as exc:  # ClusterError and InputError included
+    except (ValueError, OSError) as exc:  # InputError included
         _say(warn, f"{manifest}: its cluster {short(spec)} cannot be built ({printable(exc)}); one process "
                    "per GPU type")
         return None
@@ -205,10 +200,10 @@ MAX_TIME_S = 1e300
 
 def checked_records(jobs: pd.DataFrame, source: str | Path) -> pd.DataFrame:
     """The records table with its needed columns present and its times finite numbers (a blank
-    start/end stays NaN: a job that never ran); TimelineInputError naming the file, row and field."""
+    start/end stays NaN: a job that never ran); InputError naming the file, row and field."""
     missing = [c for c in REQUIRED if c not in jobs]
     if missing:
-        raise TimelineInputError(f"{source}: jobs table lacks column(s) {missing}")
+        raise InputError(f"{source}: jobs table lacks column(s) {missing}")
     jobs = jobs.copy()
     for col in ("submit", "start", "end", "num_gpus"):
         values = pd.to_numeric(jobs[col], errors="coerce").astype(float)
@@ -218,8 +213,8 @@ def checked_records(jobs: pd.DataFrame, source: str | Path) -> pd.DataFrame:
         if bad.any():
             i = int(np.argmax(bad.to_numpy()))
             shown = f"{values.iloc[i]:g}" if pd.notna(values.iloc[i]) else short(jobs[col].iloc[i])
-            raise TimelineInputError(f"{source}: row {i + 1} (job {short(jobs['job_id'].iloc[i])}) field {col!r}: "
-                                     f"{shown} is not a finite number of at most {MAX_TIME_S:g}")
+            raise InputError(f"{source}: row {i + 1} (job {short(jobs['job_id'].iloc[i])}) field {col!r}: "
+                             f"{shown} is not a finite number of at most {MAX_TIME_S:g}")
         jobs[col] = values
     _check_gpu_ids(jobs, source, lambda i: f"row {i + 1} (job {short(jobs['job_id'].iloc[i])})")
     return jobs
@@ -230,15 +225,15 @@ def _check_gpu_ids(table: pd.DataFrame, source: str | Path, row: Callable[[int],
     for i, ids in enumerate(table["gpu_ids"]):
         try:
             _gpu_ids(ids)
-        except TimelineInputError as exc:
-            raise TimelineInputError(f"{source}: {row(i)} {exc}") from None
+        except InputError as exc:
+            raise InputError(f"{source}: {row(i)} {exc}") from None
 
 
 def _jobs_file(run: Path) -> Path:
     path = run / "jobs.parquet"
     if not path.exists() and not path.is_symlink():
-        raise TimelineInputError(f"{run}: no jobs.parquet here (expected a `simrun --out` directory or "
-                                 "a sweep's runs/<key>)")
+        raise InputError(f"{run}: no jobs.parquet here (expected a `simrun --out` directory or "
+                         "a sweep's runs/<key>)")
     return path
 
 
@@ -247,10 +242,10 @@ SEGMENT_COLUMNS = ("job", "gpu_type", "gpu_ids", "start", "end", "restart_s", "w
 
 def checked_segments(segments: pd.DataFrame, jobs: int, source: str | Path) -> pd.DataFrame:
     """A preemptive run's segments.parquet with its columns present, each ``job`` a row of the
-    run's records (``jobs`` rows), and its times finite; TimelineInputError naming file, row, field."""
+    run's records (``jobs`` rows), and its times finite; InputError naming file, row, field."""
     missing = [c for c in SEGMENT_COLUMNS if c not in segments]
     if missing:
-        raise TimelineInputError(f"{source}: segments table lacks column(s) {missing}")
+        raise InputError(f"{source}: segments table lacks column(s) {missing}")
     segments = segments.copy()
     for col, low, high in (("job", 0, jobs - 1), ("start", -MAX_TIME_S, MAX_TIME_S), ("end", -MAX_TIME_S, MAX_TIME_S),
                            ("restart_s", 0, MAX_TIME_S), ("work_s", 0, MAX_TIME_S)):
@@ -262,8 +257,8 @@ def checked_segments(segments: pd.DataFrame, jobs: int, source: str | Path) -> p
             i = int(np.argmax(bad.to_numpy()))
             what = "a row of the run's jobs.parquet" if col == "job" else "a number of seconds"
             shown = f"{values.iloc[i]:g}" if pd.notna(values.iloc[i]) else short(segments[col].iloc[i])
-            raise TimelineInputError(f"{source}: row {i + 1} field {col!r}: {shown} is not "
-                                     f"{what} in [{low:g}, {high:g}]")
+            raise InputError(f"{source}: row {i + 1} field {col!r}: {shown} is not "
+                             f"{what} in [{low:g}, {high:g}]")
         segments[col] = values.astype("int64") if col == "job" else values
     _check_gpu_ids(segments, source, lambda i: f"row {i + 1}")
     return segments
@@ -273,15 +268,15 @@ def checked_outages(outages: pd.DataFrame, source: str | Path) -> pd.DataFrame:
     """A run's outages.parquet (node failures) with its columns present and its times numbers."""
     missing = [c for c in OUTAGE_COLUMNS if c not in outages]
     if missing:
-        raise TimelineInputError(f"{source}: outages table lacks column(s) {missing}")
+        raise InputError(f"{source}: outages table lacks column(s) {missing}")
     outages = outages.copy()
     for col in ("failed_at", "repaired_at"):
         values = pd.to_numeric(outages[col], errors="coerce").astype(float)
         bad = ~((values >= -MAX_TIME_S) & (values <= MAX_TIME_S))
         if bad.any():
             i = int(np.argmax(bad.to_numpy()))
-            raise TimelineInputError(f"{source}: row {i + 1} field {col!r}: {short(outages[col].iloc[i])} is not "
-                                     f"a number of seconds in [{-MAX_TIME_S:g}, {MAX_TIME_S:g}]")
+            raise InputError(f"{source}: row {i + 1} field {col!r}: {short(outages[col].iloc[i])} is not "
+                             f"a number of seconds in [{-MAX_TIME_S:g}, {MAX_TIME_S:g}]")
         outages[col] = values
     return outages
 
@@ -292,15 +287,15 @@ def run_timeline(run_dir: str | Path, warn: Callable[[str], None] | None = None)
     line when the manifest's cluster cannot be used."""
     run = Path(run_dir)
     path = _jobs_file(run)
-    jobs = checked_records(read_table(path, TimelineInputError), path)
+    jobs = checked_records(read_table(path, InputError), path)
     segments_path = run / "segments.parquet"
     segments = None
     if segments_path.exists() or segments_path.is_symlink():
-        segments = checked_segments(read_table(segments_path, TimelineInputError), len(jobs), segments_path)
+        segments = checked_segments(read_table(segments_path, InputError), len(jobs), segments_path)
     outages_path = run / "outages.parquet"
     outages = None
     if outages_path.exists() or outages_path.is_symlink():
-        outages = checked_outages(read_table(outages_path, TimelineInputError), outages_path)
+        outages = checked_outages(read_table(outages_path, InputError), outages_path)
     return chrome_trace(jobs, _cluster_of(run, warn), segments=segments, outages=outages)
 
 

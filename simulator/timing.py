@@ -37,15 +37,11 @@ from scipy.optimize import brentq
 from scipy.special import ndtr, ndtri
 
 from predictor.common.gpus import relative_time
-from predictor.common.inputs import UserError, check_probability
+from predictor.common.inputs import SpecError, check_probability
 from predictor.methods import METHODS
 from predictor.tables import IterationTimeTable
 from traces.schema import ALLOWED_GPUS, ALLOWED_SEPARATOR, RUNTIME_PREFIX
 from traces.seeding import hashed_uniform, scalar_exp
-
-
-class PredictorSpecError(UserError, ValueError):
-    """An unknown or malformed --predictor value."""
 
 
 def true_runtimes(jobs: pd.DataFrame, gpu_types: list[str], reference_type: str) -> np.ndarray:
@@ -107,7 +103,7 @@ class RuntimePredictor(ABC):
     def quantile_factors(self, q: float, jobs: pd.DataFrame, gpu_types: list[str]) -> np.ndarray:
         """(job, GPU type): the q-quantile of true / predicted run time, how the predictor states
         its uncertainty (the view's quantiles and interval bounds, ``deadline_quantile`` planning)."""
-        raise PredictorSpecError(f"predictor {self.name!r} states no uncertainty (no quantiles)")
+        raise SpecError(f"predictor {self.name!r} states no uncertainty (no quantiles)")
 
     def describe(self) -> dict:
         return {"name": self.name}
@@ -137,7 +133,7 @@ class NoisyPredictor(RuntimePredictor):
 
     def __init__(self, mre: float, seed: int = 0):
         if not (mre >= 0 and np.isfinite(mre)):
-            raise PredictorSpecError(f"noisy: the mean relative error must be a number >= 0, got {mre}")
+            raise SpecError(f"noisy: the mean relative error must be a number >= 0, got {mre}")
         self.mre, self.seed = float(mre), int(seed)
         self.sigma = sigma_for_mre(self.mre)
         self.name = f"noisy:{mre:g}"
@@ -178,8 +174,8 @@ class NoisyPartPredictor(NoisyPredictor):
 
         missing = [g for g in gpu_types if COMPUTE_PREFIX + g not in jobs.columns]
         if missing:
-            raise PredictorSpecError(f"predictor {self.name!r} needs a bound run with its communication model "
-                                     "(--bind, without --no-communication)")
+            raise SpecError(f"predictor {self.name!r} needs a bound run with its communication model "
+                            "(--bind, without --no-communication)")
         factors = self._factors(jobs, gpu_types)
         compute = np.column_stack([jobs[COMPUTE_PREFIX + g].to_numpy(dtype="float64") for g in gpu_types])
         with np.errstate(invalid="ignore"):  # inf - inf where the job cannot run: +inf stays
@@ -195,7 +191,7 @@ class NoisyPartPredictor(NoisyPredictor):
         return self._factors(jobs, gpu_types) if self.part == "comm" else super().comm_scale(jobs, gpu_types)
 
     def quantile_factors(self, q, jobs, gpu_types):
-        raise PredictorSpecError(f"predictor {self.name!r} states no uncertainty (no quantiles)")
+        raise SpecError(f"predictor {self.name!r} states no uncertainty (no quantiles)")
 
     def describe(self) -> dict:
         return {**super().describe(), "part": self.part}
@@ -210,8 +206,8 @@ class TablePredictor(RuntimePredictor):
     def runtimes(self, jobs, gpu_types, truth):
         for col in ("config_id", "iterations"):
             if col not in jobs.columns:
-                raise PredictorSpecError(f"predictor {self.name!r} needs a workload bound to model configs "
-                                         f"(column {col!r} is missing)")
+                raise SpecError(f"predictor {self.name!r} needs a workload bound to model configs "
+                                f"(column {col!r} is missing)")
         per_iter = self.table.matrix(jobs["config_id"], gpu_types)
         if self.distributed is not None:  # a multi-GPU job's step: the predicted compute plus communication
             per_iter = self.distributed(per_iter)
@@ -252,17 +248,17 @@ class ModelPredictor(RuntimePredictor):
             except DeviceParamsError:
                 missing.append(gpu)
         if missing:
-            raise PredictorSpecError(f"predictor {self.name!r} has no pretrained checkpoint for GPU type(s) "
-                                     f"{', '.join(missing)} (it has: {', '.join(have) or 'none'}); "
-                                     "train them with `python -m experiments.pretrain --devices ...`")
+            raise SpecError(f"predictor {self.name!r} has no pretrained checkpoint for GPU type(s) "
+                            f"{', '.join(missing)} (it has: {', '.join(have) or 'none'}); "
+                            "train them with `python -m experiments.pretrain --devices ...`")
 
     def runtimes(self, jobs, gpu_types, truth):
         from predictor.tables import method_table
 
         for col in ("config_id", "iterations"):
             if col not in jobs.columns:
-                raise PredictorSpecError(f"predictor {self.name!r} needs a workload bound to model configs "
-                                         f"(column {col!r} is missing)")
+                raise SpecError(f"predictor {self.name!r} needs a workload bound to model configs "
+                                f"(column {col!r} is missing)")
         catalog = self.sequences()
         sequences = catalog[catalog["config_id"].isin(set(jobs["config_id"]))]
         self.table = method_table(self.method, sequences, gpu_types, progress=self.progress, warn=self.warn,
@@ -282,24 +278,24 @@ class ModelPredictor(RuntimePredictor):
         for k, gpu in enumerate(gpu_types):
             calibration = self._pretrained(gpu_types).intervals(gpu)
             if calibration is None:
-                raise PredictorSpecError(f"the pretrained {self.method} checkpoint for {gpu} has no calibrated "
-                                         "intervals; add them with `ets calibrate --ckpt CKPT --data DIR`")
+                raise SpecError(f"the pretrained {self.method} checkpoint for {gpu} has no calibrated "
+                                "intervals; add them with `ets calibrate --ckpt CKPT --data DIR`")
             out[:, k] = calibration.factors(q, job_families)
             if not np.all((out[:, k] > 0) & np.isfinite(out[:, k])):
-                raise PredictorSpecError(f"the {self.method} checkpoint for {gpu} was calibrated on "
-                                         f"{calibration.traces} traces: too few for a {q:g}-quantile")
+                raise SpecError(f"the {self.method} checkpoint for {gpu} was calibrated on "
+                                f"{calibration.traces} traces: too few for a {q:g}-quantile")
         return out
 
     def _pretrained(self, gpu_types):
         """The checkpoints of ``gpu_types``, each read once per run (again only for a type not read yet)."""
         from predictor.checkpoints import CheckpointError, Pretrained
-        from predictor.tables import TableError
+        from predictor.common.inputs import InputError
 
         if self.pretrained is None or not set(gpu_types) <= set(self.pretrained.data):
             try:
                 self.pretrained = Pretrained(self.method, sorted(set(gpu_types)))
             except CheckpointError as exc:  # names the GPUs that have one
-                raise TableError(str(exc)) from None
+                raise InputError(str(exc)) from None
         return self.pretrained
 
     def describe(self) -> dict:
@@ -326,7 +322,7 @@ def make_predictor(spec: str, seed: int = 0, *, progress: bool = False,
             mre = float(arg)
             return NoisyPredictor(mre, seed) if name == "noisy" else NoisyPartPredictor(name[6:], mre, seed)
         except ValueError as exc:
-            if isinstance(exc, PredictorSpecError):
+            if isinstance(exc, SpecError):
                 raise
-            raise PredictorSpecError(f"{name}:<MRE> needs a number, got {arg!r}") from None
-    raise PredictorSpecError(f"unknown predictor {spec!r}; available: {PREDICTOR_HELP}")
+            raise SpecError(f"{name}:<MRE> needs a number, got {arg!r}") from None
+    raise SpecError(f"unknown predictor {spec!r}; available: {PREDICTOR_HELP}")

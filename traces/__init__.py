@@ -10,5 +10,5 @@ up; :mod:`~traces.deadlines` and :mod:`~traces.seeding` give deadlines and the s
 
 To add a trace format: a loader returning the schema's table and its
 :class:`~traces.registry.TraceKind` entry in :mod:`~traces.registry` (``--trace KIND:PATH`` and its
-help follow); errors name the file, row and field (:class:`traces.schema.TraceError`).
+help follow); errors name the file, row and field (:class:`predictor.common.inputs.LocatedError`).
 """

@@ -37,12 +37,11 @@ import numpy as np
 import pandas as pd
 
 from predictor.common.gpus import UnknownGpuTypeError, canonical_gpu_type
-from predictor.common.inputs import short
+from predictor.common.inputs import LocatedError, short
 from traces.schema import (
     ALLOWED_GPUS,
     ALLOWED_SEPARATOR,
     JobTrace,
-    TraceError,
     finalize,
     gpu_counts,
     identifiers,
@@ -75,22 +74,22 @@ def load(path: str | Path) -> JobTrace:
     unknown = (~phase.isin(PHASES)).to_numpy()
     if unknown.any():
         i = int(np.argmax(unknown))
-        raise TraceError(path, f"unknown pod phase {short(phase.iloc[i])}; expected one of {', '.join(PHASES)}",
-                         line=int(lines[i]), field="pod_phase")
+        raise LocatedError(path, f"unknown pod phase {short(phase.iloc[i])}; expected one of {', '.join(PHASES)}",
+                           line=int(lines[i]), field="pod_phase")
     created = numeric(rows["creation_time"], path, lines, "creation_time", min_value=0.0)
     scheduled = numeric(rows["scheduled_time"], path, lines, "scheduled_time", allow_nan=True, min_value=0.0)
     ran = ~np.isnan(scheduled)
     odd = ~ran & (phase != "Pending").to_numpy()
     if odd.any():
         i = int(np.argmax(odd))
-        raise TraceError(path, f"pod phase {phase.iloc[i]} but no scheduled_time", line=int(lines[i]),
-                         field="scheduled_time")
+        raise LocatedError(path, f"pod phase {phase.iloc[i]} but no scheduled_time", line=int(lines[i]),
+                           field="scheduled_time")
     gpu_pod = gpus > 0
     excluded = {reason: int(count) for reason, count in ((CPU_ONLY, (~gpu_pod).sum()),
                                                          (NEVER_SCHEDULED, (gpu_pod & ~ran).sum())) if count}
     keep = gpu_pod & ran
     if not keep.any():
-        raise TraceError(path, f"no usable pods: all {len(rows)} were left out ({excluded})")
+        raise LocatedError(path, f"no usable pods: all {len(rows)} were left out ({excluded})")
     rows, lines = rows[keep].reset_index(drop=True), lines[keep]
     created, scheduled, gpus, milli = created[keep], scheduled[keep], gpus[keep], milli[keep]
     deleted = numeric(rows["deletion_time"], path, lines, "deletion_time", min_value=0.0)
@@ -98,7 +97,7 @@ def load(path: str | Path) -> JobTrace:
                              (deleted < scheduled, "deletion_time", "before its scheduled_time")):
         if bad.any():
             i = int(np.argmax(bad))
-            raise TraceError(path, f"lies {what}", line=int(lines[i]), field=field)
+            raise LocatedError(path, f"lies {what}", line=int(lines[i]), field=field)
     df = pd.DataFrame({
         "job_id": rows["name"].str.strip().to_numpy(),
         "submit_s": created,
@@ -124,7 +123,7 @@ def _check_milli(milli: np.ndarray, gpus: np.ndarray, path: str | Path, lines: n
                       (milli != np.floor(milli), "not a whole number of thousandths")):
         if bad.any():
             i = int(np.argmax(bad))
-            raise TraceError(path, f"{milli[i]:g}: {what}", line=int(lines[i]), field="gpu_milli")
+            raise LocatedError(path, f"{milli[i]:g}: {what}", line=int(lines[i]), field="gpu_milli")
 
 
 def _allowed(spec: pd.Series, path: str | Path, lines: np.ndarray) -> np.ndarray:
@@ -145,7 +144,7 @@ def _allowed(spec: pd.Series, path: str | Path, lines: np.ndarray) -> np.ndarray
                 names.append(canonical_gpu_type(part))
             except UnknownGpuTypeError as exc:
                 i = int(np.argmax((texts == text).to_numpy()))
-                raise TraceError(path, f"{exc.brief} (Alibaba's anonymised models {', '.join(ANONYMISED_MODELS)} are "
-                                 "kept as they are)", line=int(lines[i]), field="gpu_spec") from None
+                raise LocatedError(path, f"{exc.brief} (Alibaba's anonymised models {', '.join(ANONYMISED_MODELS)} are "
+                                   "kept as they are)", line=int(lines[i]), field="gpu_spec") from None
         mapped[text] = ALLOWED_SEPARATOR.join(dict.fromkeys(names))
     return texts.map(mapped).to_numpy(dtype=object)

@@ -34,16 +34,12 @@ import numpy as np
 import pandas as pd
 
 from predictor.common.families import JOB_CLASSES, family_of, job_class
-from predictor.common.inputs import UserError
+from predictor.common.inputs import InputError
 from predictor.tables import IterationTimeTable
 from traces.schema import CHECKPOINT_BYTES, RUNTIME_PREFIX, JobTrace
 from traces.seeding import hashed_uniform
 
 CLASS_SHARES = {"image": 0.6, "language": 0.3, "speech": 0.1}
-
-
-class BindingError(UserError, ValueError):
-    """A workload that cannot be bound (empty catalog class, missing truth); the message says why."""
 
 
 def job_classes(jobs: pd.DataFrame, seed: int) -> np.ndarray:
@@ -124,7 +120,7 @@ def assign_configs(jobs: pd.DataFrame, configs: pd.DataFrame, seed: int) -> tupl
     for c in sorted(set(classes)):
         pool = configs.loc[configs["job_class"] == c, "config_id"].sort_values().to_numpy()
         if len(pool) == 0:
-            raise BindingError(f"the workload catalog has no {c} configs to bind {int((classes == c).sum())} jobs to")
+            raise InputError(f"the workload catalog has no {c} configs to bind {int((classes == c).sum())} jobs to")
         rows = np.flatnonzero(classes == c)
         chosen[rows] = pool[np.minimum((u[rows] * len(pool)).astype(int), len(pool) - 1)]
     named = named_configs(jobs, configs)
@@ -152,7 +148,7 @@ def bind_workload(trace: JobTrace, configs: pd.DataFrame, truth: IterationTimeTa
         per_iteration = np.array([truth.seconds(c, g) for c, g in zip(chosen, observed)])
         per_type = truth.matrix(chosen, list(gpu_types))
     except KeyError as exc:
-        raise BindingError(str(exc.args[0])) from None
+        raise InputError(str(exc.args[0])) from None
     jobs["config_id"] = chosen
     jobs["family"] = info.loc[chosen, "family"].to_numpy()
     jobs["model"] = info.loc[chosen, "model"].to_numpy()

@@ -55,12 +55,11 @@ import pandas as pd
 
 from predictor.common.documents import read_document
 from predictor.common.gpus import UnknownGpuTypeError, canonical_gpu_type
-from predictor.common.inputs import short
+from predictor.common.inputs import LocatedError, short
 from traces.schema import (
     RUNTIME_PREFIX,
     THROUGHPUT_PREFIX,
     JobTrace,
-    TraceError,
     finalize,
     gpu_counts,
     numeric,
@@ -97,14 +96,14 @@ def default_throughputs() -> Path:
 def read_throughputs(path: str | Path) -> dict[str, dict[tuple[str, int], float]]:
     """Gavel's throughputs file as {canonical GPU type: {(job type, scale factor): steps per
     second}} (the ``null`` entry: the job alone on the worker), in the file's worker order; a
-    malformed entry is a TraceError naming the file and the entry."""
+    malformed entry is a LocatedError naming the file and the entry."""
     if not Path(path).exists():
-        raise TraceError(path, f"file not found (Gavel's throughputs: give another with ${THROUGHPUTS_VARIABLE} "
-                         "or load(..., throughputs=PATH))")
-    raw = read_document(path, "Gavel throughputs file", lambda m: TraceError(path, m.removeprefix(f"{path}: ")),
+        raise LocatedError(path, f"file not found (Gavel's throughputs: give another with ${THROUGHPUTS_VARIABLE} "
+                           "or load(..., throughputs=PATH))")
+    raw = read_document(path, "Gavel throughputs file", lambda m: LocatedError(path, m.removeprefix(f"{path}: ")),
                         kind="json")
     if not isinstance(raw, dict):
-        raise TraceError(path, "expected a JSON object of worker types")
+        raise LocatedError(path, "expected a JSON object of worker types")
     out: dict[str, dict[tuple[str, int], float]] = {}
     for worker, entries in raw.items():
         if "unconsolidated" in str(worker):
@@ -112,25 +111,26 @@ def read_throughputs(path: str | Path) -> dict[str, dict[tuple[str, int], float]
         try:
             gpu = canonical_gpu_type(str(worker))
         except UnknownGpuTypeError as exc:
-            raise TraceError(path, f"worker type names no known GPU type: {exc.brief}", field=str(worker)) from None
+            raise LocatedError(path, f"worker type names no known GPU type: {exc.brief}", field=str(worker)) from None
         if gpu in out:
-            raise TraceError(path, f"a second worker type for {gpu}", field=str(worker))
+            raise LocatedError(path, f"a second worker type for {gpu}", field=str(worker))
         if not isinstance(entries, dict):
-            raise TraceError(path, "expected an object of job types", field=str(worker))
+            raise LocatedError(path, "expected an object of job types", field=str(worker))
         table: dict[tuple[str, int], float] = {}
         for key, entry in entries.items():
             match = _KEY.fullmatch(str(key))
             where = f"{worker}.{key}"
             if match is None:
-                raise TraceError(path, "not a Gavel job-type key such as \"('ResNet-18 (batch size 64)', 1)\"",
-                                 field=where)
+                raise LocatedError(path, "not a Gavel job-type key such as \"('ResNet-18 (batch size 64)', 1)\"",
+                                   field=where)
             value = entry.get("null") if isinstance(entry, dict) else None
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 <= value < math.inf):
-                raise TraceError(path, f"the 'null' throughput must be a number >= 0, got {short(value)}", field=where)
+                raise LocatedError(path, f"the 'null' throughput must be a number >= 0, got {short(value)}",
+                                   field=where)
             table[(match.group(1), int(match.group(2)))] = float(value)
         out[gpu] = table
     if not out:
-        raise TraceError(path, "no worker type (only *_unconsolidated ones, or none)")
+        raise LocatedError(path, "no worker type (only *_unconsolidated ones, or none)")
     return out
 
 
@@ -141,23 +141,23 @@ def read_lines(path: str | Path) -> tuple[tuple[str, ...], pd.DataFrame]:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise TraceError(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        raise LocatedError(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()  # the newline that ends the last line
     if not lines:
-        raise TraceError(path, "the trace holds no jobs", line=1)
+        raise LocatedError(path, "the trace holds no jobs", line=1)
     rows = [line.removesuffix("\r").split("\t") for line in lines]
     first = len(rows[0])
     if first not in (len(FIELDS), len(MSR_FIELDS)):
-        raise TraceError(path, f"line has {first} tab-separated field(s); Gavel's trace format has {len(FIELDS)} "
-                         f"({', '.join(FIELDS)}), its older msr format {len(MSR_FIELDS)}", line=1)
+        raise LocatedError(path, f"line has {first} tab-separated field(s); Gavel's trace format has {len(FIELDS)} "
+                           f"({', '.join(FIELDS)}), its older msr format {len(MSR_FIELDS)}", line=1)
     names = FIELDS if first == len(FIELDS) else MSR_FIELDS
     for i, fields in enumerate(rows):
         if len(fields) != len(names):
             n = len(fields)
-            raise TraceError(path, f"line has {n} tab-separated field(s), expected {len(names)} like line 1 "
-                             f"({', '.join(names)})", line=i + 1, field=names[min(n, len(names) - 1)])
+            raise LocatedError(path, f"line has {n} tab-separated field(s), expected {len(names)} like line 1 "
+                               f"({', '.join(names)})", line=i + 1, field=names[min(n, len(names) - 1)])
     table = pd.DataFrame(rows, columns=list(names), dtype=object)
     table["line"] = np.arange(1, len(rows) + 1, dtype="int64")
     return names, table
@@ -169,7 +169,7 @@ def _whole(values: pd.Series, path: str | Path, lines: np.ndarray, name: str, mi
     fraction = numbers != np.floor(numbers)
     if fraction.any():
         i = int(np.argmax(fraction))
-        raise TraceError(path, f"not a whole number: {short(values.iloc[i])}", line=int(lines[i]), field=name)
+        raise LocatedError(path, f"not a whole number: {short(values.iloc[i])}", line=int(lines[i]), field=name)
     return numbers
 
 
@@ -186,11 +186,11 @@ def load(path: str | Path, *, throughputs: str | Path | None = None) -> JobTrace
         rows, scale = rows[scale > 0].reset_index(drop=True), scale[scale > 0]
         lines = rows["line"].to_numpy()
         if not len(rows):
-            raise TraceError(path, f"no usable jobs: every line has {SKIPPED_SCALE_0}")
+            raise LocatedError(path, f"no usable jobs: every line has {SKIPPED_SCALE_0}")
     job_type = text_fields(rows["job_type"], path, lines, "job_type", printable=False)
     if (job_type.str.strip() == "").any():
         i = int(np.argmax((job_type.str.strip() == "").to_numpy()))
-        raise TraceError(path, "the job type is empty", line=int(lines[i]), field="job_type")
+        raise LocatedError(path, "the job type is empty", line=int(lines[i]), field="job_type")
     _whole(rows["needs_data_dir"], path, lines, "needs_data_dir", 0)
     steps = _whole(rows["total_steps"], path, lines, "total_steps", 0)
     arrival = numeric(rows["arrival_time"].str.strip(), path, lines, "arrival_time", min_value=0.0)
@@ -209,8 +209,8 @@ def load(path: str | Path, *, throughputs: str | Path | None = None) -> JobTrace
                 scales = sorted(s for t, s in table[gpu] if t == key[0])
                 known = (f"it has this job type at scale factor(s) {', '.join(map(str, scales))} only" if scales
                          else "it has no such job type")
-                raise TraceError(path, f"no throughput for {key!r} on {gpu} in {source} ({known}; Gavel's "
-                                 "simulator cannot run this line either)", line=int(lines[i]), field="job_type")
+                raise LocatedError(path, f"no throughput for {key!r} on {gpu} in {source} ({known}; Gavel's "
+                                   "simulator cannot run this line either)", line=int(lines[i]), field="job_type")
             thr[i, k] = value
     with np.errstate(divide="ignore", invalid="ignore"):
         runtime = np.where(thr > 0, steps[:, None] / thr, np.inf)
@@ -218,8 +218,8 @@ def load(path: str | Path, *, throughputs: str | Path | None = None) -> JobTrace
     nowhere = ~can.any(axis=1)
     if nowhere.any():
         i = int(np.argmax(nowhere))
-        raise TraceError(path, f"Gavel's throughput for {(job_type.iloc[i], int(scale[i]))!r} is 0 on every worker "
-                         f"type in {source}: no GPU type can run it", line=int(lines[i]), field="job_type")
+        raise LocatedError(path, f"Gavel's throughput for {(job_type.iloc[i], int(scale[i]))!r} is 0 on every worker "
+                           f"type in {source}: no GPU type can run it", line=int(lines[i]), field="job_type")
     order = ([gpus.index(REFERENCE_WORKER)] if REFERENCE_WORKER in gpus else []) + list(range(len(gpus)))
     first = np.array([next(k for k in order if can[i, k]) for i in range(len(rows))])
     df = pd.DataFrame({
@@ -264,7 +264,8 @@ def convert_msr(source: str | Path, target: str | Path) -> int:
     Returns the number of jobs written."""
     names, rows = read_lines(source)
     if names != MSR_FIELDS:
-        raise TraceError(source, f"not an msr trace: its lines have {len(names)} fields, not {len(MSR_FIELDS)}", line=1)
+        raise LocatedError(source, f"not an msr trace: its lines have {len(names)} fields, not {len(MSR_FIELDS)}",
+                           line=1)
     lines = rows["line"].to_numpy()
     scale = _whole(rows["scale_factor"], source, lines, "scale_factor", 0)
     for name in ("needs_data_dir", "total_steps"):

@@ -59,7 +59,7 @@ import numpy as np
 import pandas as pd
 
 from predictor.common.gpus import UnknownGpuTypeError, canonical_gpu_type
-from predictor.common.inputs import InputError, read_parquet, short
+from predictor.common.inputs import InputError, LocatedError, read_parquet, short
 from predictor.common.trace_table import DTYPES
 from traces.schema import (
     ALLOWED_GPUS,
@@ -71,7 +71,6 @@ from traces.schema import (
     SHAPE,
     TIME_LIMIT_S,
     JobTrace,
-    TraceError,
     canonical_types,
     finalize,
     gpu_counts,
@@ -142,18 +141,18 @@ def _read_parquet(path: str | Path) -> tuple[pd.DataFrame, list[str]]:
     """The Parquet file's rows (a ``line`` column: the 1-based row) and its column names."""
     try:
         rows = read_parquet(path, "trace file")
-    except (InputError, TraceError):
+    except InputError:  # LocatedError included
         raise
     except FileNotFoundError:
-        raise TraceError(path, "file not found") from None
+        raise LocatedError(path, "file not found") from None
     except IsADirectoryError:
-        raise TraceError(path, "is a directory, expected a file") from None
+        raise LocatedError(path, "is a directory, expected a file") from None
     except Exception as exc:  # pyarrow's errors for a file that is not Parquet (ArrowInvalid, OSError)
-        raise TraceError(path, f"not a readable Parquet file: {short(str(exc), 160)}") from None
+        raise LocatedError(path, f"not a readable Parquet file: {short(str(exc), 160)}") from None
     names = [str(c) for c in rows.columns]
     missing = [c for c in REQUIRED if c not in names]
     if missing:
-        raise TraceError(path, f"missing column(s) {missing}; found [{list_names(names)}]", field=missing[0])
+        raise LocatedError(path, f"missing column(s) {missing}; found [{list_names(names)}]", field=missing[0])
     rows.columns = names
     rows = rows.reset_index(drop=True)
     rows["line"] = np.arange(1, len(rows) + 1, dtype="int64")
@@ -169,13 +168,14 @@ def _check_header(names: list[str], path: str | Path) -> dict[str, str]:
             try:
                 gpu = canonical_gpu_type(name[len(RUNTIME_PREFIX):])
             except UnknownGpuTypeError as exc:
-                raise TraceError(path, f"names no known GPU type: {exc.brief}", line=1, field=name) from None
+                raise LocatedError(path, f"names no known GPU type: {exc.brief}", line=1, field=name) from None
             if gpu in runtime.values():
                 first = next(c for c, g in runtime.items() if g == gpu)
-                raise TraceError(path, f"names the same GPU type ({gpu}) as column {short(first)}", line=1, field=name)
+                raise LocatedError(path, f"names the same GPU type ({gpu}) as column {short(first)}", line=1,
+                                   field=name)
             runtime[name] = gpu
         elif name not in REQUIRED and name not in OPTIONAL:
-            raise TraceError(path, f"unknown column; the known ones are {', '.join(KNOWN)}", line=1, field=name)
+            raise LocatedError(path, f"unknown column; the known ones are {', '.join(KNOWN)}", line=1, field=name)
     return runtime
 
 
@@ -195,8 +195,8 @@ def _runtime_cells(values: pd.Series, path: str | Path, lines: np.ndarray, name:
     infinite = np.isinf(seconds)
     if infinite.any() and not parquet:
         i = int(np.argmax(infinite))
-        raise TraceError(path, f"an infinite run time ({short(values.iloc[i])}): write {NEVER!r} for a type the job "
-                         "cannot run on", line=int(lines[i]), field=name)
+        raise LocatedError(path, f"an infinite run time ({short(values.iloc[i])}): write {NEVER!r} for a type the job "
+                           "cannot run on", line=int(lines[i]), field=name)
     seconds[never] = np.inf
     return seconds
 
@@ -216,13 +216,13 @@ def _allowed(rows: pd.DataFrame, path: str | Path, lines: np.ndarray, gpu_type: 
                 try:
                     parts.append(canonical_gpu_type(part.strip()))
                 except UnknownGpuTypeError as exc:
-                    raise TraceError(path, exc.brief, line=int(lines[i]), field=ALLOWED_GPUS) from None
+                    raise LocatedError(path, exc.brief, line=int(lines[i]), field=ALLOWED_GPUS) from None
             canon[text] = ALLOWED_SEPARATOR.join(dict.fromkeys(parts))
         out[i] = canon[text]
         observed = gpu_type.iloc[i]
         if observed and out[i] and observed not in out[i].split(ALLOWED_SEPARATOR):
-            raise TraceError(path, f"its gpu_type {observed} is not among the types it may run on ({out[i]})",
-                             line=int(lines[i]), field=ALLOWED_GPUS)
+            raise LocatedError(path, f"its gpu_type {observed} is not among the types it may run on ({out[i]})",
+                               line=int(lines[i]), field=ALLOWED_GPUS)
     return out
 
 
@@ -243,14 +243,15 @@ def _durations(rows: pd.DataFrame, path: str | Path, lines: np.ndarray, runtimes
     barred = np.isposinf(own)
     if barred.any():
         i = int(np.argmax(barred))
-        raise TraceError(path, f"the job was observed on {gpu_type.iloc[i]}, which its {RUNTIME_PREFIX}"
-                         f"{gpu_type.iloc[i]} says it cannot run on", line=int(lines[i]), field="gpu_type")
+        raise LocatedError(path, f"the job was observed on {gpu_type.iloc[i]}, which its {RUNTIME_PREFIX}"
+                           f"{gpu_type.iloc[i]} says it cannot run on", line=int(lines[i]), field="gpu_type")
     both = ~np.isnan(duration) & ~np.isnan(own)
     differ = both & ~np.isclose(duration, own, rtol=1e-9, atol=1e-9)
     if differ.any():
         i = int(np.argmax(differ))
-        raise TraceError(path, f"{duration[i]:g} s differs from its {RUNTIME_PREFIX}{gpu_type.iloc[i]} of {own[i]:g} s "
-                         "(duration_s is the run time on gpu_type)", line=int(lines[i]), field="duration_s")
+        raise LocatedError(path, f"{duration[i]:g} s differs from its {RUNTIME_PREFIX}{gpu_type.iloc[i]} of "
+                           f"{own[i]:g} s (duration_s is the run time on gpu_type)", line=int(lines[i]),
+                           field="duration_s")
     missing = np.isnan(duration)
     duration[missing] = own[missing]
     for gpu, seconds in runtimes.items():  # header order: the first type the job has a run time on
@@ -260,11 +261,12 @@ def _durations(rows: pd.DataFrame, path: str | Path, lines: np.ndarray, runtimes
     if np.isnan(duration).any():
         i = int(np.argmax(np.isnan(duration)))
         if not gpu_type.iloc[i] and runtimes and all(np.isposinf(s[i]) for s in runtimes.values()):
-            raise TraceError(path, f"no GPU type can run this job: every {RUNTIME_PREFIX}<GPU> value is {NEVER!r}, and "
-                             "without duration_s no other type can be timed", line=int(lines[i]), field="duration_s")
+            raise LocatedError(path, f"no GPU type can run this job: every {RUNTIME_PREFIX}<GPU> value is "
+                               f"{NEVER!r}, and without duration_s no other type can be timed", line=int(lines[i]),
+                               field="duration_s")
         where = f"its gpu_type {gpu_type.iloc[i]}" if gpu_type.iloc[i] else "a type it can run on"
-        raise TraceError(path, f"no run time: give duration_s, or a {RUNTIME_PREFIX}<GPU> value for {where}",
-                         line=int(lines[i]), field="duration_s")
+        raise LocatedError(path, f"no run time: give duration_s, or a {RUNTIME_PREFIX}<GPU> value for {where}",
+                           line=int(lines[i]), field="duration_s")
     return duration, gpu_type
 
 
@@ -275,7 +277,7 @@ def _dtypes(rows: pd.DataFrame, path: str | Path, lines: np.ndarray) -> np.ndarr
     bad = (~text.isin(("", *CONFIG_DTYPES))).to_numpy()
     if bad.any():
         i = int(np.argmax(bad))
-        raise TraceError(path, f"unknown dtype {short(rows['dtype'].iloc[i])}; expected one of "
-                         f"{', '.join(CONFIG_DTYPES)} (or {', '.join(DTYPE_ALIASES)})", line=int(lines[i]),
-                         field="dtype")
+        raise LocatedError(path, f"unknown dtype {short(rows['dtype'].iloc[i])}; expected one of "
+                           f"{', '.join(CONFIG_DTYPES)} (or {', '.join(DTYPE_ALIASES)})", line=int(lines[i]),
+                           field="dtype")
     return text.to_numpy()

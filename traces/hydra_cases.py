@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 
 from predictor.common.gpus import UnknownGpuTypeError, canonical_gpu_type
-from predictor.common.inputs import short
-from traces.schema import RUNTIME_PREFIX, JobTrace, TraceError, finalize, identifiers, numeric, read_csv_rows
+from predictor.common.inputs import LocatedError, short
+from traces.schema import RUNTIME_PREFIX, JobTrace, finalize, identifiers, numeric, read_csv_rows
 
 NON_TYPE_COLUMNS = ("", "Unnamed: 0", "job_name", "norm_job_submit_time", "ddl")
 REQUIRED = ["job_name", "norm_job_submit_time", "ddl"]
@@ -30,16 +30,16 @@ def load(path: str | Path) -> JobTrace:
     lines = rows["line"].to_numpy()
     type_cols = [c for c in names if c not in NON_TYPE_COLUMNS]
     if not type_cols:
-        raise TraceError(path, "no GPU-type run-time column in the header", line=1, field="(GPU type columns)")
+        raise LocatedError(path, "no GPU-type run-time column in the header", line=1, field="(GPU type columns)")
     canon: dict[str, str] = {}
     for col in type_cols:
         try:
             gpu = canonical_gpu_type(col)
         except UnknownGpuTypeError as exc:
-            raise TraceError(path, f"column is not a GPU type: {exc.brief}", line=1, field=col) from None
+            raise LocatedError(path, f"column is not a GPU type: {exc.brief}", line=1, field=col) from None
         if gpu in canon.values():
             first = next(c for c, g in canon.items() if g == gpu)
-            raise TraceError(path, f"names the same GPU type ({gpu}) as column {short(first)}", line=1, field=col)
+            raise LocatedError(path, f"names the same GPU type ({gpu}) as column {short(first)}", line=1, field=col)
         canon[col] = gpu
     runtimes = {col: numeric(rows[col], path, lines, col, min_value=0.0) for col in type_cols}
     submit = numeric(rows["norm_job_submit_time"], path, lines, "norm_job_submit_time", min_value=0.0)
@@ -47,8 +47,8 @@ def load(path: str | Path) -> JobTrace:
     early = ddl < submit
     if early.any():
         i = int(np.argmax(early))
-        raise TraceError(path, f"deadline {ddl[i]:g} lies before the submit time {submit[i]:g}",
-                         line=int(lines[i]), field="ddl")
+        raise LocatedError(path, f"deadline {ddl[i]:g} lies before the submit time {submit[i]:g}",
+                           line=int(lines[i]), field="ddl")
     first = type_cols[0]
     df = pd.DataFrame({
         "job_id": identifiers(rows["job_name"], path, lines, "job_name", unique=True),

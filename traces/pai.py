@@ -19,11 +19,10 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from predictor.common.inputs import short
+from predictor.common.inputs import LocatedError, short
 from traces.schema import (
     INT64_LIMIT,
     JobTrace,
-    TraceError,
     canonical_types,
     finalize,
     gpu_counts,
@@ -65,8 +64,8 @@ def _resolve_tables(path: str | Path) -> tuple[Path, Path]:
     for f in (job, task):
         if not f.exists():
             hint = " (extract it from the .tar.gz first)" if f.with_name(f.name + ".tar.gz").exists() else ""
-            raise TraceError(f, f"file not found{hint}; load() needs {JOB_TABLE_FILE} and {TASK_TABLE_FILE} "
-                             "side by side")
+            raise LocatedError(f, f"file not found{hint}; load() needs {JOB_TABLE_FILE} and {TASK_TABLE_FILE} "
+                               "side by side")
     return job, task
 
 
@@ -76,7 +75,7 @@ def _drop_header_row(rows: pd.DataFrame, path: Path | str) -> pd.DataFrame:
     if [str(rows[c].iloc[0]).strip() for c in cols] != cols:
         return rows
     if len(rows) == 1:
-        raise TraceError(path, "no data rows after the header", line=1)
+        raise LocatedError(path, "no data rows after the header", line=1)
     return rows.iloc[1:].reset_index(drop=True)
 
 
@@ -101,13 +100,13 @@ def _whole_instances(inst: np.ndarray, path: Path, lines: np.ndarray, rows: np.n
     bad = rows & ~((inst >= 1) & (inst == np.floor(inst)))
     if bad.any():
         i = int(np.argmax(bad))
-        raise TraceError(path, f"instance count must be a whole number >= 1, got {inst[i]:g}",
-                         line=int(lines[i]), field="inst_num")
+        raise LocatedError(path, f"instance count must be a whole number >= 1, got {inst[i]:g}",
+                           line=int(lines[i]), field="inst_num")
     huge = rows & (inst >= INT64_LIMIT)  # else the job's GPU count would overflow under 'num_gpus'
     if huge.any():
         i = int(np.argmax(huge))
-        raise TraceError(path, f"instance count {inst[i]:g} is too large (it overflows a 64-bit integer)",
-                         line=int(lines[i]), field="inst_num")
+        raise LocatedError(path, f"instance count {inst[i]:g} is too large (it overflows a 64-bit integer)",
+                           line=int(lines[i]), field="inst_num")
 
 
 class _Tasks(NamedTuple):
@@ -155,8 +154,8 @@ def _read_tasks(tasks: pd.DataFrame, task_path: Path, job_name: pd.Series) -> _T
     backwards = finished & (end < start)
     if backwards.any():
         i = int(np.argmax(backwards))
-        raise TraceError(task_path, f"task ends ({end[i]:g}) before it starts ({start[i]:g})",
-                         line=int(tl[i]), field="end_time")
+        raise LocatedError(task_path, f"task ends ({end[i]:g}) before it starts ({start[i]:g})",
+                           line=int(tl[i]), field="end_time")
     gpus = np.where(is_gpu, np.nan_to_num(inst) * _gpus_per_instance(plan_gpu), 0.0)
     return _Tasks(tl, code, known, is_gpu, gpus, start, end, finished, known & (status == "Running"))
 
@@ -233,7 +232,7 @@ def load(path: str | Path) -> JobTrace:
     rows, CPU-only jobs, unfinished jobs (job status Running/Waiting, a task still Running, or no
     task with start and end > 0), and task rows whose job is missing from the job table.
     Empty fields and the null spellings in :data:`NULL_TOKENS` are missing values; anything else
-    that is not a number raises TraceError. ``line`` is the job's line in the job table; errors
+    that is not a number raises LocatedError. ``line`` is the job's line in the job table; errors
     in task values name the task table.
     """
     job_path, task_path = _resolve_tables(path)
@@ -249,7 +248,7 @@ def load(path: str | Path) -> JobTrace:
     orphans = int((~t.known).sum())
     excluded = {**({ORPHAN_TASKS: orphans} if orphans else {}), **left_out}
     if not keep.any():
-        raise TraceError(job_path, f"no usable jobs: all were left out ({excluded})")
+        raise LocatedError(job_path, f"no usable jobs: all were left out ({excluded})")
     return finalize(_job_frame(jobs, job_name, submit, per_job, keep, job_path), job_path, "pai", excluded)
 
 
@@ -278,15 +277,15 @@ def load_sample(path: str | Path) -> JobTrace:
         excluded[UNFINISHED_TASKS] = int((is_gpu & ~finished).sum())
     keep = is_gpu & finished
     if not keep.any():
-        raise TraceError(path, f"no usable rows: all were left out ({excluded})")
+        raise LocatedError(path, f"no usable rows: all were left out ({excluded})")
     rows, lines, inst = rows[keep], lines[keep], inst[keep]
     plan_gpu, start, end = plan_gpu[keep], start[keep], end[keep]
     _whole_instances(inst, Path(path), lines, np.ones(len(inst), dtype=bool))
     duration = end - start
     if (duration < 0).any():
         i = int(np.argmax(duration < 0))
-        raise TraceError(path, f"task ends ({end[i]:g}) before it starts ({start[i]:g})",
-                         line=int(lines[i]), field="end_time")
+        raise LocatedError(path, f"task ends ({end[i]:g}) before it starts ({start[i]:g})",
+                           line=int(lines[i]), field="end_time")
     df = pd.DataFrame({
         "job_id": identifiers(rows["job_name"], path, lines, "job_name", unique=True).to_numpy(),
         "submit_s": start,
@@ -305,7 +304,7 @@ def load_machine_spec(path: str | Path) -> pd.DataFrame:
     """Load the headerless ``pai_machine_spec.csv`` as a node table ``node, gpu_type, num_gpus``.
 
     CPU-only machines (cap_gpu 0, or gpu_type "CPU"/empty) are skipped (count in
-    ``.attrs["excluded"]``); an unknown GPU type raises TraceError.
+    ``.attrs["excluded"]``); an unknown GPU type raises LocatedError.
     """
     rows, _ = read_csv_rows(path, names=MACHINE_SPEC_COLUMNS)
     rows = _drop_header_row(rows, path)
@@ -318,11 +317,11 @@ def load_machine_spec(path: str | Path) -> pd.DataFrame:
     mismatch = cpu_kind & (gpus > 0)
     if mismatch.any():
         i = int(np.argmax(mismatch))
-        raise TraceError(path, f"gpu_type {short(kind.iloc[i])} but cap_gpu {gpus[i]:g}", line=int(lines[i]),
-                         field="gpu_type")
+        raise LocatedError(path, f"gpu_type {short(kind.iloc[i])} but cap_gpu {gpus[i]:g}", line=int(lines[i]),
+                           field="gpu_type")
     keep = ~cpu_kind & (gpus > 0)
     if not keep.any():
-        raise TraceError(path, "no machine has GPUs")
+        raise LocatedError(path, "no machine has GPUs")
     out = pd.DataFrame({
         "node": node[keep].to_numpy(),
         "gpu_type": canonical_types(kind[keep], path, lines[keep], "gpu_type").to_numpy(),

@@ -25,13 +25,12 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
-from predictor.common.inputs import InputError, short
+from predictor.common.inputs import InputError, LocatedError, short
 from predictor.common.inputs import load_json as load_json_text
 from traces.schema import (
     ATTEMPTS,
     OUTCOME,
     JobTrace,
-    TraceError,
     finalize,
     gpu_counts,
     identifiers,
@@ -97,14 +96,14 @@ def _detail_gpus(attempt: dict, path: str | Path, rec_no: int) -> int:
     """GPUs held by an attempt of the original log: the sum of its per-machine ``gpus`` lists."""
     detail = attempt.get("detail")
     if not isinstance(detail, list):
-        raise TraceError(path, "no num_gpus in the record and no per-machine detail list in its first "
-                         "attempt to count GPUs from", line=rec_no, field="attempts[0].detail")
+        raise LocatedError(path, "no num_gpus in the record and no per-machine detail list in its first "
+                           "attempt to count GPUs from", line=rec_no, field="attempts[0].detail")
     total = 0
     for m, machine in enumerate(detail):
         gpus = machine.get("gpus") if isinstance(machine, dict) else None
         if not isinstance(gpus, list):
-            raise TraceError(path, "expected an object with a 'gpus' list", line=rec_no,
-                             field=f"attempts[0].detail[{m}].gpus")
+            raise LocatedError(path, "expected an object with a 'gpus' list", line=rec_no,
+                               field=f"attempts[0].detail[{m}].gpus")
         total += len(gpus)
     return total
 
@@ -124,51 +123,51 @@ class _Job(NamedTuple):
 
 
 def _read_records(path: str | Path) -> list:
-    """The file's JSON list of job records: TraceError for a missing, undecodable or empty file."""
+    """The file's JSON list of job records: LocatedError for a missing, undecodable or empty file."""
     raw = read_trace_bytes(path)
     try:
         data = load_json_text(raw.decode("utf-8-sig"), path)  # nesting checked before parsing
     except UnicodeDecodeError as exc:
-        raise TraceError(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        raise LocatedError(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except json.JSONDecodeError as exc:
-        raise TraceError(path, f"invalid JSON: {exc.msg} (text line {exc.lineno}, column {exc.colno})",
-                         line=exc.lineno) from None
+        raise LocatedError(path, f"invalid JSON: {exc.msg} (text line {exc.lineno}, column {exc.colno})",
+                           line=exc.lineno) from None
     except InputError:
         raise
     except ValueError as exc:  # e.g. an integer of more than 4,300 digits, which Python will not parse
-        raise TraceError(path, f"invalid JSON: {str(exc).split(';')[0][:160]}") from None
+        raise LocatedError(path, f"invalid JSON: {str(exc).split(';')[0][:160]}") from None
     if not isinstance(data, list):
-        raise TraceError(path, f"expected a JSON list of job objects, got a {type(data).__name__}")
+        raise LocatedError(path, f"expected a JSON list of job objects, got a {type(data).__name__}")
     if not data:
-        raise TraceError(path, "the file holds no job records", line=1)
+        raise LocatedError(path, "the file holds no job records", line=1)
     return data
 
 
 def _job_id(rec: Any, path: str | Path, rec_no: int) -> tuple[str, str]:
     """The record's id key ("id" in the marwage subset, "jobid" in the original log) and its id."""
     if not isinstance(rec, dict):
-        raise TraceError(path, f"expected a job object, got a {type(rec).__name__}", line=rec_no)
+        raise LocatedError(path, f"expected a job object, got a {type(rec).__name__}", line=rec_no)
     key = "id" if "id" in rec else "jobid"
     job_id = rec.get(key)
     if job_id is None or str(job_id).strip() == "":
-        raise TraceError(path, "job id is missing (need 'id' or 'jobid')", line=rec_no, field=key)
+        raise LocatedError(path, "job id is missing (need 'id' or 'jobid')", line=rec_no, field=key)
     return key, str(job_id).strip()
 
 
 def _attempts(rec: dict, path: str | Path, rec_no: int) -> list[dict]:
     """The record's attempt objects ([] for a null or empty list, a job that never started)."""
     if "attempts" not in rec:
-        raise TraceError(path, "key is missing", line=rec_no, field="attempts")
+        raise LocatedError(path, "key is missing", line=rec_no, field="attempts")
     attempts = rec["attempts"]
     if attempts is None or attempts == []:
         return []
     if not isinstance(attempts, list):
-        raise TraceError(path, f"expected a list, got a {type(attempts).__name__}", line=rec_no,
-                         field="attempts")
+        raise LocatedError(path, f"expected a list, got a {type(attempts).__name__}", line=rec_no,
+                           field="attempts")
     for k, att in enumerate(attempts):
         if not isinstance(att, dict):
-            raise TraceError(path, f"expected an attempt object, got a {type(att).__name__}",
-                             line=rec_no, field=f"attempts[{k}]")
+            raise LocatedError(path, f"expected an attempt object, got a {type(att).__name__}",
+                               line=rec_no, field=f"attempts[{k}]")
     return attempts
 
 
@@ -202,7 +201,7 @@ def _time_texts(rec: dict, attempts: list[dict], path: str | Path, rec_no: int) 
         i = times.index(None)
         what = ("submission time is missing" if i == 0 else
                 "time is missing (an attempt between the first and the last needs its start and end time)")
-        raise TraceError(path, what, line=rec_no, field=_time_field(i))
+        raise LocatedError(path, what, line=rec_no, field=_time_field(i))
     return times
 
 
@@ -212,8 +211,8 @@ def _outcome(rec: dict, path: str | Path, rec_no: int) -> str:
         return ""
     status = rec["status"]
     if not isinstance(status, str) or status.strip() not in STATUS_OUTCOME:
-        raise TraceError(path, f"unknown status {short(status)} for a finished job; expected "
-                         f"{', '.join(STATUS_OUTCOME)}", line=rec_no, field="status")
+        raise LocatedError(path, f"unknown status {short(status)} for a finished job; expected "
+                           f"{', '.join(STATUS_OUTCOME)}", line=rec_no, field="status")
     return STATUS_OUTCOME[status.strip()]
 
 
@@ -233,7 +232,7 @@ def _read_record(rec: Any, path: str | Path, rec_no: int) -> _Job | str:
 
 
 def _read_jobs(records: list, path: str | Path) -> tuple[list[_Job], Counter[str]]:
-    """The kept jobs, and how many records are left out for each reason; TraceError if none is kept."""
+    """The kept jobs, and how many records are left out for each reason; LocatedError if none is kept."""
     excluded: Counter[str] = Counter()
     jobs: list[_Job] = []
     for rec_no, rec in enumerate(records, start=1):
@@ -243,7 +242,7 @@ def _read_jobs(records: list, path: str | Path) -> tuple[list[_Job], Counter[str
         else:
             jobs.append(job)
     if not jobs:
-        raise TraceError(path, f"no usable jobs: all {len(records)} records were left out ({dict(excluded)})")
+        raise LocatedError(path, f"no usable jobs: all {len(records)} records were left out ({dict(excluded)})")
     return jobs, excluded
 
 
@@ -259,8 +258,8 @@ def _job_times(jobs: list[_Job], path: str | Path) -> tuple[np.ndarray, np.ndarr
     if bad.any():
         i = int(np.argmax(bad))
         j = int(np.searchsorted(first, i, side="right")) - 1
-        raise TraceError(path, f"malformed time {short(texts[i])} (expected YYYY-MM-DD HH:MM:SS)",
-                         line=jobs[j].rec_no, field=_time_field(i - int(first[j])))
+        raise LocatedError(path, f"malformed time {short(texts[i])} (expected YYYY-MM-DD HH:MM:SS)",
+                           line=jobs[j].rec_no, field=_time_field(i - int(first[j])))
     return (times - PHILLY_EPOCH).dt.total_seconds().to_numpy(), first
 
 
@@ -290,8 +289,8 @@ def _attempts_column(jobs: list[_Job], secs: np.ndarray, first: np.ndarray, line
         i = int(np.argmax(bad))
         job, name = jobs[job_of[i]], ("start_time" if overlap[i] else "end_time")
         what = ("starts before the previous attempt ended" if overlap[i] else "ends before it starts")
-        raise TraceError(path, f"attempt {int(k[i])} {what}", line=int(lines[job_of[i]]),
-                         field=f"attempts[{int(k[i])}].{name}")
+        raise LocatedError(path, f"attempt {int(k[i])} {what}", line=int(lines[job_of[i]]),
+                           field=f"attempts[{int(k[i])}].{name}")
     out = np.full(len(jobs), "", dtype=object)
     failed = np.flatnonzero(k[1:] > 0)  # attempt i failed: attempt i + 1 is of the same job
     pairs = (_seconds(end[failed] - start[failed]) + "/" + _seconds(start[failed + 1] - end[failed])).tolist()
@@ -307,8 +306,8 @@ def _check_unique_ids(jobs: list[_Job], ids: pd.Series, lines: np.ndarray, path:
     if dup.any():
         i = int(np.argmax(dup))
         first = int(lines[int(np.argmax((ids == ids.iloc[i]).to_numpy()))])
-        raise TraceError(path, f"duplicate job id {short(ids.iloc[i])} (first seen in record {first})",
-                         line=int(lines[i]), field=jobs[i].id_key)
+        raise LocatedError(path, f"duplicate job id {short(ids.iloc[i])} (first seen in record {first})",
+                           line=int(lines[i]), field=jobs[i].id_key)
 
 
 def load_json(path: str | Path, *, epoch: str | pd.Timestamp | None = PHILLY_EPOCH) -> JobTrace:
@@ -326,7 +325,7 @@ def load_json(path: str | Path, *, epoch: str | pd.Timestamp | None = PHILLY_EPO
     earliest kept submission). Left out and counted: jobs that never started (no attempts, or no
     start time) and jobs still running (no end time); with a fixed epoch, jobs submitted before
     it. Unused fields (``runtime``, ``vc``) are not read. ``line`` is the 1-based record number.
-    Malformed values raise TraceError naming the record and field.
+    Malformed values raise LocatedError naming the record and field.
     """
     jobs, excluded = _read_jobs(_read_records(path), path)
     secs, first = _job_times(jobs, path)
@@ -362,7 +361,7 @@ def load_machine_list(path: str | Path) -> pd.DataFrame:
     """Load Philly's ``cluster_machine_list.csv`` as a node table ``node, gpu_type, num_gpus``.
 
     GPU type from the per-GPU memory (12 GB → P100, 24 GB → P40: the common assumption, see
-    :data:`MEMORY_GB_TO_TYPE`); any other size raises TraceError. Machines with 0 GPUs are
+    :data:`MEMORY_GB_TO_TYPE`); any other size raises LocatedError. Machines with 0 GPUs are
     skipped (the simulator wants GPU nodes only); their count is in ``.attrs["excluded"]``.
     """
     rows, _ = read_csv_rows(path, required=MACHINE_COLUMNS)
@@ -372,7 +371,7 @@ def load_machine_list(path: str | Path) -> pd.DataFrame:
     gpus = gpu_counts(gpus, path, lines, "number of GPUs", minimum=0)
     keep = gpus > 0
     if not keep.any():
-        raise TraceError(path, "no machine has GPUs")
+        raise LocatedError(path, "no machine has GPUs")
     mem_text = rows["single GPU mem"].str.strip()[keep]
     kept_lines = lines[keep]
     mem = pd.to_numeric(mem_text.str.extract(r"^(\d+(?:\.\d+)?)\s*[Gg][Bb]?$", expand=False),
@@ -381,9 +380,9 @@ def load_machine_list(path: str | Path) -> pd.DataFrame:
     unknown = gpu_type.isna().to_numpy()
     if unknown.any():
         i = int(np.argmax(unknown))
-        raise TraceError(path, f"GPU memory {short(mem_text.iloc[i])} maps to no GPU type (known: "
-                         f"{', '.join(f'{m:g}GB → {t}' for m, t in MEMORY_GB_TO_TYPE.items())})",
-                         line=int(kept_lines[i]), field="single GPU mem")
+        raise LocatedError(path, f"GPU memory {short(mem_text.iloc[i])} maps to no GPU type (known: "
+                           f"{', '.join(f'{m:g}GB → {t}' for m, t in MEMORY_GB_TO_TYPE.items())})",
+                           line=int(kept_lines[i]), field="single GPU mem")
     out = pd.DataFrame({"node": node[keep].to_numpy(), "gpu_type": gpu_type.to_numpy(),
                         "num_gpus": gpus[keep].astype("int64")})
     out = out.astype({"node": "string", "gpu_type": "string"})

@@ -12,9 +12,9 @@ from typing import Any, NamedTuple
 
 import pandas as pd
 
-from predictor.common.inputs import UserError, short
+from predictor.common.inputs import LocatedError, SpecError, short
 from traces import alibaba2023, gavel, generic, hydra_cases, itp, pai, philly
-from traces.schema import JobTrace, TraceError
+from traces.schema import JobTrace
 
 
 class TraceKind(NamedTuple):
@@ -43,33 +43,25 @@ MACHINE_KINDS: dict[str, Callable[[str | Path], pd.DataFrame]] = {
 }
 
 
-class TraceSpecError(UserError, ValueError):
-    """A malformed ``KIND:PATH`` spec or an unknown kind."""
-
-
-class TraceFileNotFoundError(TraceError, TraceSpecError):
-    """The spec names a path that does not exist (both a spec and a trace error)."""
-
-
 def parse_spec(spec: str) -> tuple[str, str]:
     """Split ``KIND:PATH`` (the kind is everything before the first colon)."""
     kind, sep, path = str(spec).partition(":")
     kind, path = kind.strip(), path.strip()
     if not sep or not kind or not path:
-        raise TraceSpecError(f"trace spec {short(spec)} is not KIND:PATH; kinds: {', '.join(KINDS)}")
+        raise SpecError(f"trace spec {short(spec)} is not KIND:PATH; kinds: {', '.join(KINDS)}")
     return kind, path
 
 
 def _check(kind: str, path: str, table: dict[str, Any], what: str) -> None:
     if kind not in table:
-        raise TraceSpecError(f"unknown {what} kind {short(kind)}; known: {', '.join(table)}")
+        raise SpecError(f"unknown {what} kind {short(kind)}; known: {', '.join(table)}")
     try:
         found = Path(path).exists()
     except OSError as exc:  # e.g. a name too long for the file system
-        raise TraceSpecError(f"{short(path)}: not a usable path for {what} kind {short(kind)} "
-                             f"({exc.strerror or exc})") from None
+        raise SpecError(f"{short(path)}: not a usable path for {what} kind {short(kind)} "
+                        f"({exc.strerror or exc})") from None
     if not found:
-        raise TraceFileNotFoundError(path, f"file not found (for {what} kind {short(kind)})")
+        raise LocatedError(path, f"file not found (for {what} kind {short(kind)})")
 
 
 def load_trace(spec: str, **options: Any) -> JobTrace:

@@ -132,10 +132,6 @@ MAX_TEXT = 200
 _TIME = "times are float seconds, exact to the millisecond up to 1e12 s, about 31,700 years"
 
 
-class TraceError(LocatedError):
-    """Bad job-trace input: the file, and the line and field when known."""
-
-
 @dataclass
 class JobTrace:
     """A validated job table plus where it came from and what a documented filter left out."""
@@ -180,13 +176,13 @@ class JobTrace:
 def require_columns(df: pd.DataFrame, needed: list[str], path: str | Path) -> None:
     missing = [c for c in needed if c not in df.columns]
     if missing:
-        raise TraceError(path, f"missing column(s) {missing}; found [{list_names(list(df.columns))}]", line=1)
+        raise LocatedError(path, f"missing column(s) {missing}; found [{list_names(list(df.columns))}]", line=1)
 
 
 def numeric(values: pd.Series, path: str | Path, lines: pd.Series | np.ndarray, name: str,
             *, allow_nan: bool = False, allow_inf: bool = False, min_value: float | None = None,
             max_value: float | None = None, why: str = "") -> np.ndarray:
-    """Parse a column as float; the first bad row raises TraceError naming its line and field.
+    """Parse a column as float; the first bad row raises LocatedError naming its line and field.
     ``max_value`` bounds the finite values (``why``: the reason, quoted in the message)."""
     raw = values
     parsed = pd.to_numeric(raw, errors="coerce").to_numpy(dtype="float64")
@@ -199,46 +195,46 @@ def numeric(values: pd.Series, path: str | Path, lines: pd.Series | np.ndarray, 
     unparsable = np.isnan(parsed) & ~blank
     if unparsable.any():
         i = int(np.argmax(unparsable))
-        raise TraceError(path, f"not a number: {short(raw.iloc[i])}", line=int(lines[i]), field=name)
+        raise LocatedError(path, f"not a number: {short(raw.iloc[i])}", line=int(lines[i]), field=name)
     if not allow_nan and np.isnan(parsed).any():
         i = int(np.argmax(np.isnan(parsed)))
-        raise TraceError(path, "value is missing (NaN/empty)", line=int(lines[i]), field=name)
+        raise LocatedError(path, "value is missing (NaN/empty)", line=int(lines[i]), field=name)
     if not allow_inf and np.isinf(parsed).any():
         i = int(np.argmax(np.isinf(parsed)))
-        raise TraceError(path, f"value is infinite: {short(raw.iloc[i])}", line=int(lines[i]), field=name)
+        raise LocatedError(path, f"value is infinite: {short(raw.iloc[i])}", line=int(lines[i]), field=name)
     if min_value is not None:
         bad = parsed < min_value
         if bad.any():
             i = int(np.argmax(bad))
-            raise TraceError(path, f"value {parsed[i]:g} is below the minimum {min_value:g}",
-                             line=int(lines[i]), field=name)
+            raise LocatedError(path, f"value {parsed[i]:g} is below the minimum {min_value:g}",
+                               line=int(lines[i]), field=name)
     if max_value is not None:
         bad = np.isfinite(parsed) & (parsed > max_value)
         if bad.any():
             i = int(np.argmax(bad))
-            raise TraceError(path, f"value {parsed[i]:g} is above the maximum {max_value:g}"
-                             + (f" ({why})" if why else ""), line=int(lines[i]), field=name)
+            raise LocatedError(path, f"value {parsed[i]:g} is above the maximum {max_value:g}"
+                               + (f" ({why})" if why else ""), line=int(lines[i]), field=name)
     return parsed
 
 
 def text_fields(values: pd.Series, path: str | Path, lines: np.ndarray, name: str, *, printable: bool) -> pd.Series:
     """``values`` as strings of at most :data:`MAX_TEXT` characters, and with ``printable`` free of
-    control and format characters (``str.isprintable``); the first bad row raises TraceError
+    control and format characters (``str.isprintable``); the first bad row raises LocatedError
     naming its line and field, the value quoted cut short and escaped."""
     text = values.fillna("").astype(str)
     long = (text.str.len() > MAX_TEXT).to_numpy()
     if long.any():
         i = int(np.argmax(long))
-        raise TraceError(path, f"{len(text.iloc[i]):,} characters, at most {MAX_TEXT} ({short(text.iloc[i])})",
-                         line=int(lines[i]), field=name)
+        raise LocatedError(path, f"{len(text.iloc[i]):,} characters, at most {MAX_TEXT} ({short(text.iloc[i])})",
+                           line=int(lines[i]), field=name)
     if printable:
         odd = np.flatnonzero(text.str.contains("[^ -~]", regex=True).to_numpy(dtype=bool))  # not printable ASCII
         bad = np.zeros(len(text), dtype=bool)
         bad[odd] = ~text.iloc[odd].map(str.isprintable).to_numpy(dtype=bool)
         if bad.any():
             i = int(np.argmax(bad))
-            raise TraceError(path, f"holds a control or format character: {short(text.iloc[i])}",
-                             line=int(lines[i]), field=name)
+            raise LocatedError(path, f"holds a control or format character: {short(text.iloc[i])}",
+                               line=int(lines[i]), field=name)
     return text
 
 
@@ -252,18 +248,18 @@ def gpu_counts(values: np.ndarray, path: str | Path, lines: np.ndarray, name: st
     bad = (values < minimum) | (values != np.floor(values))
     if bad.any():
         i = int(np.argmax(bad))
-        raise TraceError(path, f"GPU count must be a whole number >= {minimum}, got {values[i]:g}",
-                         line=int(lines[i]), field=name)
+        raise LocatedError(path, f"GPU count must be a whole number >= {minimum}, got {values[i]:g}",
+                           line=int(lines[i]), field=name)
     huge = values >= INT64_LIMIT
     if huge.any():
         i = int(np.argmax(huge))
-        raise TraceError(path, f"GPU count {values[i]:g} is too large (it overflows a 64-bit integer)",
-                         line=int(lines[i]), field=name)
+        raise LocatedError(path, f"GPU count {values[i]:g} is too large (it overflows a 64-bit integer)",
+                           line=int(lines[i]), field=name)
     return values.astype("int64")
 
 
 def canonical_types(values: pd.Series, path: str | Path, lines: np.ndarray, name: str) -> pd.Series:
-    """Map GPU-type spellings to canonical names ("" stays ""); unknown names raise TraceError."""
+    """Map GPU-type spellings to canonical names ("" stays ""); unknown names raise LocatedError."""
     values = values.fillna("").astype(str).str.strip()
     mapping: dict[str, str] = {"": ""}
     for value in values.unique():
@@ -273,35 +269,35 @@ def canonical_types(values: pd.Series, path: str | Path, lines: np.ndarray, name
             mapping[value] = canonical_gpu_type(value)
         except UnknownGpuTypeError as exc:
             i = int(np.argmax((values == value).to_numpy()))
-            raise TraceError(path, exc.brief, line=int(lines[i]), field=name) from None
+            raise LocatedError(path, exc.brief, line=int(lines[i]), field=name) from None
     return values.map(mapping)
 
 
 def whole_numbers(values: np.ndarray, path: str | Path, lines: np.ndarray, name: str, *,
                   minimum: int = 1) -> pd.api.extensions.ExtensionArray:
     """Nullable whole numbers >= ``minimum`` (NaN: not given) as an Int64 column; the first
-    fraction, or value below the minimum, raises TraceError naming its line and field."""
+    fraction, or value below the minimum, raises LocatedError naming its line and field."""
     given = ~np.isnan(values)
     bad = given & ((values < minimum) | (values != np.floor(values)) | (values >= INT64_LIMIT))
     if bad.any():
         i = int(np.argmax(bad))
-        raise TraceError(path, f"must be a whole number >= {minimum}, got {values[i]:g}", line=int(lines[i]),
-                         field=name)
+        raise LocatedError(path, f"must be a whole number >= {minimum}, got {values[i]:g}", line=int(lines[i]),
+                           field=name)
     out = pd.array(np.where(given, values, 0).astype("int64"), dtype="Int64")
     out[~given] = pd.NA
     return out
 
 
 def check_type_column(column: str, prefix: str, path: str | Path) -> str:
-    """The canonical GPU type a ``runtime_s:``/``throughput:`` column names; TraceError (line 1,
+    """The canonical GPU type a ``runtime_s:``/``throughput:`` column names; LocatedError (line 1,
     the column) for an unknown type or a spelling other than the canonical one."""
     name = column[len(prefix):]
     try:
         canon = canonical_gpu_type(name)
     except UnknownGpuTypeError as exc:
-        raise TraceError(path, f"column names no known GPU type: {exc.brief}", line=1, field=column) from None
+        raise LocatedError(path, f"column names no known GPU type: {exc.brief}", line=1, field=column) from None
     if canon != name:
-        raise TraceError(path, f"write the canonical GPU name: {prefix}{canon}", line=1, field=column)
+        raise LocatedError(path, f"write the canonical GPU name: {prefix}{canon}", line=1, field=column)
     return canon
 
 
@@ -322,10 +318,10 @@ def _check_shapes(df: pd.DataFrame, path: str, lines: np.ndarray) -> None:
         try:
             total = sum(parse_shape(shapes.iloc[i]))
         except ValueError as exc:
-            raise TraceError(path, str(exc), line=int(lines[i]), field=SHAPE) from None
+            raise LocatedError(path, str(exc), line=int(lines[i]), field=SHAPE) from None
         if total != gpus[i]:
-            raise TraceError(path, f"shape {short(shapes.iloc[i])} adds up to {total} GPUs, but the job asks for "
-                             f"{int(gpus[i])}", line=int(lines[i]), field=SHAPE)
+            raise LocatedError(path, f"shape {short(shapes.iloc[i])} adds up to {total} GPUs, but the job asks for "
+                               f"{int(gpus[i])}", line=int(lines[i]), field=SHAPE)
 
 
 def parse_attempts(text: str) -> tuple[tuple[float, float], ...]:
@@ -391,14 +387,14 @@ def _check_attempts(df: pd.DataFrame, path: str, lines: np.ndarray) -> None:
             try:
                 totals[j] = sum(length + gap for length, gap in parse_attempts(text))
             except ValueError as exc:
-                raise TraceError(path, str(exc), line=int(lines[rows[j]]), field=ATTEMPTS) from None
+                raise LocatedError(path, str(exc), line=int(lines[rows[j]]), field=ATTEMPTS) from None
     duration = df["duration_s"].to_numpy(dtype="float64")[rows]
     over = totals > duration * (1 + 1e-12) + 1e-9
     if over.any():
         j = int(np.argmax(over))
-        raise TraceError(path, f"the failed attempts and gaps add up to {totals[j]:g} s, more than the job's "
-                         f"duration_s of {duration[j]:g} s (first start to last end)", line=int(lines[rows[j]]),
-                         field=ATTEMPTS)
+        raise LocatedError(path, f"the failed attempts and gaps add up to {totals[j]:g} s, more than the job's "
+                           f"duration_s of {duration[j]:g} s (first start to last end)", line=int(lines[rows[j]]),
+                           field=ATTEMPTS)
 
 
 def _check_outcomes(df: pd.DataFrame, path: str, lines: np.ndarray) -> None:
@@ -408,8 +404,8 @@ def _check_outcomes(df: pd.DataFrame, path: str, lines: np.ndarray) -> None:
     bad = (~outcome.isin(("", *OUTCOMES))).to_numpy()
     if bad.any():
         i = int(np.argmax(bad))
-        raise TraceError(path, f"unknown outcome {short(outcome.iloc[i])}; expected {', '.join(OUTCOMES)} or empty "
-                         "(not recorded)", line=int(lines[i]), field=OUTCOME)
+        raise LocatedError(path, f"unknown outcome {short(outcome.iloc[i])}; expected {', '.join(OUTCOMES)} or empty "
+                           "(not recorded)", line=int(lines[i]), field=OUTCOME)
 
 
 def _optional_columns(df: pd.DataFrame, path: str, lines: np.ndarray) -> list[str]:
@@ -447,8 +443,9 @@ def _optional_columns(df: pd.DataFrame, path: str, lines: np.ndarray) -> list[st
         empty = ((df[ALLOWED_GPUS] != "") & parts.map(lambda names: any(not n.strip() for n in names))).to_numpy()
         if empty.any():
             i = int(np.argmax(empty))
-            raise TraceError(path, f"an empty GPU type name in {short(df[ALLOWED_GPUS].iloc[i])} "
-                             f"(types are separated by {ALLOWED_SEPARATOR!r})", line=int(lines[i]), field=ALLOWED_GPUS)
+            raise LocatedError(path, f"an empty GPU type name in {short(df[ALLOWED_GPUS].iloc[i])} "
+                               f"(types are separated by {ALLOWED_SEPARATOR!r})", line=int(lines[i]),
+                               field=ALLOWED_GPUS)
     return extra
 
 
@@ -463,7 +460,7 @@ def finalize(df: pd.DataFrame, path: str | Path, kind: str, excluded: dict[str, 
     path = str(path)
     require_columns(df, list(JOB_COLUMNS), path)
     if len(df) == 0:
-        raise TraceError(path, "the trace holds no jobs")
+        raise LocatedError(path, "the trace holds no jobs")
     df = df.copy()
     lines = df["line"].to_numpy()
     clock = dict(min_value=0.0, max_value=TIME_LIMIT_S, why=_TIME)
@@ -475,7 +472,7 @@ def finalize(df: pd.DataFrame, path: str | Path, kind: str, excluded: dict[str, 
     early = df["deadline_s"].to_numpy() < df["submit_s"].to_numpy()
     if early.any():
         i = int(np.argmax(early))
-        raise TraceError(path, "deadline lies before the submit time", line=int(lines[i]), field="deadline_s")
+        raise LocatedError(path, "deadline lies before the submit time", line=int(lines[i]), field="deadline_s")
     df["num_gpus"] = gpu_counts(numeric(df["num_gpus"], path, lines, "num_gpus"), path, lines, "num_gpus")
     df["gpu_type"] = canonical_types(df["gpu_type"], path, lines, "gpu_type")
     extra = _optional_columns(df, path, lines)
@@ -484,8 +481,8 @@ def finalize(df: pd.DataFrame, path: str | Path, kind: str, excluded: dict[str, 
     if dup.any():
         i = int(np.argmax(dup.to_numpy()))
         first = int(lines[int(np.argmax((df["job_id"] == df["job_id"].iloc[i]).to_numpy()))])
-        raise TraceError(path, f"duplicate job id {short(df['job_id'].iloc[i])} (first seen on line {first})",
-                         line=int(lines[i]), field="job_id")
+        raise LocatedError(path, f"duplicate job id {short(df['job_id'].iloc[i])} (first seen on line {first})",
+                           line=int(lines[i]), field="job_id")
     for col in ("user", "workload"):
         df[col] = text_fields(df[col], path, lines, col, printable=False)
     df = df[list(JOB_COLUMNS) + extra].astype({k: v for k, v in JOB_COLUMNS.items()}
@@ -495,20 +492,20 @@ def finalize(df: pd.DataFrame, path: str | Path, kind: str, excluded: dict[str, 
 
 
 def read_trace_bytes(path: str | Path) -> bytes:
-    """The bytes of a trace file: TraceError for a missing file or a directory (as always), and
+    """The bytes of a trace file: LocatedError for a missing file or a directory (as always), and
     :class:`~predictor.common.inputs.InputError` (one line naming the file) for a FIFO, a device such as
     ``/dev/zero`` or a file over the size limit, refused by ``stat`` before it is opened."""
     p = Path(path)
     try:
         if not p.exists():
-            raise TraceError(path, "file not found")
+            raise LocatedError(path, "file not found")
         if p.is_dir():
-            raise TraceError(path, "is a directory, expected a file")
+            raise LocatedError(path, "is a directory, expected a file")
         return read_bytes(p, "trace file")
     except FileNotFoundError:
-        raise TraceError(path, "file not found") from None
+        raise LocatedError(path, "file not found") from None
     except OSError as exc:
-        raise TraceError(path, f"cannot read the file: {exc.strerror or exc}") from None
+        raise LocatedError(path, f"cannot read the file: {exc.strerror or exc}") from None
 
 
 def list_names(items: list[str]) -> str:
@@ -528,11 +525,11 @@ def _first_repeat(items: list[str]) -> str:
 
 def csv_fields(text: str, path: str | Path, line: int) -> list[str]:
     """The fields of one CSV line; a field past the csv module's size limit (128 KiB) is a
-    TraceError naming the line, not a traceback."""
+    LocatedError naming the line, not a traceback."""
     try:
         return next(csv.reader([text]))
     except csv.Error as exc:
-        raise TraceError(path, f"cannot split the line into CSV fields ({exc})", line=line) from None
+        raise LocatedError(path, f"cannot split the line into CSV fields ({exc})", line=line) from None
 
 
 def read_csv_rows(path: str | Path, *, names: list[str] | None = None,
@@ -567,11 +564,11 @@ def read_csv_rows(path: str | Path, *, names: list[str] | None = None,
         try:
             return data[starts[i]:starts[i] + lengths[i]].decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise TraceError(path, f"not UTF-8 text ({exc.reason})", line=i + 1) from None
+            raise LocatedError(path, f"not UTF-8 text ({exc.reason})", line=i + 1) from None
 
     if has_header:
         if not len(ends) or not nonblank[0]:
-            raise TraceError(path, "no header line (the file is empty or starts with a blank line)", line=1)
+            raise LocatedError(path, "no header line (the file is empty or starts with a blank line)", line=1)
         header = data[starts[0]:starts[0] + lengths[0]]
         check_width(header.count(b",") + 1, f"{path}:1 (the header)")  # before its names are listed
         names = [c.strip() for c in csv_fields(line_text(0), path, 1)]
@@ -579,11 +576,11 @@ def read_csv_rows(path: str | Path, *, names: list[str] | None = None,
             names[0] = names[0][1:].strip()
         missing = [c for c in required if c not in names]
         if missing:
-            raise TraceError(path, f"missing column(s) {missing} in the header; found [{list_names(names)}]",
-                             line=1, field=missing[0])
+            raise LocatedError(path, f"missing column(s) {missing} in the header; found [{list_names(names)}]",
+                               line=1, field=missing[0])
         if len(set(names)) != len(names):
             dup = _first_repeat(names)
-            raise TraceError(path, f"duplicate column name {short(dup)} in the header", line=1, field=dup)
+            raise LocatedError(path, f"duplicate column name {short(dup)} in the header", line=1, field=dup)
         nonblank[0] = False
     assert names is not None
     idx = np.flatnonzero(nonblank)
@@ -601,13 +598,13 @@ def read_csv_rows(path: str | Path, *, names: list[str] | None = None,
         i = int(np.argmax(bad))
         n = int(counts[i])
         if n < len(names):
-            raise TraceError(path, f"line has {n} field(s), expected {len(names)} ({list_names(names)}); "
-                             "this and later fields are missing", line=int(lines[i]), field=names[n])
-        raise TraceError(path, f"line has {n} fields, expected {len(names)} ({list_names(names)}); "
-                         "unexpected extra value(s) after this field", line=int(lines[i]), field=names[-1])
+            raise LocatedError(path, f"line has {n} field(s), expected {len(names)} ({list_names(names)}); "
+                               "this and later fields are missing", line=int(lines[i]), field=names[n])
+        raise LocatedError(path, f"line has {n} fields, expected {len(names)} ({list_names(names)}); "
+                           "unexpected extra value(s) after this field", line=int(lines[i]), field=names[-1])
     if len(lines) == 0:
-        raise TraceError(path, "no data rows after the header" if has_header else "the file holds no rows",
-                         line=1)
+        raise LocatedError(path, "no data rows after the header" if has_header else "the file holds no rows",
+                           line=1)
     wanted = list(names) if usecols is None else [c for c in names if c in usecols]
     try:
         rows = pd.read_csv(io.BytesIO(data), header=None, names=list(range(len(names))), dtype=object,
@@ -615,10 +612,10 @@ def read_csv_rows(path: str | Path, *, names: list[str] | None = None,
                            keep_default_na=False, na_filter=False, skipinitialspace=True,
                            skiprows=1 if has_header else 0, skip_blank_lines=True, engine="c")
     except UnicodeDecodeError as exc:
-        raise TraceError(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        raise LocatedError(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     if len(rows) != len(lines):  # e.g. a quoted field spanning lines: numbering would be off
-        raise TraceError(path, f"parsed {len(rows)} rows from {len(lines)} non-blank lines "
-                         "(quoted line breaks are not supported)")
+        raise LocatedError(path, f"parsed {len(rows)} rows from {len(lines)} non-blank lines "
+                           "(quoted line breaks are not supported)")
     rows.columns = wanted
     rows["line"] = lines.astype("int64")
     return rows, names
@@ -626,18 +623,18 @@ def read_csv_rows(path: str | Path, *, names: list[str] | None = None,
 
 def identifiers(values: pd.Series, path: str | Path, lines: pd.Series | np.ndarray, name: str,
                 *, unique: bool = False) -> pd.Series:
-    """Strip id strings; an empty one (or with ``unique``, a repeated one) raises TraceError."""
+    """Strip id strings; an empty one (or with ``unique``, a repeated one) raises LocatedError."""
     ids = values.fillna("").astype(str).str.strip()
     lines = np.asarray(lines)
     blank = (ids == "").to_numpy()
     if blank.any():
         i = int(np.argmax(blank))
-        raise TraceError(path, "identifier is empty", line=int(lines[i]), field=name)
+        raise LocatedError(path, "identifier is empty", line=int(lines[i]), field=name)
     if unique:
         dup = ids.duplicated().to_numpy()
         if dup.any():
             i = int(np.argmax(dup))
             first = int(lines[int(np.argmax((ids == ids.iloc[i]).to_numpy()))])
-            raise TraceError(path, f"duplicate id {short(ids.iloc[i])} (first seen on line {first})",
-                             line=int(lines[i]), field=name)
+            raise LocatedError(path, f"duplicate id {short(ids.iloc[i])} (first seen on line {first})",
+                               line=int(lines[i]), field=name)
     return ids

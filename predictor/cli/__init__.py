@@ -189,7 +189,7 @@ def collect_cmd(ctx: click.Context, zoo: str, families: tuple[str, ...], device:
 def _collect(model_files: tuple[str, ...], zoo: str, families: tuple[str, ...], device: str, limit: int | None,
              seed: int, max_batch: int | None, max_size: int | None, workers: int | None, regime: str, out: Path,
              inference: bool, dtype: str | None) -> None:
-    from predictor.emulator.collect import RegimeMismatchError, collect
+    from predictor.emulator.collect import collect
     from predictor.emulator.zoo.registry import zoo_configs
 
     if model_files:
@@ -204,7 +204,7 @@ def _collect(model_files: tuple[str, ...], zoo: str, families: tuple[str, ...], 
     configs = configs[:limit] if limit else configs
     try:
         counts = collect(configs, device, out, workers=workers or (2 if device == "meta" else 1), regime=regime)
-    except (RegimeMismatchError, TraceFormatError, OutputError) as exc:
+    except (InputError, OutputError) as exc:  # TraceFormatError included
         raise click.ClickException(str(exc)) from None
     click.echo(f"{counts['captured']} captured, {counts['skipped']} already there, {counts['failed']} failed"
                + (f" (see {out / 'failures.jsonl'})" if counts["failed"] else "") + f"; dataset in {out}")
@@ -213,13 +213,12 @@ def _collect(model_files: tuple[str, ...], zoo: str, families: tuple[str, ...], 
 def _collect_model_files(model_files: tuple[str, ...], device: str, out: Path, inference: bool, dtype: str,
                          regime: str) -> None:
     from predictor.emulator.capture.model_file import expand
-    from predictor.emulator.collect import RegimeMismatchError, collect_model_files
-    from predictor.emulator.devices.kernels import KernelModelError
+    from predictor.emulator.collect import collect_model_files
 
     try:
         counts = collect_model_files(expand(model_files), device, out, inference=inference, dtype=dtype, regime=regime,
                                      report=lambda line: click.echo(printable(line), err=True))
-    except (RegimeMismatchError, TraceFormatError, OutputError, KernelModelError) as exc:
+    except (InputError, OutputError) as exc:  # TraceFormatError and KernelModelError included
         raise click.ClickException(str(exc)) from None
     click.echo(f"{counts['captured']} model file(s) captured, {counts['skipped']} already there, {counts['failed']} "
                "failed" + (f" (see {out / 'failures.jsonl'})" if counts["failed"] else "") + f"; dataset in {out}")

@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from predictor.common.gpus import names_help
-from predictor.common.inputs import printable
+from predictor.common.inputs import InputError, printable
 
 
 @click.group()
@@ -120,7 +120,7 @@ def devices_time(model: str | None, model_files: tuple[str, ...], inference: boo
     from predictor.cli.data_parallel import print_data_parallel
     from predictor.emulator.devices.kernels import KernelModelError
     from predictor.emulator.devices.specs import DeviceParamsError, load_params
-    from predictor.emulator.devices.step_time import UnknownModelError, resolve_config, step_time
+    from predictor.emulator.devices.step_time import resolve_config, step_time
     from predictor.emulator.zoo.config import ModelBuildError
 
     check_model_or_files(model, model_files, "MODEL", inference)
@@ -142,7 +142,7 @@ def devices_time(model: str | None, model_files: tuple[str, ...], inference: boo
         return
     try:
         config = resolve_config(model, batch, size, dtype, optimizer)
-    except (UnknownModelError, ModelBuildError) as exc:
+    except InputError as exc:  # an unknown model, or ModelBuildError
         raise click.UsageError(str(exc)) from None
     try:
         if gpus == 1:
@@ -376,16 +376,14 @@ def _data_dirs(calibration_dir: Path | None, ets_dir: Path | None) -> tuple[Path
 
 def _inputs(calibration_dir: Path, ets_dir: Path, cache: Path):
     """Targets, skipped files, host table and real kernels; user errors as one line."""
-    from predictor.common.trace_table import TraceFormatError
     from predictor.emulator.devices import calibrate as cal
-    from predictor.emulator.devices import kernel_corpus, kernel_data
-    from predictor.emulator.devices.measurements import MeasurementError
+    from predictor.emulator.devices import kernel_corpus
 
     try:
         targets, skipped, host = cal.load_targets(calibration_dir, ets_dir)
         kernels = kernel_corpus.load_all(calibration_dir, ets_dir, kernelbench_cache=cache.parent / KERNELBENCH_CACHE,
                                          progress=True)
-    except (MeasurementError, TraceFormatError, kernel_data.KernelDataError, FileNotFoundError) as exc:
+    except (InputError, FileNotFoundError) as exc:  # MeasurementError and TraceFormatError included
         raise click.ClickException(str(exc)) from None
     return targets, skipped, host, kernels
 
@@ -482,13 +480,12 @@ def _host_agreement_notes(calibration_dir: Path) -> list[str]:
 def _inference_host(calibration_dir: Path):
     """The inference host costs (:mod:`predictor.emulator.devices.inference_host`) from KernelBench level 1."""
     from predictor.emulator.devices import inference_host, kernelbench
-    from predictor.emulator.devices.kernel_data import KernelDataError
 
     root = calibration_dir / "kernelbench"
     try:
         level1 = kernelbench.load_timings(root, ("level1",))
         return inference_host.fit(level1, source=f"calibration/kernelbench/{kernelbench.TIMINGS} (level 1, eager rows)")
-    except (KernelDataError, inference_host.InferenceHostError) as exc:
+    except InputError as exc:
         raise click.ClickException(str(exc)) from None
 
 
@@ -510,7 +507,7 @@ def devices_validate(calibration_dir: Path | None, ets_dir: Path | None, cache: 
     Lambda 2-8 GPUs, Gavel consolidated / unconsolidated, NeuSight dp4) from the set's own 1-GPU
     times plus spec-derived communication."""
     from predictor.emulator.devices import calibrate as cal
-    from predictor.emulator.devices import endtoend, kernel_data, neusight_ops, validate
+    from predictor.emulator.devices import endtoend, neusight_ops, validate
     from predictor.emulator.devices import kernels as kernel_model
     from predictor.emulator.devices.measurements import NEUSIGHT_DIR, MeasurementError
     from predictor.emulator.devices.specs import load_params, spec_sheets
@@ -539,7 +536,7 @@ def devices_validate(calibration_dir: Path | None, ets_dir: Path | None, cache: 
     click.echo("end-to-end sets (KernelBench level 3, Lambda, pytorch-gpu-benchmark) ...")
     try:
         whole = endtoend.all_rows(calibration_dir, load_params(), held_out_models, model, cache.parent)
-    except (MeasurementError, kernel_data.KernelDataError) as exc:
+    except InputError as exc:  # MeasurementError included
         raise click.ClickException(str(exc)) from None
     notes = [f"{len(rows)} iteration targets on {rows['device'].nunique() if len(rows) else 0} GPUs; "
              f"skipped: {', '.join(skipped) or 'none'}.",

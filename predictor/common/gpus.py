@@ -21,19 +21,21 @@ from __future__ import annotations
 import csv
 import math
 import os
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 from predictor.common.documents import read_document
-from predictor.common.inputs import InputError, UserError, regular_file, short
+from predictor.common.inputs import InputError, regular_file, short
+from predictor.common.sia_clusters import SIA_ANCHOR, sia_speed_gpus
 
 CATALOG_DIR = Path(__file__).with_name("gpu_catalog")
 CATALOG_ENV = "ETS_SIM_GPU_CATALOG"
 REFERENCE = "V100"  # relative time 1.0
 
 
-class UnknownGpuTypeError(UserError, ValueError):
+class UnknownGpuTypeError(InputError):
     """A GPU type name that is neither a catalogue name nor one of its aliases. The message lists
     the catalogue; :attr:`brief` does not, for errors that must stay one short line (a trace row)."""
 
@@ -48,10 +50,6 @@ class UnknownGpuTypeError(UserError, ValueError):
     @property
     def brief(self) -> str:
         return f"unknown GPU type {short(self.name)} (`ets devices list [--aliases]` shows the catalogue)"
-
-
-class GpuCatalogError(InputError):
-    """A catalogue entry that cannot be used; the message names the file and the field."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +131,19 @@ class GpuEntry:
         return int(self.compute_capability.split(".")[0])
 
 
+def spec_only_entry(name: str, source: str, file: Path, *, sms: int, boost_clock_mhz: float, fp32_tflops: float,
+                    fp16_tflops: float, memory_gb: float, memory_gbs: float, l2_mb: float, tf32_tflops: float = 0.0,
+                    bf16_tflops: float = 0.0) -> GpuEntry:
+    """A GPU known by its spec facts alone, not in the catalogue (a NeuSight-style spec file: the
+    emulator's ``emulated:path/to/gpu.json``): the same record as a catalogue entry, with no other
+    names, no architecture (``compute_capability`` empty) and no FP8 or TDP figure."""
+    return GpuEntry(name=name, vendor="", marketing_name=name, aliases=(), architecture="", compute_capability="",
+                    year=0, form_factor="", sms=sms, boost_clock_mhz=boost_clock_mhz, fp32_tflops=fp32_tflops,
+                    tf32_tflops=tf32_tflops, fp16_tflops=fp16_tflops, bf16_tflops=bf16_tflops, fp8_tflops=0.0,
+                    memory_gb=memory_gb, memory_gbs=memory_gbs, l2_mb=l2_mb, tdp_w=0.0, source=source, notes="",
+                    measured_speed=None, file=file)
+
+
 _TEXT = ("name", "vendor", "marketing_name", "architecture", "compute_capability", "form_factor", "source")
 _POSITIVE = ("sms", "boost_clock_mhz", "fp32_tflops", "fp16_tflops", "memory_gb", "memory_gbs", "l2_mb", "tdp_w",
              "year")
@@ -149,49 +160,49 @@ def normalized(name: str) -> str:
 def _number(path: Path, body: dict, key: str, positive: bool) -> float:
     value = body[key]
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise GpuCatalogError(f"{path}: field {key!r} must be a number, got {short(value)}")
+        raise InputError(f"{path}: field {key!r} must be a number, got {short(value)}")
     if not math.isfinite(value) or value < 0 or (positive and value == 0):
-        raise GpuCatalogError(f"{path}: field {key!r} must be a {'positive' if positive else 'non-negative'} "
-                              f"finite number, got {short(value)}")
+        raise InputError(f"{path}: field {key!r} must be a {'positive' if positive else 'non-negative'} "
+                         f"finite number, got {short(value)}")
     if key in _INTS and value != int(value):
-        raise GpuCatalogError(f"{path}: field {key!r} must be a whole number, got {short(value)}")
+        raise InputError(f"{path}: field {key!r} must be a whole number, got {short(value)}")
     return int(value) if key in _INTS else float(value)
 
 
 def read_entry(path: Path) -> GpuEntry:
     """One catalogue file; a missing, mistyped or non-positive field names the file and the field."""
-    body = read_document(path, "GPU catalogue entry", GpuCatalogError, kind="toml")
+    body = read_document(path, "GPU catalogue entry", InputError, kind="toml")
     missing = [k for k in FIELDS if k not in body]
     if missing:
-        raise GpuCatalogError(f"{path}: lacks field(s) {', '.join(missing)} (every entry needs {', '.join(FIELDS)})")
+        raise InputError(f"{path}: lacks field(s) {', '.join(missing)} (every entry needs {', '.join(FIELDS)})")
     for key in _TEXT:
         if not isinstance(body[key], str) or not body[key].strip():
-            raise GpuCatalogError(f"{path}: field {key!r} must be a non-empty string, got {short(body[key])}")
+            raise InputError(f"{path}: field {key!r} must be a non-empty string, got {short(body[key])}")
     if body["name"] != path.stem:
-        raise GpuCatalogError(f"{path}: field 'name' is {short(body['name'])} but the file is named {path.name!r}")
+        raise InputError(f"{path}: field 'name' is {short(body['name'])} but the file is named {path.name!r}")
     aliases = body["aliases"]
     if not isinstance(aliases, list) or not all(isinstance(a, str) and a.strip() for a in aliases):
-        raise GpuCatalogError(f"{path}: field 'aliases' must be a list of non-empty strings")
+        raise InputError(f"{path}: field 'aliases' must be a list of non-empty strings")
     numbers = {k: _number(path, body, k, True) for k in _POSITIVE} | {k: _number(path, body, k, False) for k in _RATES}
     try:
         major = int(str(body["compute_capability"]).split(".")[0])
     except ValueError:
         major = -1
     if major < 1:
-        raise GpuCatalogError(f"{path}: field 'compute_capability' must look like '8.0', got "
-                              f"{short(body['compute_capability'])}")
+        raise InputError(f"{path}: field 'compute_capability' must look like '8.0', got "
+                         f"{short(body['compute_capability'])}")
     speed = None
     if "speed" in body:
         table = body["speed"]
         if not isinstance(table, dict) or set(table) != {"relative_time", "source"}:
-            raise GpuCatalogError(f"{path}: table [speed] must hold exactly 'relative_time' and 'source'")
+            raise InputError(f"{path}: table [speed] must hold exactly 'relative_time' and 'source'")
         value = _number(path / "[speed]", table, "relative_time", True)
         if not isinstance(table["source"], str) or not table["source"].strip():
-            raise GpuCatalogError(f"{path}: field [speed].source must be a non-empty string")
+            raise InputError(f"{path}: field [speed].source must be a non-empty string")
         speed = GpuSpeed(float(value), table["source"])
     notes = body.get("notes", "")
     if not isinstance(notes, str):
-        raise GpuCatalogError(f"{path}: field 'notes' must be a string, got {short(notes)}")
+        raise InputError(f"{path}: field 'notes' must be a string, got {short(notes)}")
     return GpuEntry(name=body["name"], vendor=body["vendor"], marketing_name=body["marketing_name"],
                     aliases=tuple(aliases), architecture=body["architecture"],
                     compute_capability=str(body["compute_capability"]), form_factor=body["form_factor"],
@@ -206,26 +217,26 @@ _INTERCONNECT_KEYS = {"pcie_generation", "pcie_lanes", "nvlink_gbs", "nvlink_top
 def _interconnect(path: Path, table: object) -> Interconnect:
     """The optional ``[interconnect]`` table; a wrong field names the file and the field."""
     if not isinstance(table, dict) or not _INTERCONNECT_KEYS <= set(table) <= _INTERCONNECT_KEYS | {"pcie_p2p"}:
-        raise GpuCatalogError(f"{path}: table [interconnect] must hold {', '.join(sorted(_INTERCONNECT_KEYS))} "
-                              "and optionally pcie_p2p")
+        raise InputError(f"{path}: table [interconnect] must hold {', '.join(sorted(_INTERCONNECT_KEYS))} "
+                         "and optionally pcie_p2p")
     where = path / "[interconnect]"
     generation = table["pcie_generation"]
     if isinstance(generation, bool) or generation not in PCIE_LANE_GBS:
-        raise GpuCatalogError(f"{where}: field 'pcie_generation' must be one of {', '.join(map(str, PCIE_LANE_GBS))}, "
-                              f"got {short(generation)}")
+        raise InputError(f"{where}: field 'pcie_generation' must be one of {', '.join(map(str, PCIE_LANE_GBS))}, "
+                         f"got {short(generation)}")
     lanes = table["pcie_lanes"]
     if isinstance(lanes, bool) or lanes not in (1, 2, 4, 8, 16):
-        raise GpuCatalogError(f"{where}: field 'pcie_lanes' must be 1, 2, 4, 8 or 16, got {short(lanes)}")
+        raise InputError(f"{where}: field 'pcie_lanes' must be 1, 2, 4, 8 or 16, got {short(lanes)}")
     nvlink = _number(where, table, "nvlink_gbs", False)
     topology = table["nvlink_topology"]
     if topology not in NVLINK_TOPOLOGIES or (topology == "none") != (nvlink == 0):
-        raise GpuCatalogError(f"{where}: field 'nvlink_topology' must be one of {', '.join(NVLINK_TOPOLOGIES)}, "
-                              f"'none' exactly when nvlink_gbs is 0; got {short(topology)} with nvlink_gbs {nvlink:g}")
+        raise InputError(f"{where}: field 'nvlink_topology' must be one of {', '.join(NVLINK_TOPOLOGIES)}, "
+                         f"'none' exactly when nvlink_gbs is 0; got {short(topology)} with nvlink_gbs {nvlink:g}")
     p2p = table.get("pcie_p2p", True)
     if not isinstance(p2p, bool):
-        raise GpuCatalogError(f"{where}: field 'pcie_p2p' must be true or false, got {short(p2p)}")
+        raise InputError(f"{where}: field 'pcie_p2p' must be true or false, got {short(p2p)}")
     if not isinstance(table["source"], str) or not table["source"].strip():
-        raise GpuCatalogError(f"{where}: field 'source' must be a non-empty string")
+        raise InputError(f"{where}: field 'source' must be a non-empty string")
     return Interconnect(int(generation), int(lanes), float(nvlink), topology, p2p, table["source"])
 
 
@@ -237,7 +248,7 @@ def catalog_dir() -> Path:
 @lru_cache(maxsize=4)
 def _load(directory: Path) -> tuple[dict[str, GpuEntry], dict[str, str]]:
     if not directory.is_dir():
-        raise GpuCatalogError(f"{directory}: no such GPU catalogue folder (set {CATALOG_ENV} to one)")
+        raise InputError(f"{directory}: no such GPU catalogue folder (set {CATALOG_ENV} to one)")
     entries: dict[str, GpuEntry] = {}
     lookup: dict[str, str] = {}
     for path in sorted(directory.glob("*.toml")):
@@ -245,14 +256,14 @@ def _load(directory: Path) -> tuple[dict[str, GpuEntry], dict[str, str]]:
         for spelling in (entry.name, entry.marketing_name, *entry.aliases):
             key = normalized(spelling)
             if lookup.get(key, entry.name) != entry.name:
-                raise GpuCatalogError(f"{path}: name {spelling!r} also names {lookup[key]!r} "
-                                      f"({entries[lookup[key]].file.name}); every name must name one GPU")
+                raise InputError(f"{path}: name {spelling!r} also names {lookup[key]!r} "
+                                 f"({entries[lookup[key]].file.name}); every name must name one GPU")
             lookup[key] = entry.name
         entries[entry.name] = entry
     if not entries:
-        raise GpuCatalogError(f"{directory}: no GPU catalogue entries (*.toml)")
+        raise InputError(f"{directory}: no GPU catalogue entries (*.toml)")
     if REFERENCE not in entries:
-        raise GpuCatalogError(f"{directory}: the catalogue needs the reference GPU {REFERENCE!r} (relative time 1)")
+        raise InputError(f"{directory}: the catalogue needs the reference GPU {REFERENCE!r} (relative time 1)")
     return entries, lookup
 
 
@@ -265,12 +276,30 @@ def gpu_names() -> list[str]:
     return sorted(catalog(), key=str.upper)
 
 
-def canonical_gpu_type(name: str) -> str:
-    """The catalogue name of a GPU type given by any of its names, or UnknownGpuTypeError."""
-    found = _load(catalog_dir().resolve())[1].get(normalized(name))
-    if found is None:
-        raise UnknownGpuTypeError(name)
-    return found
+EMULATED_PREFIX = "emulated:"  # 'emulated:V100': the emulator's V100 (a device name of traces and commands)
+# Words a device string may carry before the part's own name ("Tesla T4", "NVIDIA GeForce RTX 2080 Ti")
+_VENDOR_WORDS = re.compile(r"\b(nvidia|tesla|geforce|quadro)\b", re.IGNORECASE)
+
+
+def canonical_gpu_type(name: str, *, emulated: bool = False, loose: bool = False) -> str:
+    """The catalogue name of a GPU type given by any of its names, or UnknownGpuTypeError (naming
+    ``name`` as given). The one resolver of GPU names.
+
+    ``emulated``: also accept the emulator's ``emulated:`` prefix ('emulated:V100' -> 'V100').
+    ``loose`` (implies ``emulated``; Habitat's reading of device strings): a name that is no
+    catalogue spelling is tried again without the vendor words NVIDIA, Tesla, GeForce, Quadro,
+    then cut at its first '-', then at its first space ('NVIDIA H100 80GB HBM3' -> 'H100'). The
+    exact spelling always wins, so no catalogue name or alias resolves differently when loose."""
+    lookup = _load(catalog_dir().resolve())[1]
+    candidates = [name]
+    if loose:
+        bare = _VENDOR_WORDS.sub(" ", name.removeprefix(EMULATED_PREFIX)).strip()
+        candidates += dict.fromkeys([bare, bare.split("-")[0].strip(), bare.split(" ")[0]])
+    for candidate in candidates:
+        found = lookup.get(normalized(candidate.removeprefix(EMULATED_PREFIX) if emulated or loose else candidate))
+        if found is not None:
+            return found
+    raise UnknownGpuTypeError(name)
 
 
 def names_help() -> str:
@@ -303,7 +332,6 @@ def spec_relative_time(gpu: GpuEntry) -> float:
 # ---------------------------------------------------------------------------------------------
 # Derivation of the Gavel/Sia entries from the measured tables (a test pins the catalogue to it).
 
-_SIA_CLUSTERS = {"aws": "T4", "azure": "V100", "dgx-ext": "A100", "rtx": "RTX2080Ti", "quad": "RTX6000"}
 _SIA_MODELS = ("bert", "cifar10", "deepspeech2", "imagenet", "yolov3")
 
 
@@ -328,7 +356,8 @@ def derive_relative_iteration_time(calibration_dir: str | Path) -> dict[str, flo
     single-GPU step times anchored on A100 (dgx-ext): per model the geometric mean over shared
     batch sizes, then over the models bert, cifar10, deepspeech2, imagenet, yolov3 (ncf excluded:
     its V100 profile is 9-18x off; gpt_pmp is modelled, not measured); divided by Sia's own
-    V100/A100 ratio."""
+    V100/A100 ratio. Which entry each cluster's times speak for (dgx-ext's DGX-A100 SXM4 boards set
+    the 'A100' entry's speed, azure's SXM2 V100s the reference's): :mod:`predictor.common.sia_clusters`."""
     root = Path(calibration_dir)
     gavel_file = root / "gavel_physical_cluster_throughputs.json"
     gavel = read_document(gavel_file, "Gavel throughput file", kind="json")
@@ -338,18 +367,20 @@ def derive_relative_iteration_time(calibration_dir: str | Path) -> dict[str, flo
         thr = _gavel_single_gpu(gavel, key)
         out[name] = _geomean([v100[k] / thr[k] for k in thr if k in v100])
 
-    per_type: dict[str, list[float]] = {g: [] for g in _SIA_CLUSTERS.values() if g != "A100"}
+    clusters = sia_speed_gpus()
+    anchor = clusters[SIA_ANCHOR]  # A100
+    per_type: dict[str, list[float]] = {g: [] for g in clusters.values() if g != anchor}
     for model in _SIA_MODELS:
-        a100 = _sia_single_gpu(root / "sia_placements" / model / "placements-dgx-ext.csv")
-        for suffix, gpu in _SIA_CLUSTERS.items():
-            if gpu == "A100":
+        a100 = _sia_single_gpu(root / "sia_placements" / model / f"placements-{SIA_ANCHOR}.csv")
+        for suffix, gpu in clusters.items():
+            if gpu == anchor:
                 continue
             other = _sia_single_gpu(root / "sia_placements" / model / f"placements-{suffix}.csv")
             ratios = [other[b] / a100[b] for b in other if b in a100]
             if ratios:
                 per_type[gpu].append(_geomean(ratios))
-    v100_over_a100 = _geomean(per_type["V100"])
-    out["A100"] = 1.0 / v100_over_a100
-    for gpu in ("T4", "RTX2080Ti", "RTX6000"):
+    v100_over_a100 = _geomean(per_type[REFERENCE])
+    out[anchor] = 1.0 / v100_over_a100
+    for gpu in (g for g in per_type if g != REFERENCE):
         out[gpu] = _geomean(per_type[gpu]) / v100_over_a100
     return out

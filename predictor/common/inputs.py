@@ -37,11 +37,17 @@ class UserError(Exception):
     so a command line catches this one class, not a list typed by hand."""
 
 
-class LocatedError(UserError, ValueError):
+class InputError(UserError, ValueError):
+    """A file, a folder or a value we read is wrong: missing, malformed, too large, nested too deep,
+    not a regular file, naming something unknown. The message names the file (row and field when
+    known) or the option, and what is wrong; for a limit, the limit and how to raise it."""
+
+
+class LocatedError(InputError):
     """Bad content of an input file, located: the message names the file, and the line (or row)
-    and field when known — ``path:line: field 'x': what is wrong``. One class for job traces
-    (:class:`traces.schema.TraceError`) and execution traces
-    (:class:`predictor.common.trace_table.TraceFormatError`), so every reader reports alike."""
+    and field when known — ``path:line: field 'x': what is wrong``. One class for job traces and
+    execution traces (:class:`predictor.common.trace_table.TraceFormatError`), so every reader
+    reports alike."""
 
     def __init__(self, path: str | Path, message: str, line: int | None = None, field: str | None = None):
         self.path, self.line, self.field = str(path), line, field
@@ -50,9 +56,22 @@ class LocatedError(UserError, ValueError):
         super().__init__(f"{where}:{what} {message}")
 
 
-class InputError(UserError, ValueError):
-    """Input refused before it was read whole: too large, nested too deep, not a regular file.
-    The message names the file (or option), the limit and how to raise it."""
+class SpecError(UserError, ValueError):
+    """A command-line spec or option value that is wrong: an unknown or malformed policy,
+    predictor, workload, trace, failure model, placement or sweep option; the message names it."""
+
+
+class CheckpointError(UserError, ValueError):
+    """A checkpoint that cannot be used with this code or this data; the message says why."""
+
+
+class OutputError(UserError):
+    """An output location that cannot be written (the message names it and says why)."""
+
+
+class SimulationError(UserError, RuntimeError):
+    """The run could not finish (e.g. a policy left jobs waiting on an idle cluster, a preemptive
+    run past its rounds limit)."""
 
 
 @dataclass(frozen=True)

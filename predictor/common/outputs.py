@@ -21,11 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from predictor.common.inputs import UserError
-
-
-class OutputError(UserError):
-    """An output location that cannot be written (the message names it and says why)."""
+from predictor.common.inputs import OutputError
 
 
 def _reason(exc: OSError) -> str:

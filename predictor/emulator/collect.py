@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
-from predictor.common.inputs import UserError
+from predictor.common.inputs import InputError
 from predictor.common.trace_table import device_file, read_trace_file, write_traces
 from predictor.emulator.capture.heap import return_freed_memory
 from predictor.emulator.zoo.config import ModelConfig
@@ -64,10 +64,6 @@ def dataset_device(device: str) -> str:
     return recorded_device(device)
 
 
-class RegimeMismatchError(UserError, ValueError):
-    """An emulated dataset that already holds traces of another measurement regime."""
-
-
 def _open_dataset(device: str, out: str | Path, regime: str) -> tuple[str, Path, set[str]]:
     """The dataset's device name, its folder (created) and the config ids it already holds; a
     broken dataset file or one of another regime is refused before any work."""
@@ -79,8 +75,8 @@ def _open_dataset(device: str, out: str | Path, regime: str) -> tuple[str, Path,
     if done is not None and device.startswith("emulated:"):
         other = sorted({s.split(" regime")[0].split("(")[-1] for s in done["source"] if f"({regime} regime" not in s})
         if other:
-            raise RegimeMismatchError(f"{existing}: holds {device} traces of the {', '.join(other)} regime, "
-                                      f"not {regime}; collect into another --out")
+            raise InputError(f"{existing}: holds {device} traces of the {', '.join(other)} regime, "
+                             f"not {regime}; collect into another --out")
     return device, out, set(done["config_id"]) if done is not None else set()
 
 

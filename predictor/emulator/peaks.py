@@ -44,10 +44,6 @@ PEAKS_FILE = "peaks.json"
 RECORD_COMMAND = "ets dataset peaks DATASET_DIR"
 
 
-class PeaksError(InputError):
-    """A device without peaks, or a peaks file that cannot be trusted; the message names it."""
-
-
 @dataclass(frozen=True)
 class Peaks:
     """A device's ceilings: FLOP/s of GEMM-like ops and of the others per dtype, bytes/s."""
@@ -83,14 +79,14 @@ class Peaks:
     def from_json(cls, body: object, where: str) -> Peaks:
         """Peaks from their JSON form; every field checked, a bad one named with ``where``."""
         if not isinstance(body, dict):
-            raise PeaksError(f"{where}: expected an object, got {type(body).__name__}")
+            raise InputError(f"{where}: expected an object, got {type(body).__name__}")
         for key, kind in (("device", str), ("origin", str), ("gemm_flops", dict), ("other_flops", dict)):
             if not isinstance(body.get(key), kind):
-                raise PeaksError(f"{where}: field {key!r} missing or not a {kind.__name__}")
+                raise InputError(f"{where}: field {key!r} missing or not a {kind.__name__}")
         rates = {}
         for key in ("gemm_flops", "other_flops"):
             if "float32" not in body[key]:
-                raise PeaksError(f"{where}: field {key!r} lacks 'float32'")
+                raise InputError(f"{where}: field {key!r} lacks 'float32'")
             rates[key] = {str(d): _positive(v, f"{where}: field {key}.{d}") for d, v in body[key].items()}
         return cls(body["device"], rates["gemm_flops"], rates["other_flops"],
                    _positive(body.get("bytes_per_s"), f"{where}: field 'bytes_per_s'"), body["origin"])
@@ -98,7 +94,7 @@ class Peaks:
 
 def _positive(value: object, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise PeaksError(f"{where}: expected a positive number, got {short(repr(value))}")
+        raise InputError(f"{where}: expected a positive number, got {short(repr(value))}")
     return float(value)
 
 
@@ -151,9 +147,9 @@ def record(directory: str | Path, peaks: Peaks) -> Path:
 
 
 def _read(path: Path) -> dict:
-    table = read_document(path, "peaks file", PeaksError, kind="json")  # bounded depth: a stranger's file
+    table = read_document(path, "peaks file", InputError, kind="json")  # bounded depth: a stranger's file
     if not isinstance(table, dict):
-        raise PeaksError(f"{path}: expected an object of devices, got {type(table).__name__}")
+        raise InputError(f"{path}: expected an object of devices, got {type(table).__name__}")
     return table
 
 
@@ -176,11 +172,11 @@ def for_device(device: str, directory: str | Path | None = None) -> Peaks:
     name = device.removeprefix("cuda:")
     if device == "cpu" or device.startswith("cpu:"):
         where = f"dataset {directory}" if directory is not None else "this dataset"
-        raise PeaksError(f"{where}: device {device!r} has no recorded peaks; on the machine that measured "
+        raise InputError(f"{where}: device {device!r} has no recorded peaks; on the machine that measured "
                          f"it run `{RECORD_COMMAND}` (a GEMM and a copy, a few seconds), "
                          f"or train with --target-transform log")
     try:
         return gpu_peaks(name)
     except UnknownGpuTypeError as exc:
-        raise PeaksError(f"device {device!r}: no peaks: {exc.brief}; add the GPU to the catalogue "
+        raise InputError(f"device {device!r}: no peaks: {exc.brief}; add the GPU to the catalogue "
                          f"(predictor/common/gpu_catalog/) or train with --target-transform log") from None

@@ -43,8 +43,8 @@ the FP32 peak for every dtype, and the MLP sees a device only through its 4 feat
 extrapolates poorly to GPUs far from those it was trained on.
 
 The iteration time is the sum over ops, as in Habitat. Device constants come from the GPU
-catalogue (:func:`predictor.emulator.devices.specs.spec_sheets`); names resolve through
-:func:`predictor.emulator.devices.specs.device_key` ("emulated:T4", "Tesla T4", the ETS import's
+catalogue (:func:`gpu`: the entry itself); names resolve through
+:func:`predictor.common.gpus.canonical_gpu_type` ("emulated:T4", "Tesla T4", the ETS import's
 "2080Ti"), so a model trained on emulated traces predicts real ones, and the simulator can
 predict a GPU a config was never measured on from its source trace alone.
 """
@@ -62,10 +62,10 @@ import pandas as pd
 import torch
 
 from predictor.checkpoint_file import CheckpointError
+from predictor.common.gpus import GpuEntry, UnknownGpuTypeError, canonical_gpu_type, catalog
 from predictor.common.inputs import short
 from predictor.common.trace_table import DTYPES, MAX_PARAMS, PHASES
 from predictor.emulator.capture.costs import op_class
-from predictor.emulator.devices.specs import DeviceParamsError, device_key, spec_sheets
 from predictor.methods.base import (
     MAX_MINUTES,
     TrainedPredictor,
@@ -94,51 +94,30 @@ N_ONEHOT = len(GROUPS) + len(PHASES) + len(DTYPES)
 N_CONTINUOUS = 3 + MAX_PARAMS + 4  # batch, flops, bytes, params, 4 device features
 N_FEATURES = N_ONEHOT + N_CONTINUOUS
 
-_VENDOR_WORDS = re.compile(r"\b(nvidia|tesla|geforce|quadro)\b", re.IGNORECASE)
+def ridge(gpu: GpuEntry) -> float:
+    """Ridge point of the FP32 roofline, FLOP per byte."""
+    return gpu.fp32_tflops * 1e12 / (gpu.memory_gbs * 1e9)
 
 
-@dataclass(frozen=True)
-class Gpu:
-    key: str
-    sms: int
-    clock_mhz: float
-    mem_gb: float
-    mem_gbs: float
-    fp32_tflops: float
-
-    @property
-    def ridge(self) -> float:
-        """Ridge point of the FP32 roofline, FLOP per byte."""
-        return self.fp32_tflops * 1e12 / (self.mem_gbs * 1e9)
-
-    @property
-    def features(self) -> list[float]:
-        """Habitat's MLP device features: memory GB, bandwidth GB/s, SMs, FP32 TFLOPS."""
-        return [self.mem_gb, self.mem_gbs, float(self.sms), self.fp32_tflops]
+def features(gpu: GpuEntry) -> list[float]:
+    """Habitat's MLP device features: memory GB, bandwidth GB/s, SMs, FP32 TFLOPS."""
+    return [gpu.memory_gb, gpu.memory_gbs, float(gpu.sms), gpu.fp32_tflops]
 
 
 def _key(name: str) -> str:
-    """The spec-sheet key of a device name; also accepts vendor prefixes and part suffixes
-    ("Tesla T4", "Tesla V100-SXM2-16GB", "NVIDIA A100-SXM4-40GB")."""
+    """The catalogue name of a device name, vendor words and part suffixes tolerated ("Tesla T4",
+    "NVIDIA H100 80GB HBM3"): :func:`predictor.common.gpus.canonical_gpu_type` with ``loose``."""
     try:
-        return device_key(name)
-    except DeviceParamsError:
-        pass
-    bare = _VENDOR_WORDS.sub(" ", name.removeprefix("emulated:")).strip()
-    for candidate in dict.fromkeys([bare, bare.split("-")[0].strip(), bare.split(" ")[0]]):
-        try:
-            return device_key(candidate)
-        except DeviceParamsError:
-            continue
-    raise ValueError(f"unknown GPU {name!r} for Habitat; known: {', '.join(spec_sheets())} "
-                     "(optionally prefixed 'emulated:')")
+        return canonical_gpu_type(name, loose=True)
+    except UnknownGpuTypeError:
+        raise ValueError(f"unknown GPU {name!r} for Habitat; known: {', '.join(catalog())} "
+                         "(optionally prefixed 'emulated:')") from None
 
 
-def gpu(name: str) -> Gpu:
-    """The device constants of a GPU name; ValueError naming it and the known ones when unknown."""
-    key = _key(name)
-    sheet = spec_sheets()[key]
-    return Gpu(key, sheet.sms, sheet.clock_mhz, sheet.mem_gb, sheet.mem_gbs, sheet.fp32_tflops)
+def gpu(name: str) -> GpuEntry:
+    """The catalogue entry of a GPU name (its spec facts are Habitat's device constants);
+    ValueError naming it and the known ones when unknown."""
+    return catalog()[_key(name)]
 
 
 def kernel_group(op: str) -> str | None:
@@ -165,14 +144,14 @@ def roofline_gamma(flops: np.ndarray, nbytes: np.ndarray, ridge: float) -> np.nd
     return np.where(flops < 1.0, 1.0, gamma)
 
 
-def wave_scale(duration_us: np.ndarray, flops: np.ndarray, nbytes: np.ndarray, source: Gpu, target: Gpu,
+def wave_scale(duration_us: np.ndarray, flops: np.ndarray, nbytes: np.ndarray, source: GpuEntry, target: GpuEntry,
                small_kernel_us: float = 0.0) -> np.ndarray:
     """Kernel-alike op times on ``target`` from their times on ``source`` (µs); ops faster than
     ``small_kernel_us`` on the source are kept unchanged."""
     duration = np.asarray(duration_us, dtype=np.float64)
-    gamma = roofline_gamma(flops, nbytes, target.ridge)
-    factor = ((source.mem_gbs / target.mem_gbs) ** gamma
-              * (source.clock_mhz / target.clock_mhz) ** (1 - gamma)
+    gamma = roofline_gamma(flops, nbytes, ridge(target))
+    factor = ((source.memory_gbs / target.memory_gbs) ** gamma
+              * (source.boost_clock_mhz / target.boost_clock_mhz) ** (1 - gamma)
               * (source.sms / target.sms) ** (1 - gamma))
     return np.where(duration < small_kernel_us, duration, duration * factor)
 
@@ -190,7 +169,7 @@ def _onehot(values: pd.Series, names: tuple[str, ...], what: str) -> np.ndarray:
     return out
 
 
-def raw_features(ops: pd.DataFrame, groups: pd.Series, device: Gpu | list[Gpu]) -> np.ndarray:
+def raw_features(ops: pd.DataFrame, groups: pd.Series, device: GpuEntry | list[GpuEntry]) -> np.ndarray:
     """[rows, N_FEATURES] unscaled MLP inputs: one-hots, then the continuous columns (log1p of
     batch, FLOPs, bytes and params; the 4 device features). ``device``: one GPU for all rows or
     one per row."""
@@ -202,7 +181,7 @@ def raw_features(ops: pd.DataFrame, groups: pd.Series, device: Gpu | list[Gpu]) 
     scalars = np.log1p(np.maximum(ops[["batch", "flops", "bytes"]].to_numpy(np.float64), 0))
     return np.hstack([_onehot(groups, GROUPS, "kernel group"), _onehot(ops["phase"], PHASES, "phase"),
                       _onehot(ops["dtype"], DTYPES, "dtype"), scalars, params,
-                      np.array([g.features for g in gpus], dtype=np.float64).reshape(len(ops), 4)])
+                      np.array([features(g) for g in gpus], dtype=np.float64).reshape(len(ops), 4)])
 
 
 @dataclass
@@ -295,7 +274,7 @@ class HabitatPredictor(TrainedPredictor):
             except ValueError:
                 keys[name] = None  # not a GPU we know: neither source nor target
         parts = []
-        for role, gpu_key in (("source", self.source.key), ("target", self.target.key)):
+        for role, gpu_key in (("source", self.source.name), ("target", self.target.name)):
             names = sorted(n for n, k in keys.items() if k == gpu_key)
             if len(names) > 1:
                 raise ValueError(f"traces hold several devices that are the {role} GPU {gpu_key} "
@@ -317,7 +296,7 @@ class HabitatPredictor(TrainedPredictor):
                              f"{self.config.source_device} rows to the data (`ets collect --device "
                              f"{self.config.source_device}` for an emulated GPU, `ets import` for a real one)")
         missing = sorted(set(target["config_id"]) - set(source["config_id"]))
-        if missing and self.source.key != self.target.key:
+        if missing and self.source.name != self.target.name:
             raise ValueError(f"{len(missing)} config(s) have {self.device!r} rows but no source "
                              f"({self.config.source_device!r}) trace: {', '.join(missing[:5])}"
                              + (" ..." if len(missing) > 5 else ""))
@@ -389,13 +368,13 @@ def _training_rows(traces: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return raw, np.log(rows["duration_us"].to_numpy(np.float64))
 
 
-def _check_devices(train_traces: pd.DataFrame, val_traces: pd.DataFrame, source: Gpu, target: Gpu,
+def _check_devices(train_traces: pd.DataFrame, val_traces: pd.DataFrame, source: GpuEntry, target: GpuEntry,
                    config: HabitatConfig, device: str) -> None:
     if train_traces.empty or val_traces.empty:
         raise ValueError("training and validation splits must both hold traces")
     present = {name: _key(str(name)) for name in train_traces["device"].unique()}  # unknown GPUs: ValueError
     for role, name, g in (("source", config.source_device, source), ("target", device, target)):
-        if g.key not in present.values():
+        if g.name not in present.values():
             raise ValueError(f"the training traces hold no rows of the {role} device {name!r} "
                              f"(present: {', '.join(sorted(map(str, present)))})")
 

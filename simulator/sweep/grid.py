@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from predictor.common.inputs import UserError, over_limit, short
+from predictor.common.inputs import SpecError, over_limit, short
 from predictor.common.inputs import limit as input_limit
 from simulator.communication import PLACEMENTS
 from simulator.run import (
@@ -22,17 +22,12 @@ from simulator.run import (
     DEFAULT_WORKLOAD,
     INT64_MAX,
     RunConfig,
-    WorkloadSpecError,
     check_deadline_fraction,
     check_limit,
     check_observe_after,
     check_seed,
     needs_binding,
 )
-
-
-class SweepSpecError(UserError, ValueError):
-    """A malformed sweep option (seeds, errors, load scales, an empty grid)."""
 
 
 def split_specs(text: str | Iterable[str] | None) -> list[str]:
@@ -69,25 +64,22 @@ def seed_values(text: str | int | Sequence[int], option: str = "--seeds") -> ran
         if len(parts) == 1:
             count = int(parts[0])
             if count < 1:
-                raise SweepSpecError(f"{option} {short(text)}: a single number is a count and must be >= 1 "
-                                     "(write '0,' for the one seed 0)")
+                raise SpecError(f"{option} {short(text)}: a single number is a count and must be >= 1 "
+                                "(write '0,' for the one seed 0)")
             if count > INT64_MAX:  # len() of a longer range overflows
-                raise SweepSpecError(f"{option} {short(text)}: a count of seeds must be at most {INT64_MAX:,}")
+                raise SpecError(f"{option} {short(text)}: a count of seeds must be at most {INT64_MAX:,}")
             return range(count)
         return [_seed(s, option) for s in dict.fromkeys(int(p) for p in parts if p)]
-    except SweepSpecError:
+    except SpecError:
         raise
     except ValueError:
-        raise SweepSpecError(f"{option} {short(text)}: expected a count N (seeds 0..N-1) or a comma list "
-                             "of integers") from None
+        raise SpecError(f"{option} {short(text)}: expected a count N (seeds 0..N-1) or a comma list "
+                        "of integers") from None
 
 
 def _seed(value: object, option: str) -> int:
     """One seed of a list, as :func:`simulator.run.check_seed` takes it."""
-    try:
-        return check_seed(value, option)
-    except WorkloadSpecError as exc:
-        raise SweepSpecError(str(exc)) from None
+    return check_seed(value, option)
 
 
 def parse_seeds(text: str | int | Sequence[int]) -> list[int]:
@@ -95,7 +87,7 @@ def parse_seeds(text: str | int | Sequence[int]) -> list[int]:
     seeds. A count past the grid-point limit is refused before its list is built."""
     seeds = seed_values(text)
     if len(seeds) > input_limit("grid_points"):
-        raise SweepSpecError(str(over_limit("grid_points", f"--seeds {short(text)}", len(seeds))))
+        raise SpecError(str(over_limit("grid_points", f"--seeds {short(text)}", len(seeds))))
     return list(seeds)
 
 
@@ -110,10 +102,10 @@ def parse_floats(text: str | Sequence[float] | None, what: str, *, positive: boo
         try:
             x = float(p)
         except (TypeError, ValueError):
-            raise SweepSpecError(f"{what} {short(text)}: {short(p)} is not a number") from None
+            raise SpecError(f"{what} {short(text)}: {short(p)} is not a number") from None
         if not np.isfinite(x) or x < 0 or (positive and x == 0):
             finite = "" if np.isfinite(x) else "a finite number "
-            raise SweepSpecError(f"{what} {short(text)}: {short(p)} must be {finite}{'> 0' if positive else '>= 0'}")
+            raise SpecError(f"{what} {short(text)}: {short(p)} must be {finite}{'> 0' if positive else '>= 0'}")
         out.append(x)
     return list(dict.fromkeys(out))
 
@@ -126,15 +118,15 @@ def error_predictor(mre: float) -> str:
 def error_predictors(errors: str | Sequence[float]) -> list[str]:
     """The noisy:X predictors of --errors, each checked by building it (cheap for noisy), so that a
     level the noise model cannot reach fails here, once, not in every point of the grid."""
-    from simulator.timing import PredictorSpecError, make_predictor
+    from simulator.timing import make_predictor
 
     specs = []
     for mre in parse_floats(errors, "--errors"):
         spec = error_predictor(mre)
         try:
             make_predictor(spec)
-        except PredictorSpecError as exc:
-            raise SweepSpecError(f"--errors {mre:g}: {exc}") from None
+        except SpecError as exc:
+            raise SpecError(f"--errors {mre:g}: {exc}") from None
         specs.append(spec)
     return specs
 
@@ -145,18 +137,15 @@ def check_grid_size(counts: dict[str, int]) -> None:
     total = math.prod(counts.values())
     if total > input_limit("grid_points"):
         factors = " x ".join(f"{n:,} {option}" for option, n in counts.items())
-        raise SweepSpecError(str(over_limit("grid_points", f"the grid of {factors}", total)))
+        raise SpecError(str(over_limit("grid_points", f"the grid of {factors}", total)))
 
 
 def _check_run_options(limit: int | None, deadline_fraction: float, observe_after: int | None) -> None:
     """The grid's single-valued numeric options, checked as a single run checks them."""
-    try:
-        check_limit(limit)
-        check_deadline_fraction(deadline_fraction)
-        if observe_after is not None:
-            check_observe_after(observe_after)
-    except WorkloadSpecError as exc:
-        raise SweepSpecError(str(exc)) from None
+    check_limit(limit)
+    check_deadline_fraction(deadline_fraction)
+    if observe_after is not None:
+        check_observe_after(observe_after)
 
 
 def _absolute_trace(spec: str) -> str:
@@ -194,14 +183,14 @@ def plan(policies: str | Sequence[str], predictors: str | Sequence[str] = (), *,
     seed_list = seed_values(seeds)
     loads = parse_floats(load_scales, "--load-scales", positive=True) or [1.0]
     if not pols:
-        raise SweepSpecError("no policy given (--policies)")
+        raise SpecError("no policy given (--policies)")
     if not preds:
-        raise SweepSpecError("no predictor given (--predictors and/or --errors)")
+        raise SpecError("no predictor given (--predictors and/or --errors)")
     _check_run_options(limit, deadline_fraction, observe_after)
     rules = split_specs(placements) or ["consolidate"]
     unknown = [r for r in rules if r not in PLACEMENTS]
     if unknown:
-        raise SweepSpecError(f"unknown placement {unknown[0]!r} in --placements; known: {', '.join(PLACEMENTS)}")
+        raise SpecError(f"unknown placement {unknown[0]!r} in --placements; known: {', '.join(PLACEMENTS)}")
     models = split_specs(failures) or ["none"]
     every = split_specs(checkpoints)
     failure_points = [(m, None) if m == "none" else (m, c) for m in models for c in (every or [None])]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from experiments.pretrain import EXTRA_CONFIGS, LLM_CONFIGS, TEST_UNITS, dataset_configs, held_out_units, llm_configs
 
@@ -34,3 +35,17 @@ def test_configs_that_failed_before_are_read_from_the_failure_log(tmp_path):
     log.write_text('{"config_id": "lstm_lm:b128", "device": "meta", "error": "RuntimeError: out of memory"}\n\n'
                    '{"config_id": "lstm_speech:b64", "device": "meta", "error": "RuntimeError"}\n')
     assert _failed_ids(log) == {"lstm_lm:b128", "lstm_speech:b64"}
+
+
+def test_habitat_sources_are_read_from_the_shipped_checkpoints():
+    """Which GPU each Habitat model learns from is recorded once: the shipped habitat-<GPU>.pt
+    config's source_device (the table experiments.pretrain kept before gave the same)."""
+    from experiments.pretrain import HABITAT_SOURCE_UNSHIPPED, habitat_source
+    from predictor.checkpoints import CHECKPOINT_DIR, available
+
+    shipped = available(CHECKPOINT_DIR, "habitat")
+    if not shipped:
+        pytest.skip("no shipped Habitat checkpoints (python -m experiments.pretrain)")
+    assert not set(shipped) & set(HABITAT_SOURCE_UNSHIPPED)  # each GPU's source is kept in one place
+    old = {"T4": "V100", "P100": "T4", "V100": "T4", "A100": "V100", "H100": "V100", "L4": "T4"}
+    assert {g: habitat_source(g) for g in old} == old

@@ -14,8 +14,8 @@ import pytest
 from scipy.optimize import linear_sum_assignment
 
 from policies.allox import AlloxPolicy, allox_plan
-from policies.base import PolicySpecError
 from policies.registry import make_policy
+from predictor.common.inputs import SpecError
 from tests.policies.helpers import FirstJobPredicted10, SwapTwo, hetero, job, simulate, times
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -416,12 +416,12 @@ def test_options_parse():
     ("allox:mode=batch", "mode"), ("allox:mode=", "mode"),
 ])
 def test_bad_option_values_name_the_option(spec, option):
-    with pytest.raises(PolicySpecError, match=rf"\b{option}="):
+    with pytest.raises(SpecError, match=rf"\b{option}="):
         make_policy(spec)
 
 
 def test_unknown_option_is_rejected():
-    with pytest.raises(PolicySpecError, match="budget_ms"):
+    with pytest.raises(SpecError, match="budget_ms"):
         make_policy("allox:budget_ms=5")
 
 

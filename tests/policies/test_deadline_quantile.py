@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 
 from policies import hydra_greedy as kernels
-from policies.base import PolicySpecError
 from policies.edf import EdfPolicy
 from policies.hydra import GpuState, HydraPolicy, Jobs, QueueOrderer, greedy_assign, queue_cost, srtf, swap_heuristic
 from policies.registry import make_policy
+from predictor.common.inputs import SpecError
 from simulator.timing import NoisyPredictor, RuntimePredictor, TruthPredictor
 from tests.policies.helpers import hetero, job, simulate, times
 
@@ -406,7 +406,7 @@ def test_deadline_quantile_option(name):
 @pytest.mark.parametrize("name", ["hydra", "edf"])
 @pytest.mark.parametrize("value", ["0", "1", "1.5", "-0.1", "abc", "nan"])
 def test_deadline_quantile_outside_the_open_unit_interval_is_refused(name, value):
-    with pytest.raises(PolicySpecError, match=r"\bdeadline_quantile="):
+    with pytest.raises(SpecError, match=r"\bdeadline_quantile="):
         make_policy(f"{name}:deadline_quantile={value}")
 
 

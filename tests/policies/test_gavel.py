@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from policies.base import PolicySpecError
 from policies.gavel import Allocation, isolated_share
 from policies.registry import make_policy
+from predictor.common.inputs import SpecError
 from simulator.cluster import homogeneous_groups
 from simulator.preemption import make_simulation
 from simulator.timing import make_predictor
@@ -148,7 +148,7 @@ def test_the_rounds_realise_the_allocation():
 
 @pytest.mark.parametrize("spec", ["gavel:objective=fastest", "gavel:objective="])
 def test_an_unknown_objective_is_refused_by_name(spec):
-    with pytest.raises(PolicySpecError, match="option objective="):
+    with pytest.raises(SpecError, match="option objective="):
         make_policy(spec)
 
 

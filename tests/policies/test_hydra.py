@@ -13,7 +13,6 @@ import math
 import numpy as np
 import pytest
 
-from policies.base import PolicySpecError
 from policies.hydra import (
     GpuState,
     HydraPolicy,
@@ -27,6 +26,7 @@ from policies.hydra import (
     weighted,
 )
 from policies.registry import make_policy
+from predictor.common.inputs import SpecError
 from tests.policies.helpers import FirstJobPredicted10, SwapTwo, hetero, job, simulate, times
 
 INF = math.inf
@@ -370,17 +370,17 @@ def test_options_parse():
     ("hydra:mode=batch", "mode"), ("hydra:window=0", "window"), ("hydra:window=x", "window"),
 ])
 def test_bad_option_values_name_the_option(spec, option):
-    with pytest.raises(PolicySpecError, match=rf"\b{option}="):
+    with pytest.raises(SpecError, match=rf"\b{option}="):
         make_policy(spec)
 
 
 @pytest.mark.parametrize("policy", ["hydra", "allox"])
 def test_one_spelling_of_the_offline_mode(policy):
     assert make_policy(f"{policy}:mode=offline").mode == "offline"
-    with pytest.raises(PolicySpecError, match="mode='oneshot' is now spelled mode=offline"):
+    with pytest.raises(SpecError, match="mode='oneshot' is now spelled mode=offline"):
         make_policy(f"{policy}:mode=oneshot")
 
 
 def test_unknown_option_is_rejected():
-    with pytest.raises(PolicySpecError, match="alpha"):
+    with pytest.raises(SpecError, match="alpha"):
         make_policy("hydra:alpha=0.5")

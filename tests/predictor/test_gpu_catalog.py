@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from predictor.common import gpus
+from predictor.common.inputs import InputError
 from predictor.emulator.devices.specs import DeviceParamsError, device_key, load_params, spec_sheets
 
 REPO = Path(__file__).resolve().parents[2]
@@ -120,7 +121,7 @@ def test_a_broken_entry_is_refused_naming_file_and_field(tmp_path, monkeypatch, 
     folder = _catalogue_copy(tmp_path)
     _new_entry(folder, **change)
     monkeypatch.setenv(gpus.CATALOG_ENV, str(folder))
-    with pytest.raises(gpus.GpuCatalogError, match=message):
+    with pytest.raises(InputError, match=message):
         gpus.catalog()
 
 

@@ -12,8 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from predictor.common.inputs import InputError
 from predictor.emulator.devices import kernel_sources as ks
-from predictor.emulator.devices.kernel_data import COLUMNS, KernelDataError
+from predictor.emulator.devices.kernel_data import COLUMNS
 from predictor.emulator.devices.problems import backward_pair
 
 TRAIN_V100 = "xlsx/train/DeepBench_NV_V100.xlsx"
@@ -149,7 +150,7 @@ def test_deepbench_refusals_name_file_line_and_column(tmp_path):
     def refused(tmp, match, **files):
         folder = tmp_path / tmp
         folder.mkdir()
-        with pytest.raises(KernelDataError, match=match):
+        with pytest.raises(InputError, match=match):
             ks.load_deepbench(_deepbench(folder, **files))
 
     refused("a", r"deepbench_gemm\.csv: line 1: header lacks column\(s\) 'Time \(msec\)'",
@@ -166,11 +167,11 @@ def test_deepbench_refusals_name_file_line_and_column(tmp_path):
             conv=[_conv_line(pad=(1, -2))])
     refused("g", r"deepbench_conv_normalized\.csv: line 1: header lacks column\(s\) 'fwd_ms'",
             conv_header=CONV_HEADER.replace("fwd_ms", "forward"))
-    with pytest.raises(KernelDataError, match=r"nowhere: no such folder"):
+    with pytest.raises(InputError, match=r"nowhere: no such folder"):
         ks.load_deepbench(tmp_path / "nowhere")
     empty = tmp_path / "h"
     empty.mkdir()
-    with pytest.raises(KernelDataError, match=r"deepbench_gemm\.csv: no such file"):
+    with pytest.raises(InputError, match=r"deepbench_gemm\.csv: no such file"):
         ks.load_deepbench(empty)
 
 
@@ -224,7 +225,7 @@ def test_vidur_refusals_name_file_line_and_column(tmp_path):
     def refused(name, match, rows, ops=VIDUR_OPS, gpu="a100"):
         root = tmp_path / name
         _vidur_csv(root / "compute" / gpu / "org" / "model" / "mlp.csv", rows, ops=ops)
-        with pytest.raises(KernelDataError, match=match):
+        with pytest.raises(InputError, match=match):
             ks.load_vidur(root)
 
     refused("a", r"mlp\.csv: line 3: column 'n_head': n_embd is not a multiple of n_head",
@@ -240,7 +241,7 @@ def test_vidur_refusals_name_file_line_and_column(tmp_path):
     refused("f", r"mlp\.csv: line 1: header lacks column\(s\) 'time_stats\.add\.median'",
             [_shape()], ops=tuple(op for op in VIDUR_OPS if op != "add"))
     refused("g", r"h100: unknown Vidur GPU folder", [_shape()], gpu="h100")
-    with pytest.raises(KernelDataError, match=r"compute: no such folder"):
+    with pytest.raises(InputError, match=r"compute: no such folder"):
         ks.load_vidur(tmp_path / "nothing")
 
 
@@ -252,7 +253,7 @@ def test_vidur_empty_time_is_skipped_and_sources_concatenate(tmp_path):
     assert both.attrs["skipped"] == 2  # Vidur's empty add, DeepBench's N/A grad-input
     assert both.attrs["left_out"]["vidur emb (embedding gather: no kernel class)"] == 1
     assert len(ks.load_sources(tmp_path, which=("vidur",))) == 8
-    with pytest.raises(KernelDataError, match="unknown kernel source"):
+    with pytest.raises(InputError, match="unknown kernel source"):
         ks.load_sources(tmp_path, which=("kernelbench",))
 
 

@@ -67,10 +67,10 @@ def test_no_emulated_op_runs_faster_than_its_estimate(gpu, dtype):
 
 
 def test_a_cpu_without_recorded_peaks_is_refused_with_the_command_that_records_them(tmp_path):
-    with pytest.raises(peaks.PeaksError, match=r"device 'cpu' has no recorded peaks.*ets dataset peaks DATASET_DIR"
+    with pytest.raises(InputError, match=r"device 'cpu' has no recorded peaks.*ets dataset peaks DATASET_DIR"
                                                r".*--target-transform log"):
         peaks.for_device("cpu", tmp_path)
-    with pytest.raises(peaks.PeaksError, match=r"unknown GPU type 'Voodoo5'.*gpu_catalog.*--target-transform log"):
+    with pytest.raises(InputError, match=r"unknown GPU type 'Voodoo5'.*gpu_catalog.*--target-transform log"):
         peaks.for_device("cuda:Voodoo5")
 
 
@@ -85,7 +85,7 @@ def test_a_cpu_without_recorded_peaks_is_refused_with_the_command_that_records_t
 ])
 def test_a_malformed_peaks_file_names_file_device_and_field(tmp_path, body, field):
     (tmp_path / peaks.PEAKS_FILE).write_text(json.dumps(body))
-    with pytest.raises(peaks.PeaksError, match=rf"peaks.json: device 'cpu'.*{field}"):
+    with pytest.raises(InputError, match=rf"peaks.json: device 'cpu'.*{field}"):
         peaks.for_device("cpu", tmp_path)
     (tmp_path / peaks.PEAKS_FILE).write_text("[" * 100_000)  # a stranger's file: one line, no crash
     with pytest.raises(InputError, match="peaks.json: JSON nested 100,000 levels deep"):

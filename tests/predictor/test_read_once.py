@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from predictor.common import inputs
+from predictor.common.inputs import InputError
 
 
 @pytest.fixture
@@ -55,7 +56,7 @@ def test_a_table_built_reads_each_checkpoint_once_and_its_models_come_from_those
     assert len(table) == 4 and (table.to_frame()["seconds"] > 0).all()
     same = tables.method_table("opbased", sequences, ["T4", "V100"], folder, pretrained=pretrained)
     assert same.to_frame().equals(table.to_frame()) and checkpoints_read(reads) == []  # from the cache
-    with pytest.raises(tables.TableError, match="not a checkpoint of this tool"):
+    with pytest.raises(InputError, match="not a checkpoint of this tool"):
         tables.method_table("opbased", sequences, ["T4", "V100"], folder)  # read afresh: the file on disk now
 
 

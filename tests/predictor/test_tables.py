@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from predictor.common.inputs import InputError
 from predictor.tables import IterationTimeTable
 
 
@@ -91,26 +92,25 @@ def test_the_cache_key_is_private_and_a_shared_or_linked_key_is_refused(monkeypa
     import os
     import stat
 
-    from predictor.tables import TableError
 
     _, _, path, _ = _cache_table(monkeypatch, tmp_path)
     key = path.parent / ".key"
     info = key.stat()
     assert stat.S_IMODE(info.st_mode) == 0o600 and info.st_size == 32 and info.st_uid == os.geteuid()
     key.chmod(0o644)
-    with pytest.raises(TableError, match=r"table cache key .*\.key is readable or writable by others \(mode 644\)"):
+    with pytest.raises(InputError, match=r"table cache key .*\.key is readable or writable by others \(mode 644\)"):
         _cache_table(monkeypatch, tmp_path)
     key.unlink()
     (tmp_path / "elsewhere").write_bytes(b"k" * 32)
     key.symlink_to(tmp_path / "elsewhere")
-    with pytest.raises(TableError, match="cannot be opened as a private file"):
+    with pytest.raises(InputError, match="cannot be opened as a private file"):
         _cache_table(monkeypatch, tmp_path)
     key.unlink()  # removed: a new key is made, and every table (signed with the old one) rebuilt
     _, builds, _, heard = _cache_table(monkeypatch, tmp_path)
     assert builds == [1] and "HMAC does not match" in heard[0]
     if os.geteuid() == 0:  # only root can give a file away
         os.chown(key, 12345, -1)
-        with pytest.raises(TableError, match="owned by user 12345, not by you"):
+        with pytest.raises(InputError, match="owned by user 12345, not by you"):
             _cache_table(monkeypatch, tmp_path)
 
 
@@ -131,7 +131,7 @@ def test_an_unusable_cache_is_refused_before_any_table_is_built(monkeypatch, tmp
     monkeypatch.setenv("ETS_SIM_CACHE", value)
     monkeypatch.chdir(tmp_path)
     built = []
-    with pytest.raises(tables.TableError, match=match):
+    with pytest.raises(InputError, match=match):
         tables._cached("truth-0", lambda: built.append(1), "test")
     assert built == [] and not (tmp_path / "tables").exists()
     if cache == "links":

@@ -1,4 +1,5 @@
-"""Every error class a user can fix derives from one base, and both command lines print it as one line.
+"""Every error class a user can fix derives from one base and is one of a few kinds, and both command
+lines print it as one line.
 
 Why: simrun used to catch a list of 14 classes typed by hand; an input error of a class missing
 from it (a broken params.json, a corrupted checkpoint) came out as a traceback. Now the list is
@@ -22,6 +23,25 @@ from predictor.common.inputs import UserError
 # PyYAML's message carried inside the document reader.
 NOT_USER_ERRORS = {"policies.base.PolicyError", "predictor.emulator.capture.disturbance.DisturbedError",
                    "predictor.common.documents._YamlError"}
+# The kinds a user can tell apart (predictor.common.inputs): a wrong file or value, the same located
+# at a file's line and field, a wrong command-line spec, an unusable checkpoint, an unwritable
+# output, a run that cannot finish.
+KINDS = {f"predictor.common.inputs.{name}" for name in
+         ("UserError", "InputError", "LocatedError", "SpecError", "CheckpointError", "OutputError", "SimulationError")}
+# Classes of their own beside the kinds, each derived from one, and why it is more than a name.
+KEPT = {
+    "predictor.common.gpus.UnknownGpuTypeError": "its name attribute, brief form and pickling by name",
+    "predictor.common.trace_table.TraceFormatError": "its row attribute and (path, message, row, field) form",
+    "predictor.emulator.capture.model_file.ModelFileError": "its path attribute and one-line message",
+    "predictor.emulator.devices.measurements.MeasurementError": "its file, problem, where and field attributes",
+    "predictor.emulator.zoo.config.ModelBuildError": "its config_id and reason attributes",
+    "predictor.emulator.devices.kernels.KernelModelError": "caught alone: the installation's model stops a run "
+                                                           "that skips a bad input file",
+    "predictor.emulator.devices.specs.DeviceParamsError": "caught alone: an unknown device name is tried again "
+                                                          "(Habitat's aliases) or listed as missing",
+    "predictor.emulator.devices.collectives.CollectiveError": "caught alone: the option or field that set the "
+                                                             "placement is named in front of it",
+}
 PACKAGES = ("predictor", "simulator", "policies", "traces")
 SKIP_IMPORT = ("predictor.emulator.capture.model_process",)  # its child-process entry point
 
@@ -43,11 +63,22 @@ def error_classes() -> dict[str, type]:
 
 def test_every_error_class_says_whether_it_is_the_users():
     classes = error_classes()
-    assert len(classes) > 30  # the walk found the packages' error classes
+    assert len(classes) >= len(KINDS | set(KEPT) | NOT_USER_ERRORS)  # the walk found the packages' error classes
     assert NOT_USER_ERRORS <= set(classes)  # the exceptions still exist
     neither = sorted(n for n, c in classes.items() if not issubclass(c, UserError) and n not in NOT_USER_ERRORS)
     assert not neither, f"derive from UserError or list in NOT_USER_ERRORS: {neither}"
     assert not any(issubclass(classes[n], UserError) for n in NOT_USER_ERRORS)
+
+
+def test_user_errors_are_a_few_kinds():
+    """A user error raises one of the kinds; a new class that only renames one is not added."""
+    users = {n for n, c in error_classes().items() if issubclass(c, UserError)}
+    extra = sorted(users - KINDS - set(KEPT))
+    assert not extra, f"raise a kind of predictor.common.inputs, or list in KEPT why not: {extra}"
+    assert KINDS | set(KEPT) <= users  # the list is not stale
+    classes = error_classes()
+    kinds = tuple(classes[n] for n in KINDS - {"predictor.common.inputs.UserError"})
+    assert all(issubclass(classes[n], kinds) for n in KEPT)  # each of a kind, not a bare UserError
 
 
 def test_a_user_error_of_any_class_prints_as_one_line():

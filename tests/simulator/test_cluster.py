@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from simulator.cluster import PRESETS, ClusterError, homogeneous_groups, load_file, resolve
+from predictor.common.inputs import InputError
+from simulator.cluster import PRESETS, homogeneous_groups, load_file, resolve
 
 
 def test_hydra_presets_match_the_paper_clusters():
@@ -24,11 +25,11 @@ def test_real_presets_and_scaling():
     small = resolve("philly:0.1")
     assert small.describe()["gpus_by_type"] == {"P100": 64, "P40": 184}
     assert resolve("pai:0.0001").describe()["nodes"] == 5  # at least one node per type
-    with pytest.raises(ClusterError, match="not a number"):
+    with pytest.raises(InputError, match="not a number"):
         resolve("pai:x")
-    with pytest.raises(ClusterError, match="must be > 0"):
+    with pytest.raises(InputError, match="must be > 0"):
         resolve("pai:0")
-    with pytest.raises(ClusterError, match="unknown cluster 'nope'"):
+    with pytest.raises(InputError, match="unknown cluster 'nope'"):
         resolve("nope")
 
 
@@ -64,7 +65,7 @@ def test_yaml_and_json_cluster_files(tmp_path):
 def test_bad_cluster_files_name_the_file_and_field(tmp_path, body, message):
     path = tmp_path / "bad.yaml"
     path.write_text(body)
-    with pytest.raises(ClusterError, match=message) as info:
+    with pytest.raises(InputError, match=message) as info:
         load_file(path)
     assert str(path) in str(info.value) or "has no GPU nodes" in str(info.value)
 
@@ -91,26 +92,26 @@ def test_a_long_node_name_times_a_million_is_refused_before_a_node_is_built(tmp_
     # the audit's 2 KB file: 1,000,000 nodes each named with 2,000 characters took 2.6 GB
     path = tmp_path / "c.yaml"
     path.write_text("nodes:\n  - {gpu_type: V100, num_gpus: 1, count: 1000000, name: " + "n" * 2000 + "}\n")
-    with pytest.raises(ClusterError, match=r"nodes\[1\]: field 'count' must be an integer >= 1 and <= 100,000"):
+    with pytest.raises(InputError, match=r"nodes\[1\]: field 'count' must be an integer >= 1 and <= 100,000"):
         resolve(str(path))
     path.write_text("nodes:\n  - {gpu_type: V100, num_gpus: 1, count: 1000, name: " + "n" * 2000 + "}\n")
-    with pytest.raises(ClusterError, match=r"nodes\[1\]: field 'name': 2,000 characters, at most 100 \('nnn"):
+    with pytest.raises(InputError, match=r"nodes\[1\]: field 'name': 2,000 characters, at most 100 \('nnn"):
         resolve(str(path))
     path.write_text("nodes:\n  - {gpu_type: V100, num_gpus: 1, count: 100001}\n")
-    with pytest.raises(ClusterError, match=r"nodes\[1\]: field 'count' must be an integer >= 1 and <= 100,000"):
+    with pytest.raises(InputError, match=r"nodes\[1\]: field 'count' must be an integer >= 1 and <= 100,000"):
         resolve(str(path))
     path.write_text("nodes:\n" + "  - {gpu_type: V100, num_gpus: 1, count: 60000}\n" * 2)
-    with pytest.raises(ClusterError, match=r"nodes\[2\]: 120,000 nodes; at most 100,000 are supported"):
+    with pytest.raises(InputError, match=r"nodes\[2\]: 120,000 nodes; at most 100,000 are supported"):
         resolve(str(path))
     path.write_text("name: " + "c" * 101 + "\nnodes:\n  - {gpu_type: V100, num_gpus: 1}\n")
-    with pytest.raises(ClusterError, match="field 'name': 101 characters, at most 100"):
+    with pytest.raises(InputError, match="field 'name': 101 characters, at most 100"):
         resolve(str(path))
 
 
 def test_a_name_with_a_control_character_is_refused(tmp_path):
     path = tmp_path / "c.json"
     path.write_text(json.dumps({"name": "ok", "nodes": [{"gpu_type": "V100", "num_gpus": 1, "name": "a\nb"}]}))
-    with pytest.raises(ClusterError, match=r"nodes\[1\]: field 'name': holds a control or format character: 'a\\nb'"):
+    with pytest.raises(InputError, match=r"nodes\[1\]: field 'name': holds a control or format character: 'a\\nb'"):
         resolve(str(path))
 
 
@@ -120,8 +121,8 @@ def test_a_node_of_more_gpus_than_any_real_one_is_refused(tmp_path):
 
     path = tmp_path / "c.yaml"
     path.write_text("nodes:\n  - {gpu_type: V100, num_gpus: 1025}\n")
-    with pytest.raises(ClusterError, match=r"nodes\[1\]: field 'num_gpus' must be an integer >= 1 and <= 1,024"):
+    with pytest.raises(InputError, match=r"nodes\[1\]: field 'num_gpus' must be an integer >= 1 and <= 1,024"):
         resolve(str(path))
-    with pytest.raises(ClusterError, match="node 'big' has 1,000,000 GPUs; at most 1,024 per node"):
+    with pytest.raises(InputError, match="node 'big' has 1,000,000 GPUs; at most 1,024 per node"):
         Cluster("c", (Node("a", "T4", 8), Node("big", "V100", 1_000_000)))
     assert Cluster("c", (Node("nvl72", "A100", 72),)).total_gpus == 72

@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from simulator.cluster import Cluster, ClusterError, Node, load_file, resolve
+from predictor.common.inputs import InputError
+from simulator.cluster import Cluster, Node, load_file, resolve
 
 
 def _write(tmp_path, body: str, name: str = "c.yaml"):
@@ -76,16 +77,16 @@ def test_existing_constructions_keep_working():
 ])
 def test_bad_links_are_one_line_naming_file_node_and_field(tmp_path, entry, message):
     path = _write(tmp_path, f"nodes:\n  - {{gpu_type: T4, num_gpus: 2}}\n  - {entry}\n")
-    with pytest.raises(ClusterError) as info:
+    with pytest.raises(InputError) as info:
         load_file(path)
     text = str(info.value)
     assert text.startswith(f"{path}: nodes[2]: ") and message in text and "\n" not in text
 
 
 def test_a_node_built_in_code_is_checked_too():
-    with pytest.raises(ClusterError, match="unknown interconnect 'ib'"):
+    with pytest.raises(InputError, match="unknown interconnect 'ib'"):
         Node("a", "T4", 2, interconnect="ib")
-    with pytest.raises(ClusterError, match="network_gbps must be a finite number > 0"):
+    with pytest.raises(InputError, match="network_gbps must be a finite number > 0"):
         Node("a", "T4", 2, network_gbps=-1.0)
 
 

@@ -10,15 +10,16 @@ import pytest
 
 from policies.registry import make_policy
 from predictor.common.gpus import PCIE_LANE_GBS
+from predictor.common.inputs import LocatedError, SpecError
 from predictor.emulator.devices.collectives import load_params
 from predictor.tables import IterationTimeTable
 from simulator.allocation import ClusterState
 from simulator.cluster import Cluster, Node
-from simulator.communication import PlacementError, PlacementTiming, check_placement, packed_counts
+from simulator.communication import PlacementTiming, check_placement, packed_counts
 from simulator.engine import Simulation
 from simulator.preemption import make_simulation
 from simulator.timing import TruthPredictor
-from traces.schema import TraceError, finalize
+from traces.schema import finalize
 
 MIB = 1024 * 1024
 CONFIG = "toy:b1:s1:float32:sgd:c0"
@@ -138,7 +139,7 @@ def test_a_recorded_shape_sets_the_work():
 @pytest.mark.parametrize("shape, problem", [("8+4", "adds up to 12"), ("8x", "not GPUs per server"),
                                             ("4+0+4", "not GPUs per server")])
 def test_a_shape_that_does_not_add_up_is_refused_naming_it(shape, problem):
-    with pytest.raises(TraceError, match=problem) as caught:
+    with pytest.raises(LocatedError, match=problem) as caught:
         _trace([{"num_gpus": 8, "duration_s": 10.0, "shape": shape}])
     assert "shape" in str(caught.value) and "\n" not in str(caught.value)
 
@@ -174,7 +175,7 @@ def test_tiresias_consolidates_skewed_models_only():
 
 
 def test_an_unknown_placement_is_refused_naming_it():
-    with pytest.raises(PlacementError, match="'packed'.*consolidate, spread, tiresias"):
+    with pytest.raises(SpecError, match="'packed'.*consolidate, spread, tiresias"):
         check_placement("packed")
 
 

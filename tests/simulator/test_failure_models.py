@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from predictor.common.inputs import SpecError
 from simulator.failure_models import (
     ACME_ROWS,
     DEFAULT_REPAIR_S,
@@ -22,7 +23,6 @@ from simulator.failure_models import (
     TILT_B_LIMIT,
     AttemptData,
     FailureModel,
-    FailureSpecError,
     JobFates,
     RepairTime,
     draw_attempts,
@@ -109,7 +109,7 @@ BAD_SPECS = [
 
 @pytest.mark.parametrize("spec,text", BAD_SPECS, ids=[s or "empty" for s, _ in BAD_SPECS])
 def test_bad_specs_are_one_line_naming_the_option_and_value(spec, text):
-    with pytest.raises(FailureSpecError) as info:
+    with pytest.raises(SpecError) as info:
         parse_failures(spec)
     message = str(info.value)
     assert "\n" not in message and message.startswith(f"--failures {spec!r}: "), message
@@ -275,7 +275,7 @@ def test_job_fates_are_seeded_and_read_the_subset_named(tmp_path, monkeypatch):
 
 def test_without_the_subset_jobs_models_say_which_file_they_need(tmp_path, monkeypatch):
     monkeypatch.setenv("ETS_PHILLY_ATTEMPTS", str(tmp_path / "missing.json"))
-    with pytest.raises(FailureSpecError, match="set ETS_PHILLY_ATTEMPTS to that file") as info:
+    with pytest.raises(SpecError, match="set ETS_PHILLY_ATTEMPTS to that file") as info:
         job_fates(parse_failures("jobs:philly"), from_records([{"job_id": "a", "submit_s": 0.0, "num_gpus": 1,
                                                                  "duration_s": 10.0}]), 0)
     assert str(info.value).startswith("--failures 'jobs:philly': ") and "missing.json" in str(info.value)
@@ -318,7 +318,7 @@ def test_replay_gives_the_logs_own_attempts(tmp_path):
 
 def test_replay_needs_a_trace_that_records_attempts():
     trace = from_records([{"job_id": "a", "submit_s": 0.0, "num_gpus": 1, "duration_s": 10.0}])
-    with pytest.raises(FailureSpecError) as info:
+    with pytest.raises(SpecError) as info:
         job_fates(parse_failures("replay+nodes:1"), trace, 0)
     message = str(info.value)
     assert message.startswith("--failures 'replay+nodes:1': replay needs a trace that records attempts "

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from policies.registry import POLICIES, make_policy
+from predictor.common.inputs import SpecError
 from simulator.cluster import homogeneous_groups
 from simulator.failure_models import FailureModel, JobFates
 from simulator.failures import (
@@ -22,7 +23,7 @@ from simulator.failures import (
     checkpoint_intervals,
 )
 from simulator.metrics import summarize
-from simulator.run import RunConfig, WorkloadSpecError, execute
+from simulator.run import RunConfig, execute
 from simulator.timing import make_predictor
 from tests.failing import RandomNodes
 from tests.records import from_records
@@ -171,7 +172,7 @@ def test_a_bad_checkpoint_interval_is_refused_in_one_line(bad):
 
 
 def test_checkpoints_without_failures_are_refused():
-    with pytest.raises(WorkloadSpecError, match="only with --failures"):
+    with pytest.raises(SpecError, match="only with --failures"):
         execute(RunConfig(policy="fifo", predictor="truth", workload="pai-like:20", checkpoint_every="600"))
 
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from policies.base import PolicySpecError
 from policies.registry import make_policy
+from predictor.common.inputs import SimulationError, SpecError
 from simulator.cli import main
 from simulator.cluster import homogeneous_groups
-from simulator.preemption import RoundLimitError, make_simulation
+from simulator.preemption import make_simulation
 from simulator.timing import make_predictor
 from tests.cli_checks import one_line_error
 from tests.records import from_records
@@ -35,7 +35,7 @@ def job(job_id: str, duration: float, submit: float = 0.0) -> dict:
     *[(p, "storage_gbps", "1e-300", "must lie in [0.001, inf] GB/s") for p in ("srtf", "tiresias", "gavel")],
 ])
 def test_options_that_make_a_run_endless_are_refused_when_parsed(policy, option, value, expected):
-    with pytest.raises(PolicySpecError, match="option " + option) as info:
+    with pytest.raises(SpecError, match="option " + option) as info:
         make_policy(f"{policy}:{option}={value}")
     assert expected in str(info.value)
 
@@ -56,7 +56,7 @@ def test_simrun_refuses_a_tiny_lease_in_one_line_before_the_run(tmp_path):
 
 def test_a_lease_too_short_for_the_trace_is_refused_before_the_run():
     # one job of 3e6 s at lease 1 s: at least 3,000,000 rounds, over the 1,000,000 a run may take
-    with pytest.raises(RoundLimitError, match=r"option lease=1 s: this trace's jobs run for at least 3e\+06 s") as info:
+    with pytest.raises(SimulationError, match=r"option lease=1 s: this trace's jobs run for at least 3e\+06 s") as info:
         simulation([job("A", 3e6)], "srtf:lease=1")
     assert ("at most 1,000,000 rounds (for this trace use lease >= 3, or raise the limit with "
             "ETS_SIM_MAX_ROUNDS=N)") in str(info.value)
@@ -69,7 +69,7 @@ def test_a_run_that_passes_the_round_limit_stops_naming_the_lease(monkeypatch):
     # limit of 50; the run stops at the 51st round (t=51), naming the lease.
     monkeypatch.setenv("ETS_SIM_MAX_ROUNDS", "50")
     sim = simulation([job("A", 40.0), job("B", 20.0, submit=10.0)], "srtf:lease=1,restart=1000")
-    with pytest.raises(RoundLimitError, match=r"option lease=1 s: policy 'srtf' passed 50 rounds at simulated "
+    with pytest.raises(SimulationError, match=r"option lease=1 s: policy 'srtf' passed 50 rounds at simulated "
                                               r"time 51 s with 1 job\(s\) unfinished"):
         sim.run()
     assert sim._rounds == 51  # counted, then stopped: not one round more
@@ -80,7 +80,7 @@ def test_a_policy_with_a_round_per_event_stops_at_the_limit_naming_it_not_a_leas
     # one GPU make more than 3 rounds; there is no lease to raise, so the message names the limit.
     monkeypatch.setenv("ETS_SIM_MAX_ROUNDS", "3")
     sim = simulation([job(f"j{i}", 10.0, submit=float(i)) for i in range(5)], "tiresias:restart=0")
-    with pytest.raises(RoundLimitError, match=r"policy 'tiresias' passed 3 rounds \(one at every arrival, "
+    with pytest.raises(SimulationError, match=r"policy 'tiresias' passed 3 rounds \(one at every arrival, "
                                               r"completion and demotion\)") as info:
         sim.run()
     assert "lease" not in str(info.value) and "ETS_SIM_MAX_ROUNDS=N" in str(info.value)

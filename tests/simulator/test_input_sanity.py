@@ -13,8 +13,9 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+from predictor.common.inputs import InputError
 from simulator.cli import main
-from simulator.cluster import ClusterError, resolve
+from simulator.cluster import resolve
 from simulator.run import RunConfig, execute, load_workload, readable, sanity_warnings
 from tests.cli_checks import one_line_error
 from traces.registry import load_trace
@@ -148,9 +149,9 @@ def test_a_cluster_file_with_too_many_gpus_names_the_field(tmp_path, value):
 def test_a_cluster_too_large_in_total_is_refused_quickly(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("nodes:\n" + "  - {gpu_type: V100, num_gpus: 16, count: 50000}\n" * 2)
-    with pytest.raises(ClusterError, match="1,600,000 GPUs; at most 1,000,000"):
+    with pytest.raises(InputError, match="1,600,000 GPUs; at most 1,000,000"):
         resolve(str(path))
-    with pytest.raises(ClusterError, match="cluster scale 1e\\+20 is too large"):
+    with pytest.raises(InputError, match="cluster scale 1e\\+20 is too large"):
         resolve("default:1e20")
 
 

@@ -8,9 +8,10 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from policies.base import Placement, PolicyError, PolicySpecError, Preemption
+from policies.base import Placement, PolicyError, Preemption
 from policies.preemptive import PreemptivePolicy
 from policies.registry import make_policy
+from predictor.common.inputs import SpecError
 from simulator.cluster import homogeneous_groups
 from simulator.preemption import make_simulation
 from simulator.timing import make_predictor
@@ -165,7 +166,7 @@ def test_a_preemption_between_rounds_is_refused():
                                          ("tiresias:thresholds=500/100", "thresholds"),
                                          ("tiresias:starve=nan", "starve")])
 def test_bad_preemption_options_name_the_option(spec, option):
-    with pytest.raises(PolicySpecError, match=f"option {option}="):
+    with pytest.raises(SpecError, match=f"option {option}="):
         make_policy(spec)
 
 
@@ -230,8 +231,9 @@ def test_a_preemptive_run_writes_its_segments_and_the_timeline_draws_each(tmp_pa
 
 
 def test_a_bad_segments_file_is_named_by_row_and_field(tmp_path):
+    from predictor.common.inputs import InputError
     from simulator.run import RunConfig, execute
-    from simulator.timeline import TimelineInputError, run_timeline
+    from simulator.timeline import run_timeline
 
     trace = from_records([job("A", 1000.0), job("B", 200.0, submit=100.0)])
     folder = execute(RunConfig(policy="srtf:lease=300", predictor="truth"), trace=trace,
@@ -239,7 +241,7 @@ def test_a_bad_segments_file_is_named_by_row_and_field(tmp_path):
     segments = pd.read_parquet(folder / "segments.parquet")
     segments.loc[1, "job"] = 7  # the run has 2 jobs
     segments.to_parquet(folder / "segments.parquet")
-    with pytest.raises(TimelineInputError, match=r"segments.parquet: row 2 field 'job': 7 is not a row"):
+    with pytest.raises(InputError, match=r"segments.parquet: row 2 field 'job': 7 is not a row"):
         run_timeline(folder)
 
 

@@ -10,9 +10,10 @@ import pytest
 from scipy.stats import norm
 
 from policies.base import Placement, Policy
+from predictor.common.inputs import SpecError
 from simulator.cluster import homogeneous_groups
 from simulator.engine import Simulation
-from simulator.timing import NoisyPredictor, PredictorSpecError, RuntimePredictor, make_predictor, sigma_for_mre
+from simulator.timing import NoisyPredictor, RuntimePredictor, make_predictor, sigma_for_mre
 from tests.records import from_records
 
 
@@ -104,7 +105,7 @@ def test_a_predictor_without_uncertainty_fails_only_when_asked():
 
     records = from_records([dict(job_id="a", submit_s=0.0, num_gpus=1, duration_s=1.0, gpu_type="V100")])
     cluster = homogeneous_groups([("V100", 1, 1)], "n")
-    with pytest.raises(PredictorSpecError, match="'plain' states no uncertainty"):
+    with pytest.raises(SpecError, match="'plain' states no uncertainty"):
         Simulation(records, cluster, Asks(), Plain()).run()
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
+from predictor.common.inputs import SpecError
 from simulator.cli import main
 from simulator.run import DEFAULT_WORKLOAD, RunConfig
-from simulator.sweep.grid import SweepSpecError, parse_seeds, plan, split_specs
+from simulator.sweep.grid import parse_seeds, plan, split_specs
 from simulator.sweep.points import config_key
 from tests.simulator.helpers import REPO
 
@@ -34,7 +35,7 @@ def test_seeds_are_a_count_or_a_list():
     assert [c.seed for c in plan("fifo", "truth", seeds="3")] == [0, 1, 2]
     assert [c.seed for c in plan("fifo", "truth", seeds="4,9")] == [4, 9]
     for bad in ("0", "x", "1,a"):
-        with pytest.raises(SweepSpecError):
+        with pytest.raises(SpecError):
             parse_seeds(bad)
 
 
@@ -50,9 +51,9 @@ def test_plan_defaults_traces_and_spec_splitting(monkeypatch):
     monkeypatch.chdir(FIXTURES)
     (config,) = plan("fifo", "truth", traces="hydra:hydra_case.csv")
     assert config.trace == f"hydra:{FIXTURES / 'hydra_case.csv'}" and config.workload is None
-    with pytest.raises(SweepSpecError):
+    with pytest.raises(SpecError):
         plan("fifo")  # no predictor
-    with pytest.raises(SweepSpecError):
+    with pytest.raises(SpecError):
         plan("fifo", "truth", load_scales="0")
 
 
@@ -76,12 +77,12 @@ def test_bad_sweep_options_are_usage_errors(tmp_path):
 
 
 def test_placement_rules_are_a_grid_axis_and_an_unknown_one_is_refused():
-    from simulator.sweep.grid import SweepSpecError, plan
+    from simulator.sweep.grid import plan
 
     configs = plan("fifo", "truth", workloads="philly-like:10", placements="consolidate,spread")
     assert [(c.placement, c.communication, c.bind) for c in configs] == [("consolidate", True, False),
                                                                          ("spread", True, False)]
     tiresias = plan("fifo", "truth", workloads="philly-like:10", placements="tiresias", communication=False)
     assert [(c.placement, c.communication, c.bind) for c in tiresias] == [("tiresias", False, True)]
-    with pytest.raises(SweepSpecError, match="unknown placement 'packed' in --placements; known: consolidate"):
+    with pytest.raises(SpecError, match="unknown placement 'packed' in --placements; known: consolidate"):
         plan("fifo", "truth", placements="packed")

@@ -89,7 +89,7 @@ def test_a_failing_point_is_recorded_and_the_others_finish_then_retried(tmp_path
     assert len(table) == 2
     bad = table[table["policy"] == "nosuchpolicy"].iloc[0]
     good = table[table["policy"] == "fifo"].iloc[0]
-    assert bad["status"] == "error" and "PolicySpecError" in bad["error"] and "nosuchpolicy" in bad["error"]
+    assert bad["status"] == "error" and "SpecError" in bad["error"] and "nosuchpolicy" in bad["error"]
     assert "Traceback" in (tmp_path / "runs" / bad["key"] / "error.txt").read_text()
     assert good["status"] == "ok" and good["jobs"] == 30
     assert (tmp_path / "results.parquet").exists()

@@ -11,10 +11,11 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+from predictor.common.inputs import InputError
 from simulator.cli import main
 from simulator.cluster import Cluster, Node
 from simulator.run import RunConfig, execute
-from simulator.timeline import TimelineInputError, chrome_trace, run_timeline
+from simulator.timeline import chrome_trace, run_timeline
 
 NAN = float("nan")
 
@@ -106,5 +107,5 @@ def test_real_run_never_double_books_a_gpu(tmp_path):
 def test_directory_without_jobs_is_a_clear_error(tmp_path):
     result = CliRunner().invoke(main, ["timeline", str(tmp_path)])
     assert result.exit_code == 1 and "no jobs.parquet" in result.output
-    with pytest.raises(TimelineInputError):
+    with pytest.raises(InputError):
         run_timeline(tmp_path)

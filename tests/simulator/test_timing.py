@@ -7,15 +7,9 @@ import pandas as pd
 import pytest
 
 from predictor.common.gpus import speed
+from predictor.common.inputs import SpecError
 from predictor.tables import IterationTimeTable
-from simulator.timing import (
-    NoisyPredictor,
-    PredictorSpecError,
-    TablePredictor,
-    make_predictor,
-    sigma_for_mre,
-    true_runtimes,
-)
+from simulator.timing import NoisyPredictor, TablePredictor, make_predictor, sigma_for_mre, true_runtimes
 from tests.records import from_records
 
 
@@ -73,7 +67,7 @@ def test_zero_error_is_truth_and_specs_parse():
     assert np.array_equal(make_predictor("noisy:0").runtimes(jobs, ["V100", "T4"], truth), truth)
     assert make_predictor("truth").name == "truth"
     for bad in ("oracle", "ets:1", "noisy:abc", "noisy:-0.1", "truth:1"):
-        with pytest.raises(PredictorSpecError):
+        with pytest.raises(SpecError):
             make_predictor(bad)
 
 
@@ -93,5 +87,5 @@ def test_table_predictor_is_iterations_times_table_seconds():
     jobs = pd.DataFrame({"job_id": ["a"], "config_id": ["m1"], "iterations": [1000]})
     pred = TablePredictor("ets", table).runtimes(jobs, ["V100", "T4"], np.zeros((1, 2)))
     assert np.allclose(pred, [[100.0, 200.0]])
-    with pytest.raises(PredictorSpecError, match="bound to model configs"):
+    with pytest.raises(SpecError, match="bound to model configs"):
         TablePredictor("ets", table).runtimes(jobs.drop(columns="config_id"), ["V100"], np.zeros((1, 1)))

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from policies.registry import make_policy
+from predictor.common.inputs import LocatedError
 from simulator.cluster import homogeneous_groups
 from simulator.preemption import make_simulation
 from simulator.timing import make_predictor
 from traces import alibaba2023
 from traces.registry import load_trace
-from traces.schema import TraceError
 
 HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time"
 PODS = [
@@ -73,7 +73,7 @@ def test_gpu_spec_is_honoured_by_a_run(tmp_path):
 ])
 def test_bad_input_is_one_line_naming_file_row_and_field(tmp_path, row, line, field, text):
     path = write(tmp_path / "bad.csv", row)
-    with pytest.raises(TraceError) as info:
+    with pytest.raises(LocatedError) as info:
         load_trace(f"alibaba2023:{path}")
     err, message = info.value, str(info.value)
     assert "\n" not in message and (err.path, err.line, err.field) == (str(path), line, field), message
@@ -81,7 +81,7 @@ def test_bad_input_is_one_line_naming_file_row_and_field(tmp_path, row, line, fi
 
 
 def test_a_list_of_only_cpu_pods_is_refused(tmp_path):
-    with pytest.raises(TraceError, match="no usable pods"):
+    with pytest.raises(LocatedError, match="no usable pods"):
         load_trace(f"alibaba2023:{write(tmp_path / 'cpu.csv', PODS[2])}")
 
 

@@ -10,13 +10,14 @@ from click.testing import CliRunner
 
 from policies.base import Policy
 from predictor.checkpoints import available
+from predictor.common.inputs import InputError
 from predictor.tables import IterationTimeTable
 from simulator.cli import main as simrun
 from simulator.cluster import homogeneous_groups
 from simulator.engine import Simulation
 from simulator.timing import RuntimePredictor
 from tests.records import from_records
-from traces.binding import CLASS_SHARES, BindingError, bind_workload, job_classes
+from traces.binding import CLASS_SHARES, bind_workload, job_classes
 from traces.schema import RUNTIME_PREFIX
 
 CONFIGS = pd.DataFrame({"config_id": ["img1", "img2", "lang1", "speech1"],
@@ -65,7 +66,7 @@ def test_classes_come_from_tags_else_from_the_documented_shares():
 
 
 def test_a_class_without_catalog_configs_is_a_clear_error():
-    with pytest.raises(BindingError, match="no speech configs"):
+    with pytest.raises(InputError, match="no speech configs"):
         bind_workload(trace(), CONFIGS[CONFIGS["job_class"] != "speech"], TRUTH, ["V100"], "V100")
 
 

@@ -13,10 +13,10 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+from predictor.common.inputs import LocatedError
 from simulator.cli import main as simrun
 from traces import gavel
 from traces.registry import load_trace
-from traces.schema import TraceError
 
 # Gavel's throughputs file: worker type -> "(job type, scale factor)" -> {"null": steps/s, ...}
 THROUGHPUTS = {
@@ -51,7 +51,7 @@ def write(path: Path, *lines: str) -> Path:
 
 
 def expect_error(spec: str, path: Path, line: int | None, field: str | None, text: str) -> str:
-    with pytest.raises(TraceError) as info:
+    with pytest.raises(LocatedError) as info:
         load_trace(spec)
     err, message = info.value, str(info.value)
     assert "\n" not in message and (err.path, err.line, err.field) == (str(path), line, field), message
@@ -154,7 +154,7 @@ def test_msr_traces_convert_to_the_current_format(tmp_path, throughputs):
     old, new = gavel.load(source), gavel.load(tmp_path / "new.trace")
     columns = [c for c in old.jobs.columns if c != "line"]
     pd.testing.assert_frame_equal(old.jobs[columns], new.jobs[columns])
-    with pytest.raises(TraceError, match="not an msr trace"):
+    with pytest.raises(LocatedError, match="not an msr trace"):
         gavel.convert_msr(tmp_path / "new.trace", tmp_path / "again.trace")
 
 

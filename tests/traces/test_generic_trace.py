@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from predictor.common.inputs import LocatedError
 from simulator.run import RunConfig, load_workload
 from traces import generic
 from traces.registry import load_trace
-from traces.schema import TraceError
 
 HEADER = ("job_id,submit_s,num_gpus,duration_s,gpu_type,runtime_s:v100,runtime_s:K80,deadline_s,allowed_gpus,"
           "model,batch,size,dtype,checkpoint_bytes,user,vc")
@@ -31,7 +31,7 @@ def write(path: Path, header: str, *rows: str) -> Path:
 
 def expect_error(path: Path, line: int | None, field: str | None, text: str) -> str:
     """Loading ``path`` raises one line naming file, line and field, containing ``text``."""
-    with pytest.raises(TraceError) as info:
+    with pytest.raises(LocatedError) as info:
         load_trace(f"csv:{path}")
     err, message = info.value, str(info.value)
     assert "\n" not in message and (err.path, err.line, err.field) == (str(path), line, field), message

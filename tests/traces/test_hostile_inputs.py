@@ -17,10 +17,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from predictor.common.inputs import LocatedError
 from simulator.run import RunConfig, load_workload
 from traces import synthetic as syn
 from traces.registry import load_trace
-from traces.schema import TraceError
 
 ITP_HEADER = "job_id,submission_time,duration,num_gpu\n"
 TRACE_KINDS = ("philly", "philly-json", "pai-sample", "itp", "hydra", "csv", "gavel", "alibaba2023")
@@ -269,7 +269,7 @@ def test_the_largest_time_is_accepted_and_stays_exact(tmp_path):
 def test_other_times_and_checkpoint_sizes_are_bounded(column, value, message):
     from tests.records import from_records
 
-    with pytest.raises(TraceError) as info:
+    with pytest.raises(LocatedError) as info:
         from_records([{"job_id": "a", "submit_s": 0.0, "num_gpus": 1, "duration_s": 10.0, column: value}])
     assert str(info.value) == f"<table>:1: field '{column}': {message}" + (
         "" if column == "checkpoint_bytes" else " (times are float seconds, exact to the millisecond up to 1e12 s, "
@@ -293,5 +293,5 @@ def test_long_ids_users_and_workloads_are_refused(tmp_path):
     from tests.records import from_records
 
     for field in ("user", "workload"):
-        with pytest.raises(TraceError, match=f"<table>:1: field '{field}': 1,000,000 characters, at most 200"):
+        with pytest.raises(LocatedError, match=f"<table>:1: field '{field}': 1,000,000 characters, at most 200"):
             from_records([{"job_id": "a", "submit_s": 0.0, "num_gpus": 1, "duration_s": 1.0, field: "u" * 10**6}])

@@ -12,16 +12,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from predictor.common.inputs import LocatedError, SpecError
 from traces import alibaba2023, gavel, generic, hydra_cases, itp, pai, philly
-from traces.registry import KINDS, TraceFileNotFoundError, TraceSpecError, load_machine_table, load_trace, parse_spec
-from traces.schema import JOB_COLUMNS, OPTIONAL_COLUMNS, JobTrace, TraceError
+from traces.registry import KINDS, load_machine_table, load_trace, parse_spec
+from traces.schema import JOB_COLUMNS, OPTIONAL_COLUMNS, JobTrace
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 
 
-def expect_error(call: Callable[[], object], path: Path | str, line: int | None, field: str | None) -> TraceError:
-    """The call raises TraceError whose attributes and message name file, line and field."""
-    with pytest.raises(TraceError) as info:
+def expect_error(call: Callable[[], object], path: Path | str, line: int | None, field: str | None) -> LocatedError:
+    """The call raises LocatedError whose attributes and message name file, line and field."""
+    with pytest.raises(LocatedError) as info:
         call()
     err = info.value
     msg = str(err)
@@ -228,18 +229,18 @@ def test_registry_loads_every_kind(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 
 def test_registry_errors(tmp_path: Path) -> None:
-    with pytest.raises(TraceSpecError, match="known: philly, philly-json, pai, pai-sample, itp, hydra, csv, gavel, "
+    with pytest.raises(SpecError, match="known: philly, philly-json, pai, pai-sample, itp, hydra, csv, gavel, "
                                              "alibaba2023"):
         load_trace("sia:/x.csv")
-    with pytest.raises(TraceSpecError, match="KIND:PATH"):
+    with pytest.raises(SpecError, match="KIND:PATH"):
         load_trace("philly")
     assert parse_spec("philly:/a:b.csv") == ("philly", "/a:b.csv")
     missing = tmp_path / "nope.csv"
-    with pytest.raises(TraceFileNotFoundError) as info:
+    with pytest.raises(LocatedError) as info:
         load_trace(f"philly:{missing}")
-    assert isinstance(info.value, TraceError) and isinstance(info.value, TraceSpecError)
+    assert info.value.path == str(missing)
     assert str(missing) in str(info.value)
-    with pytest.raises(TraceSpecError, match="known: philly, pai"):
+    with pytest.raises(SpecError, match="known: philly, pai"):
         load_machine_table("itp", missing)
 
 
@@ -248,14 +249,14 @@ def test_registry_errors(tmp_path: Path) -> None:
                                     generic.load, gavel.load, alibaba2023.load])
 def test_missing_file_names_path(loader: Callable, tmp_path: Path) -> None:
     missing = tmp_path / "absent.csv"
-    with pytest.raises(TraceError) as info:
+    with pytest.raises(LocatedError) as info:
         loader(missing)
     assert str(missing.name) in str(info.value) and "not found" in str(info.value)
 
 
 def test_pai_missing_task_table_names_it(tmp_path: Path) -> None:
     shutil.copy(FIXTURES / "pai_official" / pai.JOB_TABLE_FILE, tmp_path)
-    with pytest.raises(TraceError) as info:
+    with pytest.raises(LocatedError) as info:
         pai.load(tmp_path / pai.JOB_TABLE_FILE)
     assert info.value.path == str(tmp_path / pai.TASK_TABLE_FILE)
 
@@ -274,7 +275,7 @@ def test_csv_layout_crlf_bom_blank_lines_quotes(tmp_path: Path) -> None:
     path.write_bytes(text.replace("\r\n\r\n", "\r\n\r\nj9,1\r\n").encode("utf-8"))
     expect_error(lambda: itp.load(path), path, 4, "duration")
     path.write_bytes(b"job_id,submission_time,duration,num_gpu\nj1,0,10,1\n\xff\xfe,1,1,1\n")
-    with pytest.raises(TraceError, match="UTF-8"):
+    with pytest.raises(LocatedError, match="UTF-8"):
         itp.load(path)
 
 
@@ -501,7 +502,7 @@ def test_pai_missing_end_time_is_an_unfinished_job_not_an_error(tmp_path: Path) 
 
 def test_pai_no_usable_jobs(tmp_path: Path) -> None:
     root = _pai_tables(tmp_path, "j1,i1,u1,Running,100,\n", "j1,worker,1.0,Running,110,,600,29,100,T4\n")
-    with pytest.raises(TraceError, match="no usable jobs"):
+    with pytest.raises(LocatedError, match="no usable jobs"):
         pai.load(root)
 
 

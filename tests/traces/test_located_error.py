@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from predictor.common.inputs import LocatedError
+from predictor.common.inputs import InputError, LocatedError
 from predictor.common.trace_table import TraceFormatError
-from traces.schema import TraceError
 
 
 def test_both_trace_errors_are_one_located_error_with_one_message_shape():
-    job = TraceError("jobs.csv", "not a number: 'x'", line=7, field="num_gpus")
+    job = LocatedError("jobs.csv", "not a number: 'x'", line=7, field="num_gpus")
     ops = TraceFormatError("T4.parquet", "not a number: 'x'", row=7, field="num_gpus")
-    assert isinstance(job, LocatedError) and isinstance(ops, LocatedError)
+    assert isinstance(job, LocatedError) and isinstance(ops, LocatedError) and isinstance(job, InputError)
     assert str(job) == "jobs.csv:7: field 'num_gpus': not a number: 'x'"
     assert str(ops) == "T4.parquet:7: field 'num_gpus': not a number: 'x'"
     assert (ops.row, ops.line, ops.field, ops.path) == (7, 7, "num_gpus", "T4.parquet")
-    assert str(TraceError("jobs.csv", "empty file")) == "jobs.csv: empty file"
+    assert str(LocatedError("jobs.csv", "empty file")) == "jobs.csv: empty file"

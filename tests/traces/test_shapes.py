@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from predictor.common.inputs import LocatedError
 from traces.registry import load_trace
-from traces.schema import TraceError, parse_shape
+from traces.schema import parse_shape
 
 PHILLY_HEADER = "#job id,arrival time (sec),topology,shape,size,duration (sec)\n"
 
@@ -22,7 +23,7 @@ def test_philly_keeps_each_jobs_shape(tmp_path):
 def test_a_philly_shape_that_does_not_add_up_names_the_line(tmp_path):
     path = tmp_path / "philly.csv"
     path.write_text(PHILLY_HEADER + "0,0.0,CLOS,1,1,10.0\n1,5.0,CLOS,8+4,16,20.0\n")
-    with pytest.raises(TraceError, match=r"philly.csv:3: field 'shape': shape '8\+4' adds up to 12 GPUs, but the job "
+    with pytest.raises(LocatedError, match=r"philly.csv:3: field 'shape': shape '8\+4' adds up to 12 GPUs, but the job "
                                          r"asks for 16"):
         load_trace(f"philly:{path}")
 
@@ -32,5 +33,5 @@ def test_a_generic_csv_may_record_shapes_and_leave_some_empty(tmp_path):
     path.write_text("job_id,submit_s,num_gpus,duration_s,shape\na,0,8,100,4+4\nb,1,2,100,\n")
     assert load_trace(f"csv:{path}").jobs["shape"].tolist() == ["4+4", ""]
     path.write_text("job_id,submit_s,num_gpus,duration_s,shape\na,0,8,100,4+four\n")
-    with pytest.raises(TraceError, match="jobs.csv:2: field 'shape': shape '4\\+four' is not GPUs per server"):
+    with pytest.raises(LocatedError, match="jobs.csv:2: field 'shape': shape '4\\+four' is not GPUs per server"):
         load_trace(f"csv:{path}")

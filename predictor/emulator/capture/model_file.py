@@ -64,7 +64,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from predictor.common.inputs import UserError
+from predictor.common.inputs import InputError
 
 MAX_MESSAGE = 1000
 DTYPES = ("float32", "float16", "bfloat16", "amp")  # amp: captured in float32, rewritten as autocast runs it
@@ -76,7 +76,7 @@ BACKWARD = "in the backward pass; --inference times the forward alone"
 MEMORY_NOTE = ""  # set by the capture process (predictor.emulator.capture.model_process): its memory limit, named
 
 
-class ModelFileError(UserError, ValueError):
+class ModelFileError(InputError):
     """A model file that cannot be captured. ``str()`` is one line (≤ 1,000 characters) that
     starts with the file's path as given; ``path`` is that path."""
 

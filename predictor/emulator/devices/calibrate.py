@@ -48,6 +48,7 @@ import pandas as pd
 from scipy.optimize import least_squares
 from tqdm import tqdm
 
+from predictor.common.gpus import spec_only_entry
 from predictor.common.trace_table import PHASES
 from predictor.emulator.capture import cache as capture_cache
 from predictor.emulator.capture.costs import op_class
@@ -159,7 +160,9 @@ def attach(targets: list[Target], sequences: dict[str, pd.DataFrame], host: dict
            model: kernel_model.KernelModel | None = None) -> None:
     """Precompute what the fit evaluates many times: op arrays, unscaled host costs, the learned
     kernel times on the target's device (``model`` None: roofline only), comparable ETS classes."""
-    unit = DeviceSpec("unit", 1, 0, 1, 1, "", host_scale=1.0)  # the unscaled host cost
+    unit = DeviceSpec(spec_only_entry("unit", "host costs unscaled", Path("unit"), sms=0, boost_clock_mhz=0.0,
+                                      fp32_tflops=1, fp16_tflops=1, memory_gb=0.0, memory_gbs=1, l2_mb=0.0),
+                      host_scale=1.0)  # the unscaled host cost (host_us reads host_scale only)
     for t in targets:
         t.ops = OpArrays.from_trace(sequences[t.config.config_id])
         t.host_base = host_us(t.ops, host, unit)

@@ -53,21 +53,17 @@ DEEPBENCH_STREAMS = 1  # one InfiniBand FDR HCA per node
 DEEPBENCH_HOST_STAGED = ("M40", "P100", "TitanXMaxwell")  # 6 GB/s at every N: see the module docstring
 
 
-class CollectiveDataError(CollectiveError):
-    """A collective-timing file that cannot be read; the message names the file and what is wrong."""
-
-
 def _csv(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
     if not path.is_file():
-        raise CollectiveDataError(f"{path}: file not found (the shared calibration data; set $ETS_CALIBRATION)")
+        raise CollectiveError(f"{path}: file not found (the shared calibration data; set $ETS_CALIBRATION)")
     try:
         table = pd.read_csv(path)
     except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise CollectiveDataError(f"{path}: not a readable CSV ({type(exc).__name__}: "
-                                  f"{short(str(exc), 120)})") from None
+        raise CollectiveError(f"{path}: not a readable CSV ({type(exc).__name__}: "
+                              f"{short(str(exc), 120)})") from None
     missing = [c for c in columns if c not in table.columns]
     if missing:
-        raise CollectiveDataError(f"{path}: lacks column(s) {', '.join(missing)}")
+        raise CollectiveError(f"{path}: lacks column(s) {', '.join(missing)}")
     return table
 
 
@@ -76,8 +72,8 @@ def _numbers(path: Path, table: pd.DataFrame, column: str) -> np.ndarray:
     bad = ~np.isfinite(values) | (values <= 0)
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
-        raise CollectiveDataError(f"{path}: row {row + 2}, column {column!r}: not a positive number "
-                                  f"({short(table[column].iloc[row])})")
+        raise CollectiveError(f"{path}: row {row + 2}, column {column!r}: not a positive number "
+                              f"({short(table[column].iloc[row])})")
     return values
 
 
@@ -126,7 +122,7 @@ def load_deepbench(calibration_dir: Path) -> pd.DataFrame:
                                     "seconds": _numbers(path, rows, time) / 1e3, "intra": intra, "intra_bps": bps,
                                     "streams": DEEPBENCH_STREAMS}))
     if not frames:
-        raise CollectiveDataError(f"{path}: no NVIDIA all-reduce row with a time")
+        raise CollectiveError(f"{path}: no NVIDIA all-reduce row with a time")
     return pd.concat(frames, ignore_index=True)[list(COLUMNS)]
 
 

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from predictor.common.documents import read_document
-from predictor.common.inputs import UserError
+from predictor.common.inputs import InputError
 from predictor.emulator.devices.timing import MIN_KERNEL_US
 
 FILE = Path(__file__).with_name("inference_host.json")
@@ -37,10 +37,6 @@ FORMAT = 1
 FLOOR_QUANTILE = 0.01
 PLAUSIBLE_US = 100.0
 MIN_HOST_US = 1.0
-
-
-class InferenceHostError(UserError, ValueError):
-    """An inference-host file that cannot be used; the message names the file and field."""
 
 
 @dataclass(frozen=True)
@@ -76,7 +72,7 @@ def fit(level1: pd.DataFrame, source: str = "") -> InferenceHost:
             continue
         per_gpu[str(gpu)] = round(max(floor - MIN_KERNEL_US, MIN_HOST_US), 3)
     if not per_gpu:
-        raise InferenceHostError("no KernelBench level-1 timings with a plausible call floor to fit the inference host")
+        raise InputError("no KernelBench level-1 timings with a plausible call floor to fit the inference host")
     return InferenceHost(per_gpu, float(np.median(list(per_gpu.values()))), excluded, source)
 
 
@@ -89,19 +85,19 @@ def save(host: InferenceHost, path: str | Path = FILE) -> Path:
 
 
 def load(path: str | Path = FILE) -> InferenceHost:
-    """The saved costs; a broken file is one :class:`InferenceHostError` naming it and the field."""
+    """The saved costs; a broken file is one :class:`InputError` naming it and the field."""
     path = Path(path)
-    body = read_document(path, "inference-host file (refit with `ets devices calibrate`)", InferenceHostError,
+    body = read_document(path, "inference-host file (refit with `ets devices calibrate`)", InputError,
                          kind="json")
     if not isinstance(body, dict) or body.get("format") != FORMAT:
-        raise InferenceHostError(f"{path}: not an inference-host file of format {FORMAT}; refit with "
-                                 "`ets devices calibrate`")
+        raise InputError(f"{path}: not an inference-host file of format {FORMAT}; refit with "
+                         "`ets devices calibrate`")
     per_gpu = body.get("per_gpu_us")
     default = body.get("default_us")
     if not isinstance(per_gpu, dict) or not all(_positive(v) for v in per_gpu.values()):
-        raise InferenceHostError(f"{path}: field 'per_gpu_us' must map GPU names to positive numbers")
+        raise InputError(f"{path}: field 'per_gpu_us' must map GPU names to positive numbers")
     if not _positive(default):
-        raise InferenceHostError(f"{path}: field 'default_us' must be a positive number")
+        raise InputError(f"{path}: field 'default_us' must be a positive number")
     excluded = body.get("excluded") or {}
     return InferenceHost({str(k): float(v) for k, v in per_gpu.items()}, float(default),
                          {str(k): str(v) for k, v in excluded.items()} if isinstance(excluded, dict) else {},

@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from predictor.common.inputs import InputError, UserError, check_width, read_bytes, short
+from predictor.common.inputs import InputError, check_width, read_bytes, short
 from predictor.emulator.capture.costs import _ELEMENTWISE_COST
 from predictor.emulator.capture.ets_csv import ETS_DEVICES
 
@@ -59,26 +59,20 @@ _SIZE_COLUMNS = {"conv": ("B", "Input_Channel", "Output_Channel", "Kernel_Szie",
                  "linear": ("B", "M", "N", "K"), "bmm": ("B", "M", "N", "K")}
 
 
-class KernelDataError(UserError, ValueError):
-    """A kernel-measurement file that cannot be read; the message names file, line and column."""
-
-
 def read_table(path: Path, columns: tuple[str, ...], what: str = "kernel-measurement file",
                dtype: type | None = None) -> pd.DataFrame:
     """A CSV file read within the input limits (a FIFO, a device, an over-size file or line refused),
-    its header checked for ``columns``; every failure a KernelDataError naming the file."""
+    its header checked for ``columns``; every failure an InputError naming the file."""
     try:
         data = read_bytes(path, what)
         end = data.find(b"\n")
         check_width((data if end < 0 else data[:end]).count(b",") + 1, f"{path}: line 1")
         raw = pd.read_csv(io.BytesIO(data), dtype=dtype)
-    except InputError as exc:
-        raise KernelDataError(str(exc)) from None
     except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise KernelDataError(f"{path}: cannot read ({str(exc)[:200]})") from None
+        raise InputError(f"{path}: cannot read ({str(exc)[:200]})") from None
     missing = [c for c in columns if c not in raw.columns]
     if missing:
-        raise KernelDataError(f"{path}: line 1: header lacks column(s) {', '.join(missing)}")
+        raise InputError(f"{path}: line 1: header lacks column(s) {', '.join(missing)}")
     return raw
 
 
@@ -90,8 +84,8 @@ def _read_csv(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
         bad[:, columns.index("Padding")] = ~np.isfinite(out["Padding"].to_numpy(dtype=float)) | (out["Padding"] < 0)
     if bad.any():
         row, col = map(int, np.argwhere(bad)[0])
-        raise KernelDataError(f"{path}: line {row + 2}: column {columns[col]!r}: expected a positive number, "
-                              f"got {short(raw[columns[col]].iloc[row])}")
+        raise InputError(f"{path}: line {row + 2}: column {columns[col]!r}: expected a positive number, "
+                         f"got {short(raw[columns[col]].iloc[row])}")
     out["origin"] = [f"{path}:{i + 2}" for i in range(len(out))]
     return out
 
@@ -136,11 +130,11 @@ def load_neusight(root: str | Path) -> pd.DataFrame:
     """Every NeuSight kernel file under ``root`` (the ``kernels`` folder) as problem rows."""
     root = Path(root)
     if not root.is_dir():
-        raise KernelDataError(f"{root}: no such folder (expected calibration/neusight/kernels)")
+        raise InputError(f"{root}: no such folder (expected calibration/neusight/kernels)")
     frames = []
     for folder in sorted(p for p in root.iterdir() if p.is_dir()):
         if folder.name not in NEUSIGHT_DEVICES:
-            raise KernelDataError(f"{folder}: unknown GPU folder; known: {', '.join(NEUSIGHT_DEVICES)}")
+            raise InputError(f"{folder}: unknown GPU folder; known: {', '.join(NEUSIGHT_DEVICES)}")
         for path in sorted(folder.glob("*.csv")):
             op = path.stem
             sizes = _SIZE_COLUMNS.get(op, ("B", "H"))
@@ -153,7 +147,7 @@ def load_neusight(root: str | Path) -> pd.DataFrame:
                                  censored=us < FLOOR_FACTOR * floor, origin=d["origin"].to_numpy())
             frames.append(probs)
     if not frames:
-        raise KernelDataError(f"{root}: no kernel CSV files")
+        raise InputError(f"{root}: no kernel CSV files")
     return pd.concat(frames, ignore_index=True)[list(COLUMNS)]
 
 
@@ -209,7 +203,7 @@ def load_ets(root: str | Path) -> pd.DataFrame:
                                 "training": True, "measured_us": r.duration_us,
                                 "censored": False, "origin": r.source})
     if not rows:
-        raise KernelDataError(f"{root}: no ETS convolution or linear rows (expected T4/ and 2080Ti/ folders of CSVs)")
+        raise InputError(f"{root}: no ETS convolution or linear rows (expected T4/ and 2080Ti/ folders of CSVs)")
     return pd.DataFrame(rows)[list(COLUMNS)]
 
 

@@ -105,7 +105,7 @@ Memory-bound rows (n = T·E):
 
 Counts (``attrs``): ``skipped`` — time cells empty or "N/A" (not an error); ``left_out`` — rows
 not turned into problems by design, by reason; ``pq_mismatch`` — convolution rows, by device,
-whose given P/Q differ from the formula's. Errors (:class:`KernelDataError`) name the file, the
+whose given P/Q differ from the formula's. Errors (:class:`InputError`) name the file, the
 line and the column: a missing folder or file, a header without a needed column, a non-numeric or
 non-positive size or time, an unknown device.
 """
@@ -121,7 +121,7 @@ import numpy as np
 import pandas as pd
 
 from predictor.common.inputs import InputError, check_width, read_bytes, short
-from predictor.emulator.devices.kernel_data import COLUMNS, KernelDataError
+from predictor.emulator.devices.kernel_data import COLUMNS
 from predictor.emulator.devices.problems import backward_pair
 
 SOURCE_COLUMNS = COLUMNS + tuple(c for c in ("kernel", "math") if c not in COLUMNS)  # kernel_data may carry them
@@ -183,7 +183,7 @@ class _Table:
     def require(self, columns: tuple[str, ...]) -> None:
         missing = [c for c in columns if c not in self.header]
         if missing:
-            raise KernelDataError(f"{self.path}: line 1: header lacks column(s) {', '.join(repr(c) for c in missing)}")
+            raise InputError(f"{self.path}: line 1: header lacks column(s) {', '.join(repr(c) for c in missing)}")
 
     def select(self, keep: np.ndarray) -> _Table:
         out = _Table.__new__(_Table)
@@ -191,8 +191,8 @@ class _Table:
         out.frame = self.frame[keep].reset_index(drop=True)
         return out
 
-    def error(self, row: int, column: str, message: str) -> KernelDataError:
-        return KernelDataError(f"{self.path}: line {int(self.lines[row])}: column {column!r}: {message}")
+    def error(self, row: int, column: str, message: str) -> InputError:
+        return InputError(f"{self.path}: line {int(self.lines[row])}: column {column!r}: {message}")
 
     def text(self, column: str) -> np.ndarray:
         return np.array([str(v).strip() for v in self.frame[column]], dtype=object)
@@ -224,19 +224,17 @@ def _read(path: Path, columns: tuple[str, ...], what: str) -> _Table:
         check_width((data if end < 0 else data[:end]).count(b",") + 1, f"{path}: line 1")
         text = data.decode("utf-8-sig")
     except FileNotFoundError:
-        raise KernelDataError(f"{path}: no such file (expected the {what})") from None
-    except InputError as exc:
-        raise KernelDataError(str(exc)) from None
+        raise InputError(f"{path}: no such file (expected the {what})") from None
     except OSError as exc:
-        raise KernelDataError(f"{path}: cannot read ({exc.strerror or type(exc).__name__})") from None
+        raise InputError(f"{path}: cannot read ({exc.strerror or type(exc).__name__})") from None
     except UnicodeDecodeError as exc:
-        raise KernelDataError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start:,})") from None
+        raise InputError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start:,})") from None
     reader = csv.reader(io.StringIO(text, newline=""))
     rows, lines = [], []
     try:
         header = next(reader, None)
         if not header:
-            raise KernelDataError(f"{path}: line 1: empty file, no header")
+            raise InputError(f"{path}: line 1: empty file, no header")
         header = [h.strip() for h in header]
         width, last = len(header), reader.line_num
         for row in reader:
@@ -244,11 +242,11 @@ def _read(path: Path, columns: tuple[str, ...], what: str) -> _Table:
             if not row or not any(cell.strip() for cell in row):
                 continue
             if len(row) > width:
-                raise KernelDataError(f"{path}: line {start}: {len(row):,} fields, the header has {width:,}")
+                raise InputError(f"{path}: line {start}: {len(row):,} fields, the header has {width:,}")
             rows.append(row + [""] * (width - len(row)))
             lines.append(start)
     except csv.Error as exc:
-        raise KernelDataError(f"{path}: line {reader.line_num}: not CSV ({str(exc)[:120]})") from None
+        raise InputError(f"{path}: line {reader.line_num}: not CSV ({str(exc)[:120]})") from None
     table = _Table(path, header, rows, lines)
     table.require(columns)
     return table
@@ -256,7 +254,7 @@ def _read(path: Path, columns: tuple[str, ...], what: str) -> _Table:
 
 def _folder(path: Path, expected: str) -> Path:
     if not path.is_dir():
-        raise KernelDataError(f"{path}: no such folder (expected {expected})")
+        raise InputError(f"{path}: no such folder (expected {expected})")
     return path
 
 
@@ -280,7 +278,7 @@ def _finish(frames: list[pd.DataFrame]) -> pd.DataFrame:
     finite = np.isfinite(out[["flops", "bytes", "out", "red", "in_elems", "w_elems"]].to_numpy(float)).all(axis=1)
     if not finite.all():
         where = out["origin"].iloc[int(np.argmin(finite))]
-        raise KernelDataError(f"{where}: sizes so large that FLOPs or bytes overflow")
+        raise InputError(f"{where}: sizes so large that FLOPs or bytes overflow")
     for col in ("half", "training", "censored"):
         out[col] = out[col].astype(bool)
     return out[list(SOURCE_COLUMNS)]
@@ -486,11 +484,11 @@ def load_vidur(root: str | Path) -> pd.DataFrame:
     frames = []
     for folder in sorted(p for p in compute.iterdir() if p.is_dir()):
         if folder.name not in VIDUR_DEVICES:
-            raise KernelDataError(f"{folder}: unknown Vidur GPU folder; known: {', '.join(VIDUR_DEVICES)}")
+            raise InputError(f"{folder}: unknown Vidur GPU folder; known: {', '.join(VIDUR_DEVICES)}")
         for path in sorted(folder.glob("*/*/mlp.csv")):
             frames.append(_vidur_file(path, VIDUR_DEVICES[folder.name], counts))
     if not frames:
-        raise KernelDataError(f"{compute}: no <gpu>/<org>/<model>/mlp.csv files")
+        raise InputError(f"{compute}: no <gpu>/<org>/<model>/mlp.csv files")
     out = _finish(frames)
     out.attrs.update(counts)
     return out
@@ -504,8 +502,8 @@ def load_sources(calibration_dir: str | Path, which: tuple[str, ...] = SOURCES) 
     loaders = {"deepbench": load_deepbench, "vidur": load_vidur}
     unknown = [w for w in which if w not in loaders]
     if unknown:
-        raise KernelDataError(f"unknown kernel source(s) {', '.join(short(w) for w in unknown)}; "
-                              f"known: {', '.join(SOURCES)}")
+        raise InputError(f"unknown kernel source(s) {', '.join(short(w) for w in unknown)}; "
+                         f"known: {', '.join(SOURCES)}")
     counts = _counts()
     frames = []
     for name in dict.fromkeys(which):

@@ -30,8 +30,8 @@ import numpy as np
 import pandas as pd
 
 from predictor.common.gpus import UnknownGpuTypeError, canonical_gpu_type
-from predictor.common.inputs import short
-from predictor.emulator.devices.kernel_data import COLUMNS, FLOOR_FACTOR, KernelDataError, read_table
+from predictor.common.inputs import InputError, short
+from predictor.emulator.devices.kernel_data import COLUMNS, FLOOR_FACTOR, read_table
 
 TIMINGS = "kernelbench_timings.csv"
 TIMING_COLUMNS = ("problem_set", "source_dir", "config", "level", "problem", "hardware", "mean_ms", "std_ms", "min_ms")
@@ -65,8 +65,8 @@ def load_timings(root: str | Path, levels: tuple[str, ...] = LEVELS) -> pd.DataF
     bad = ~(values["mean_ms"] > 0) | ~np.isfinite(values["mean_ms"])
     if bad.any():
         r = rows[bad].iloc[0]
-        raise KernelDataError(f"{path}: line {r['line']}: column 'mean_ms': expected a positive number, "
-                              f"got {short(r['mean_ms'])}")
+        raise InputError(f"{path}: line {r['line']}: column 'mean_ms': expected a positive number, "
+                         f"got {short(r['mean_ms'])}")
     out = pd.DataFrame({"problem_set": rows["problem_set"], "level": rows["level"], "problem": rows["problem"],
                         "device": rows["device"], "hardware": rows["hardware"], "host": rows["source_dir"],
                         "measured_us": values["mean_ms"] * 1e3, "std_us": values["std_ms"] * 1e3,

@@ -52,7 +52,7 @@ import numpy as np
 import pandas as pd
 
 from predictor.common.documents import read_document
-from predictor.common.inputs import UserError, short
+from predictor.common.inputs import InputError, short
 from predictor.emulator.devices.specs import DeviceSpec
 
 MODEL_FILE = Path(__file__).with_name("kernel_model.json")
@@ -83,7 +83,7 @@ OFFSET_ROUNDS = 100
 MAX_GROUP_ROWS = 4000  # the first pass, whose residuals estimate the per-source offsets
 
 
-class KernelModelError(UserError, ValueError):
+class KernelModelError(InputError):
     """A kernel-model file that cannot be used; the message names the file and the field."""
 
 
@@ -124,7 +124,7 @@ def roofline_us(problems: pd.DataFrame, spec: DeviceSpec, allow_tf32: bool = Fal
     cls = problems["cls"].to_numpy()
     peak = peak_tflops(spec, cls, math_of(problems, spec, allow_tf32))
     compute = problems["flops"].to_numpy(float) / (peak * 1e6)
-    memory = problems["bytes"].to_numpy(float) / (spec.mem_gbs * 1e3)
+    memory = problems["bytes"].to_numpy(float) / (spec.memory_gbs * 1e3)
     return np.maximum(np.maximum(compute, memory), 1e-3)
 
 
@@ -140,12 +140,12 @@ def features(problems: pd.DataFrame, spec: DeviceSpec, allow_tf32: bool = False)
     tiles = np.maximum(np.ceil(out / TILE), 1.0)
     waves = np.ceil(tiles / sms)
     blocks = np.maximum(np.ceil(out / MEMORY_BLOCK), 1.0)
-    ridge = peak * 1e12 / (spec.mem_gbs * 1e9)
+    ridge = peak * 1e12 / (spec.memory_gbs * 1e9)
     kernel = problems["kernel"].to_numpy(dtype=object) if "kernel" in problems.columns else np.full(len(cls), "forward")
     lg = np.log10
     order = {c: i for i, c in enumerate(GROUPS["gemm"] + GROUPS["memory"])}
     return np.column_stack([
-        lg(np.maximum(np.maximum(flops / (peak * 1e6), nbytes / (spec.mem_gbs * 1e3)), 1e-3)), lg(flops + 1),
+        lg(np.maximum(np.maximum(flops / (peak * 1e6), nbytes / (spec.memory_gbs * 1e3)), 1e-3)), lg(flops + 1),
         lg(nbytes + 1), lg(out),
         lg(np.maximum(problems["red"].to_numpy(float), 1.0)), lg(np.maximum(problems["batches"].to_numpy(float), 1.0)),
         lg((flops + 1) / (nbytes + 1) / ridge), lg(tiles / sms), tiles / (waves * sms), lg(blocks / sms),

@@ -65,7 +65,6 @@ import pandas as pd
 from predictor.common.families import family_of
 from predictor.common.inputs import (
     InputError,
-    UserError,
     check_width,
     limit,
     load_json,
@@ -74,6 +73,7 @@ from predictor.common.inputs import (
     regular_file,
     short,
 )
+from predictor.common.sia_clusters import sia_speed_gpus
 from predictor.emulator.zoo.config import ModelConfig
 
 COLUMNS = ("source", "device", "workload", "batch", "seconds", "origin")
@@ -94,7 +94,9 @@ SIA_DIR = "sia_placements"
 # Pollux's ImageNet benchmark (adaptdl/benchmark/models/imagenet) trains with apex AMP, so its
 # convolutions and GEMMs run in half precision: a workload of its own
 SIA_MODELS = {"cifar10": "resnet18_cifar", "imagenet": "resnet50_imagenet_amp", "bert": "bert_base_squad"}
-SIA_DEVICES = {"aws": "T4", "azure": "V100", "dgx-ext": "A100", "quad": "RTX6000", "rtx": "RTX2080Ti"}
+# cluster -> the emulated device its rows calibrate (dgx-ext: A100, azure: V100; the record and its reasons:
+# predictor.common.sia_clusters)
+SIA_DEVICES = sia_speed_gpus()
 SIA_COLUMNS = ("placement", "local_bsz", "step_time")
 
 SOURCES = ("gavel", "sia", "neusight", "spread")
@@ -136,7 +138,7 @@ SPREAD_WORKLOADS = tuple(SPREAD_CONFIGS)
 _REPO = Path(__file__).resolve().parents[3]
 
 
-class MeasurementError(UserError, ValueError):
+class MeasurementError(InputError):
     """A calibration file that is missing or malformed; the message names the file, the row or
     key (``where``) and the field."""
 

@@ -32,12 +32,12 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from predictor.common.inputs import short
+from predictor.common.sia_clusters import SIA_CLUSTERS
 from predictor.emulator.devices.measurements import (
     GAVEL_DEVICES,
     GAVEL_JOBS,
@@ -51,27 +51,7 @@ from predictor.emulator.devices.measurements import (
 # --- Sia -----------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class SiaCluster:
-    """The hardware of one Sia cluster: catalogue GPU (its links), GPUs per node, a node's network
-    line rate in Gb/s where the hardware's documentation states it (None: not stated), and where
-    it comes from."""
-
-    gpu: str
-    per_node: int
-    network_gbps: float | None
-    source: str
-
-
-# From siasosp23/artifacts' simulator_config.py (the data's README) and the vendors' pages.
-SIA_CLUSTERS: dict[str, SiaCluster] = {
-    "aws": SiaCluster("T4", 4, 50.0, "AWS g4dn.12xlarge: 4 T4 over PCIe, 50 Gb/s network"),
-    "azure": SiaCluster("V100-SXM2", 8, 100.0, "Azure ND40rs_v2: 8 V100 SXM2 32 GB on NVLink, 100 Gb/s InfiniBand"),
-    "dgx": SiaCluster("A100-SXM4", 8, 1600.0, "DGX A100: 8 A100 SXM4 40 GB on NVSwitch, 8 x 200 Gb/s InfiniBand"),
-    "dgx-ext": SiaCluster("A100-SXM4", 8, 1600.0, "DGX A100 (dgx's hardware, more batch sizes profiled)"),
-    "quad": SiaCluster("RTX6000", 4, None, "on-premises 4x Quadro RTX 6000 (one node; network not stated)"),
-    "rtx": SiaCluster("RTX2080Ti", 8, None, "on-premises 8x RTX 2080 Ti per node (network not stated)"),
-}
+# The clusters' hardware (exact boards, GPUs per node, network): one record, predictor.common.sia_clusters
 # Sia models without a model of ours (no zoo model and none in torchvision / timm / transformers):
 # their rows are counted, not predicted. gpt_pmp is synthetic (step_time = 0.099 x batch).
 SIA_UNMODELLED = ("deepspeech2", "ncf", "yolov3", "gpt_pmp")

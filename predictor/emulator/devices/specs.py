@@ -12,7 +12,9 @@ message naming the file and the field.
 Fields of a device (rates in TFLOP/s and GB/s; the dense, non-sparse tensor-core numbers):
 
 * ``fp32_tflops``, ``tf32_tflops`` (0: no TF32), ``fp16_tflops`` (tensor cores where present,
-  else the FP16/FP32 vector rate), ``mem_gbs`` — from the vendor's spec sheet (``spec``).
+  else the FP16/FP32 vector rate), ``bf16_tflops``, ``memory_gbs``, ``memory_gb``, ``sms``,
+  ``boost_clock_mhz``, ``l2_mb`` — the spec record's (``gpu``: the catalogue entry, whose
+  ``source`` names the vendor's spec sheet), read through, never copied.
 * ``compute_eff`` — fraction of peak a large GEMM/convolution reaches, counted in our FLOPs (above 1
   where cuDNN computes fewer, e.g. Winograd convolutions); ``compute_half_mflop`` —
   the kernel size (MFLOP) at which it reaches half of that: small kernels cannot fill the GPU.
@@ -36,34 +38,38 @@ from pathlib import Path
 import numpy as np
 
 from predictor.common.documents import document_bytes, parse_document, read_document
-from predictor.common.gpus import GpuEntry, UnknownGpuTypeError, canonical_gpu_type, catalog
-from predictor.common.inputs import UserError, short
+from predictor.common.gpus import (
+    EMULATED_PREFIX,
+    GpuEntry,
+    UnknownGpuTypeError,
+    canonical_gpu_type,
+    catalog,
+    spec_only_entry,
+)
+from predictor.common.inputs import InputError, short
 
 FORMAT_VERSION = 2  # 2: no per-device GEMM scales (precision is modelled: TF32, FP16, AMP)
 PARAMS_FILE = Path(__file__).with_name("params.json")
-EMULATED_PREFIX = "emulated:"
 UNCALIBRATED = "no measured iterations"  # how a device's ``fitted`` starts when it had no targets
 FITTED_FIELDS = ("compute_eff", "compute_half_mflop", "tensor_eff", "memory_eff", "memory_half_kb", "kernel_latency_us",
                  "host_scale")
 
 
-class DeviceParamsError(UserError, ValueError):
+class DeviceParamsError(InputError):
     """A device name or parameter file that cannot be used; the message names file and field."""
+
+
+def _fact(field: str) -> property:
+    return property(lambda self: getattr(self.gpu, field), doc=f"The spec record's ``{field}``.")
 
 
 @dataclass(frozen=True)
 class DeviceSpec:
-    name: str
-    fp32_tflops: float
-    tf32_tflops: float
-    fp16_tflops: float
-    mem_gbs: float
-    spec: str
-    sms: int = 0  # streaming multiprocessors
-    clock_mhz: float = 0.0  # boost clock
-    l2_mb: float = 0.0
-    mem_gb: float = 0.0
-    bf16_tflops: float = 0.0  # 0: no BF16 tensor cores (bfloat16 then runs at the FP32 rate)
+    """An emulated GPU: its spec record (``gpu``: the catalogue entry, or a GPU a spec file
+    describes, :func:`spec_from_file`) and the fitted terms. The spec facts are the record's, read
+    under its names; only the fitted fields are this class's own."""
+
+    gpu: GpuEntry
     compute_eff: float = 0.55
     compute_half_mflop: float = 20.0
     tensor_eff: float = 0.35
@@ -73,6 +79,17 @@ class DeviceSpec:
     host_scale: float = 3.0
     fitted: str = "prior"  # what the fitted fields were fitted on, or "prior"
 
+    name = _fact("name")
+    fp32_tflops = _fact("fp32_tflops")
+    tf32_tflops = _fact("tf32_tflops")  # 0: no TF32
+    fp16_tflops = _fact("fp16_tflops")
+    bf16_tflops = _fact("bf16_tflops")  # 0: no BF16 tensor cores (bfloat16 then runs at the FP32 rate)
+    memory_gbs = _fact("memory_gbs")
+    memory_gb = _fact("memory_gb")
+    sms = _fact("sms")  # streaming multiprocessors
+    boost_clock_mhz = _fact("boost_clock_mhz")
+    l2_mb = _fact("l2_mb")
+
     @property
     def emulated_name(self) -> str:
         return EMULATED_PREFIX + self.name
@@ -81,20 +98,10 @@ class DeviceSpec:
         return replace(self, **{k: float(v) for k, v in values.items()}, fitted=fitted)
 
 
-SPEC_FIELDS = ("fp32_tflops", "tf32_tflops", "fp16_tflops", "mem_gbs", "spec", "sms", "clock_mhz", "l2_mb", "mem_gb",
-               "bf16_tflops")
-
-
-def spec_of(gpu: GpuEntry) -> DeviceSpec:
-    """The emulator's view of a catalogue entry (spec-sheet fields; fitted fields at their priors)."""
-    return DeviceSpec(gpu.name, gpu.fp32_tflops, gpu.tf32_tflops, gpu.fp16_tflops, gpu.memory_gbs,
-                      f"{gpu.source} ({gpu.file.name})", gpu.sms, gpu.boost_clock_mhz, gpu.l2_mb, gpu.memory_gb,
-                      bf16_tflops=gpu.bf16_tflops)
-
-
 def spec_sheets() -> dict[str, DeviceSpec]:
-    """Every catalogue GPU as a device spec (:mod:`predictor.common.gpus`: one TOML file per GPU)."""
-    return {name: spec_of(gpu) for name, gpu in catalog().items()}
+    """Every catalogue GPU as a device spec, fitted fields at their priors (:mod:`predictor.common.gpus`:
+    one TOML file per GPU)."""
+    return {name: DeviceSpec(gpu) for name, gpu in catalog().items()}
 
 
 # Host cost per op (µs) by phase and op class, before fitting: the medians of the real ETS T4
@@ -133,13 +140,13 @@ class DeviceParams:
 
 
 def device_key(name: str) -> str:
-    """'emulated:V100', 'V100', 'v100', 'Tesla V100-PCIE-32GB' -> 'V100' (the catalogue name)."""
-    raw = name.removeprefix(EMULATED_PREFIX)
+    """'emulated:V100', 'V100', 'v100', 'Tesla V100-PCIE-32GB' -> 'V100' (the catalogue name):
+    :func:`predictor.common.gpus.canonical_gpu_type` with the ``emulated:`` prefix, its error
+    raised as this module's."""
     try:
-        return canonical_gpu_type(raw)
-    except UnknownGpuTypeError as exc:  # name what was typed, prefix included
-        text = str(exc).replace(f"unknown GPU type {short(raw)}", f"unknown GPU type {short(name)}", 1)
-        raise DeviceParamsError(f"{text} (for emulation: emulated:<name>)") from None
+        return canonical_gpu_type(name, emulated=True)
+    except UnknownGpuTypeError as exc:
+        raise DeviceParamsError(f"{exc} (for emulation: emulated:<name>)") from None
 
 
 # A user's GPU as NeuSight's device_configs describe one (one JSON object; GB, GB/s, MHz, GFLOP/s,
@@ -176,10 +183,11 @@ def spec_from_file(path: str | Path) -> DeviceSpec:
             raise DeviceParamsError(f"{path}: field {key!r} must be {kind.__name__}, got {short(body[key])}") from None
         if kind is not str and not (values[key] > 0 and _finite(values[key])):
             raise DeviceParamsError(f"{path}: field {key!r} must be a positive finite number, got {short(body[key])}")
-    fp32 = values["SingleFLOPs"] / 1e3
-    return DeviceSpec(path.stem, fp32, 0.0, values.get("HalfFLOPs", values["SingleFLOPs"]) / 1e3, values["Mem_Bw"],
-                      f"spec file {path} ({values['Device'][:80]})", values["Num_Sm"], values["Freq"],
-                      values["L2Cache"], values["Dev_Mem"])
+    return DeviceSpec(spec_only_entry(
+        path.stem, f"spec file {path} ({values['Device'][:80]})", path, sms=values["Num_Sm"],
+        boost_clock_mhz=values["Freq"], fp32_tflops=values["SingleFLOPs"] / 1e3,
+        fp16_tflops=values.get("HalfFLOPs", values["SingleFLOPs"]) / 1e3, memory_gb=values["Dev_Mem"],
+        memory_gbs=values["Mem_Bw"], l2_mb=values["L2Cache"]))
 
 
 REGIMES = ("plain", "nsys")

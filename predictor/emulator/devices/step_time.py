@@ -8,7 +8,7 @@ device, emulate it without noise and sum the rows.
   ``transformer_encoder_tiny``, ``gpt2_medium``, NeuSight aliases such as ``gpt3_27``) or a
   zoo config id, plus batch / size / dtype / optimizer, to a checked :class:`ModelConfig`.
   Vision names resolve as ``ets predict`` does (1,000 classes); sequence models take their zoo
-  vocabulary and size variant. Unknown names raise :class:`UnknownModelError`, which lists close
+  vocabulary and size variant. Unknown names raise :class:`InputError`, which lists close
   names and the known families; impossible sizes raise ``ModelBuildError`` naming the size.
 * :func:`step_time` — capture + :func:`predictor.emulator.devices.timing.emulate` (``noise=False``) +
   :func:`summarize`: per phase Σ(duration + gap), so forward + backward + update = total; and
@@ -24,7 +24,7 @@ import difflib
 
 import pandas as pd
 
-from predictor.common.inputs import UserError
+from predictor.common.inputs import InputError
 from predictor.common.trace_table import PHASES
 from predictor.emulator.capture.quiet import capture_quietly
 from predictor.emulator.devices.specs import DeviceParams, load_params
@@ -34,10 +34,6 @@ from predictor.emulator.zoo.config import ModelBuildError, ModelConfig
 DEFAULTS = {"vision": (32, 224), "randwire": (32, 64), "nlp": (32, 128), "speech": (32, 400), "llm": (8, 512)}
 NLP_DEFAULT_VARIANT = {"transformer_encoder": "base", "transformer_seq2seq": "base", "lstm_lm": "medium",
                        "lstm_speech": "small"}
-
-
-class UnknownModelError(UserError, ValueError):
-    """A model name the zoo does not know; the message lists close names and the families."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -63,13 +59,13 @@ def known_families() -> list[str]:
     return [*TORCHVISION_FAMILIES, "randwire", *dict.fromkeys(nlp.FAMILY.values()), *llm.FAMILIES]
 
 
-def _unknown(name: str) -> UnknownModelError:
+def _unknown(name: str) -> InputError:
     candidates = [*known_models(), "randwire_er", "randwire_ws", "randwire_ba"]
     close = difflib.get_close_matches(name.lower(), candidates, n=5, cutoff=0.6)
     hint = f"did you mean {', '.join(close)}? " if close else ""
-    return UnknownModelError(f"unknown model {name!r}; {hint}known families: {', '.join(known_families())} "
-                             "(e.g. resnet50, mobilenet_v2, transformer_encoder_tiny, lstm_lm, gpt2_medium), "
-                             "or a zoo config id such as resnet18:b32:s128:float32:sgd:c1000")
+    return InputError(f"unknown model {name!r}; {hint}known families: {', '.join(known_families())} "
+                      "(e.g. resnet50, mobilenet_v2, transformer_encoder_tiny, lstm_lm, gpt2_medium), "
+                      "or a zoo config id such as resnet18:b32:s128:float32:sgd:c1000")
 
 
 def _from_id(target: str) -> ModelConfig:
@@ -96,11 +92,11 @@ def _from_id(target: str) -> ModelConfig:
             return ModelConfig(kind="vision", family=family_of(model), model=model, batch=int(b[1:]),
                                input_size=int(s[1:]), dtype=dtype, optimizer=opt, num_classes=int(classes[1:]))
         except ValueError as exc:
-            raise UnknownModelError(f"{target!r} is not a valid config id ({exc})") from None
+            raise InputError(f"{target!r} is not a valid config id ({exc})") from None
     if model not in known_models() and not model.startswith("randwire"):
         raise _unknown(model)
-    raise UnknownModelError(f"{target!r} is not a zoo config id (ids with an ':x...' extra hash must be one of "
-                            f"`ets collect`'s; give the model name with --batch/--size instead)")
+    raise InputError(f"{target!r} is not a zoo config id (ids with an ':x...' extra hash must be one of "
+                     f"`ets collect`'s; give the model name with --batch/--size instead)")
 
 
 def resolve_config(target: str, batch: int | None = None, size: int | None = None, dtype: str | None = None,
@@ -121,7 +117,7 @@ def resolve_config(target: str, batch: int | None = None, size: int | None = Non
         kind = known_models().get(name)
         if kind is None:
             if name.startswith("randwire"):
-                raise UnknownModelError(
+                raise InputError(
                     f"{target!r}: RandWire models are random graphs; give a zoo config id (`ets collect --zoo "
                     f"randwire` lists them), e.g. {registry.zoo_configs('randwire', limit=1)[0].config_id}")
             raise _unknown(target)
@@ -232,5 +228,5 @@ def step_time(config: ModelConfig, device: str, params: DeviceParams | None = No
     return step_time_of_trace(capture_quietly(config), device, params, regime, allow_tf32)
 
 
-__all__ = ["ModelBuildError", "UnknownModelError", "known_families", "known_models",
+__all__ = ["ModelBuildError", "known_families", "known_models",
            "resolve_config", "step_time", "step_time_of_trace", "summarize"]

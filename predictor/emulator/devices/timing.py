@@ -128,7 +128,7 @@ def kernel_us(ops: OpArrays, spec: DeviceSpec, learned: np.ndarray | None = None
     conv_rate = spec.tf32_tflops * spec.tensor_eff if spec.tf32_tflops > 0 else fp32
     rate = np.where(ops.half & ops.gemm, spec.fp16_tflops * spec.tensor_eff, np.where(ops.conv, conv_rate, fp32))
     compute = (ops.flops + spec.compute_half_mflop * 1e6) / (rate * 1e12 * spec.compute_eff) * 1e6
-    memory = (ops.bytes + spec.memory_half_kb * 1e3) / (spec.mem_gbs * 1e9 * spec.memory_eff) * 1e6
+    memory = (ops.bytes + spec.memory_half_kb * 1e3) / (spec.memory_gbs * 1e9 * spec.memory_eff) * 1e6
     work = np.maximum(compute, memory)
     time = spec.kernel_latency_us * ops.kernels + work
     if learned is not None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from predictor.common.inputs import UserError
+from predictor.common.inputs import InputError
 from predictor.common.trace_table import DTYPES
 
 KINDS = ("vision", "randwire", "nlp", "speech", "llm", "timm", "hf")
@@ -146,7 +146,7 @@ class ModelConfig:
         return ModelConfig.from_dict(d)
 
 
-class ModelBuildError(UserError, ValueError):
+class ModelBuildError(InputError):
     """A config that cannot be built; the message names the config_id and the reason.
 
     ``ModelBuildError(config, reason)`` formats "cannot build {config_id}: {reason}";

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from predictor.cli import main as ets
 from predictor.common import gpus
+from predictor.common.inputs import InputError
 from predictor.emulator.devices import collective_fit
 from predictor.emulator.devices.collectives import (
     CollectiveError,
@@ -158,7 +159,7 @@ def test_a_broken_interconnect_is_refused_naming_file_and_field(tmp_path, monkey
     text = (folder / "T4.toml").read_text().split("\n[interconnect]")[0]
     (folder / "T4.toml").write_text(text + "\n[interconnect]\n" + table + "\n")
     monkeypatch.setenv(gpus.CATALOG_ENV, str(folder))
-    with pytest.raises(gpus.GpuCatalogError, match="T4.toml.*" + message):
+    with pytest.raises(InputError, match="T4.toml.*" + message):
         gpus.catalog()
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from predictor.common.inputs import InputError
 from predictor.emulator.devices import endtoend, inference_host
 from predictor.emulator.devices.specs import prior_params
 from predictor.emulator.devices.timing import MIN_KERNEL_US, OpArrays, emulate, kernel_us
@@ -32,7 +33,7 @@ def test_fit_by_hand_floor_minus_shortest_kernel_implausible_hosts_named_median_
     assert host.per_op_us("T4") == 28.0 and host.origin("T4") == "measured"
     # leave-one-GPU-out: the T4 priced by the other two hosts' median (18 and 10 µs)
     assert host.per_op_us("T4", without=True) == 14.0
-    with pytest.raises(inference_host.InferenceHostError, match="plausible call floor"):
+    with pytest.raises(InputError, match="plausible call floor"):
         inference_host.fit(_level1("A800", [1_950.0] * 10))
 
 
@@ -43,13 +44,13 @@ def test_the_file_round_trips_and_a_broken_one_names_the_field(tmp_path):
     body = json.loads(path.read_text())
     body["per_gpu_us"]["T4"] = "fast"
     path.write_text(json.dumps(body))
-    with pytest.raises(inference_host.InferenceHostError, match=r"ih.json: field 'per_gpu_us'"):
+    with pytest.raises(InputError, match=r"ih.json: field 'per_gpu_us'"):
         inference_host.load(path)
     path.write_text(json.dumps({**body, "format": 99}))
-    with pytest.raises(inference_host.InferenceHostError, match="ets devices calibrate"):
+    with pytest.raises(InputError, match="ets devices calibrate"):
         inference_host.load(path)
     path.write_text("{")
-    with pytest.raises(inference_host.InferenceHostError, match="ih.json: not JSON"):
+    with pytest.raises(InputError, match="ih.json: not JSON"):
         inference_host.load(path)
     assert inference_host.shipped().default > 0  # the package's own file loads
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from predictor.common.inputs import InputError
 from predictor.emulator.capture import cache as capture_cache
 from predictor.emulator.devices import endtoend, kernelbench
-from predictor.emulator.devices.kernel_data import KernelDataError
 
 HEADER = "problem_set,source_dir,source_commit,config,level,problem,hardware,mean_ms,std_ms,min_ms,max_ms,num_trials\n"
 MATMUL = '''import torch
@@ -67,10 +67,10 @@ def test_timings_keep_eager_nvidia_rows_and_count_the_rest(tmp_path):
 
 def test_a_bad_time_names_file_line_and_column(tmp_path):
     root = _root(tmp_path, ["v0.0,T4_modal,c,torch,level1,1_matmul.py,Tesla T4,fast,0.01,0.49,0.6,100"])
-    with pytest.raises(KernelDataError, match=r"kernelbench_timings.csv: line 2: column 'mean_ms'.*'fast'"):
+    with pytest.raises(InputError, match=r"kernelbench_timings.csv: line 2: column 'mean_ms'.*'fast'"):
         kernelbench.load_timings(root, ("level1",))
     (tmp_path / kernelbench.TIMINGS).write_text("problem_set,level\nv0.0,level1\n")
-    with pytest.raises(KernelDataError, match="header lacks column"):
+    with pytest.raises(InputError, match="header lacks column"):
         kernelbench.load_timings(root, ("level1",))
 
 

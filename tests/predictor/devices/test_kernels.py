@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from predictor.common.inputs import InputError
 from predictor.emulator.devices import kernel_data, kernels
 from predictor.emulator.devices.problems import backward_conv_problems, op_problems
 from predictor.emulator.devices.specs import DeviceParamsError, load_params, spec_from_file, spec_sheets
@@ -121,7 +122,7 @@ def _neusight_dir(tmp_path, lines: list[str]):
 
 def test_kernel_file_with_a_malformed_row_names_file_line_and_column(tmp_path):
     root = _neusight_dir(tmp_path, ["0.025,k,1,1", "fast,k,2,2"])
-    with pytest.raises(kernel_data.KernelDataError, match=r"add\.csv: line 3: column 'latency_ms'.*'fast'"):
+    with pytest.raises(InputError, match=r"add\.csv: line 3: column 'latency_ms'.*'fast'"):
         kernel_data.load_neusight(root)
 
 

@@ -10,11 +10,12 @@ import pytest
 from click.testing import CliRunner
 
 from predictor.cli import main as ets
+from predictor.common.inputs import InputError
 from predictor.emulator.capture.opseq import capture
 from predictor.emulator.capture.quiet import quiet_profiler
 from predictor.emulator.devices import kernels
 from predictor.emulator.devices.specs import load_params
-from predictor.emulator.devices.step_time import UnknownModelError, resolve_config, step_time, summarize
+from predictor.emulator.devices.step_time import resolve_config, step_time, summarize
 from predictor.emulator.devices.timing import emulate
 from predictor.emulator.zoo.config import ModelBuildError
 
@@ -109,7 +110,7 @@ def test_name_resolution_covers_sequence_models_and_ids():
     vid = resolve_config("resnet50:b16:s128:float16:adam:c10")
     assert (vid.batch, vid.input_size, vid.dtype, vid.optimizer, vid.num_classes) == (16, 128, "float16", "adam", 10)
     assert resolve_config("resnet50:b16:s128:float16:adam:c10", batch=8).batch == 8
-    with pytest.raises(UnknownModelError, match="did you mean"):
+    with pytest.raises(InputError, match="did you mean"):
         resolve_config("mobilenet_v9")
     with pytest.raises(ModelBuildError, match="4096"):
         resolve_config("transformer_encoder", size=9000)

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from predictor.common.inputs import InputError
 from predictor.common.trace_table import COLUMNS
 from predictor.emulator import peaks
 from predictor.features import decode_targets, encode, encode_targets, fit_features, raw_targets
@@ -209,7 +210,7 @@ def test_anchored_training_on_a_cpu_without_recorded_peaks_is_refused_with_the_c
     train, _ = sets
     cpu = train.assign(device="cpu")
     config = ets.EtsConfig(target_transform="anchored", **FAST)
-    with pytest.raises(peaks.PeaksError, match="ets dataset peaks"):
+    with pytest.raises(InputError, match="ets dataset peaks"):
         ets.train(cpu, cpu, config, progress=False)
     recorded = peaks.Peaks("cpu", {"float32": 1e11}, {"float32": 1e11}, 2e10, "measured: by hand")
     model = ets.train(cpu, cpu, ets.EtsConfig(target_transform="anchored", **{**FAST, "max_epochs": 1}),

@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from predictor import finetune, methods
 from predictor.cli import main as cli
+from predictor.common.inputs import SpecError
 from predictor.common.trace_table import read_dataset, write_traces
 from predictor.evaluate import evaluate
 from predictor.methods import ets
@@ -104,7 +105,7 @@ def test_few_traces_calibrate_two_factors_by_hand(setup):
     child.save(root / "calibrated.pt")
     again = methods.load(root / "calibrated.pt")
     assert again.scale == pytest.approx(child.scale) and again.lineage == child.lineage
-    with pytest.raises(finetune.FinetuneError, match="tune must be one of scale, all"):
+    with pytest.raises(SpecError, match="tune must be one of scale, all"):
         finetune.fit_small(three, parent, tune="head", progress=False)
 
 

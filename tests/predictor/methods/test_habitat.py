@@ -11,6 +11,7 @@ import pytest
 
 from predictor import checkpoint_file
 from predictor.checkpoint_file import CheckpointError
+from predictor.common import gpus
 from predictor.methods import habitat
 from predictor.methods.base import summarize
 from predictor.methods.training import iteration_mre, run_mlp, sorted_traces
@@ -39,11 +40,13 @@ def pair(traces: pd.DataFrame) -> pd.DataFrame:
 
 def test_device_names_resolve_and_unknown_ones_are_named():
     assert habitat.gpu("emulated:T4") == habitat.gpu("T4") == habitat.gpu("Tesla T4") == habitat.gpu("NVIDIA T4")
-    assert habitat.gpu("2080Ti").key == "RTX2080Ti"  # the ETS CSV import's device name
-    assert habitat.gpu("Tesla V100-SXM2-16GB").key == "V100-SXM2"  # its own catalogue entry
-    assert habitat.gpu("NVIDIA A100-SXM4-40GB").key == "A100-SXM4"
+    assert habitat.gpu("2080Ti").name == "RTX2080Ti"  # the ETS CSV import's device name
+    assert habitat.gpu("Tesla V100-SXM2-16GB").name == "V100-SXM2"  # its own catalogue entry
+    assert habitat.gpu("NVIDIA A100-SXM4-40GB").name == "A100-SXM4"
     t4 = habitat.gpu("T4")
-    assert (t4.sms, t4.clock_mhz, t4.mem_gb, t4.mem_gbs, t4.fp32_tflops) == (40, 1590.0, 16.0, 320.0, 8.14)
+    assert t4 is gpus.entry("T4")  # the catalogue's record, not a copy
+    assert (t4.sms, t4.boost_clock_mhz, t4.memory_gb, t4.memory_gbs, t4.fp32_tflops) == (40, 1590.0, 16.0, 320.0, 8.14)
+    assert habitat.features(t4) == [16.0, 320.0, 40.0, 8.14]
     with pytest.raises(ValueError, match="unknown GPU 'GTX9999' for Habitat; known: A10, .*K80.*V100"):
         habitat.gpu("GTX9999")
 
@@ -71,10 +74,10 @@ def test_wave_scaling_by_hand():
     memory_bound = habitat.wave_scale(np.array([100.0]), np.array([0.0]), np.array([1e6]), t4, v100)
     assert memory_bound[0] == pytest.approx(100.0 * 320 / 900)
     compute_bound = habitat.wave_scale(np.array([100.0]), np.array([1e9]), np.array([0.0]), t4, v100)
-    assert compute_bound[0] == pytest.approx(100.0 * (1590 / v100.clock_mhz) * (40 / 80))
-    ridge = v100.ridge  # I = R: gamma 0.5
+    assert compute_bound[0] == pytest.approx(100.0 * (1590 / v100.boost_clock_mhz) * (40 / 80))
+    ridge = habitat.ridge(v100)  # I = R: gamma 0.5
     mixed = habitat.wave_scale(np.array([100.0]), np.array([ridge * 1e6]), np.array([1e6]), t4, v100)
-    assert mixed[0] == pytest.approx(100.0 * math.sqrt(320 / 900) * math.sqrt(1590 / v100.clock_mhz * 40 / 80))
+    assert mixed[0] == pytest.approx(100.0 * math.sqrt(320 / 900) * math.sqrt(1590 / v100.boost_clock_mhz * 40 / 80))
     kept = habitat.wave_scale(np.array([5.0, 50.0]), np.zeros(2), np.ones(2), t4, v100, small_kernel_us=8.0)
     assert kept.tolist() == [5.0, pytest.approx(50.0 * 320 / 900)]
 
