@@ -16,6 +16,17 @@ settings.register_profile("seeded", derandomize=True, database=None)
 settings.load_profile("seeded")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (``-n 2``), one PyTorch thread per test process, and in the processes its
+    tests start: two processes of two threads each on two cores fight over them (measured
+    2026-12-08 on the 2-core VM: the suite took 10 min so, 14 min in one process)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
+        torch.set_num_threads(1)
+
+
 @pytest.fixture(scope="session")
 def shared_dir() -> Path:
     """The shared data directory: $ETS_SHARED, default <repo>/../shared; skips tests when absent."""
