@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.pretrain import ETS_SETTINGS
-from predictor.common.trace_table import device_file
+from predictor.common.op_trace import device_file
 from predictor.dataset import split_by_family
 from predictor.emulator.zoo.registry import zoo_configs
 from predictor.evaluate import evaluate, markdown

@@ -21,7 +21,7 @@ import click
 import pandas as pd
 
 from predictor.checkpoints import pretrained
-from predictor.common.trace_table import device_file
+from predictor.common.op_trace import device_file
 from predictor.dataset import split_by_family
 from predictor.emulator.capture.opseq import capture
 from predictor.emulator.zoo.config import ModelConfig

@@ -7,7 +7,7 @@ predicts a GPU from a trace measured on another one, so it is tested where the a
 the same config on both a 2080Ti and a T4: configs are paired by (model, batch, input size, dtype)
 — the file names' run numbers differ between the two GPUs — and the T4 time is predicted from the
 2080Ti trace. Its kernel-varying MLPs learn from emulated per-op measurements of the workload
-catalog's configs on RTX2080Ti and T4 (Habitat's own per-op datasets are not public), validated
+workload set's configs on RTX2080Ti and T4 (Habitat's own per-op datasets are not public), validated
 on a family-disjoint part of them.
 
     python -m experiments.compare_real [--ets-traces ../shared/ets_traces] [--minutes 3]
@@ -31,7 +31,7 @@ from predictor.emulator.capture.importers import import_traces
 from predictor.emulator.devices.specs import load_params
 from predictor.evaluate import evaluate, markdown
 from predictor.tables import emulated_traces
-from traces.catalog import read_catalog
+from traces.workloads import read_workloads
 
 DEFAULT_TRACES = Path(os.environ.get("ETS_TRACES_DIR", "../shared/ets_traces"))
 PAIR_KEY = ["model", "batch", "input_size", "dtype"]
@@ -52,7 +52,7 @@ def paired(source: pd.DataFrame, target: pd.DataFrame) -> pd.DataFrame:
 def habitat_training(minutes: float, source_gpu: str, target_gpu: str):
     """Habitat-style's MLP trained on emulated catalog traces of both GPUs (validation drawn by config)."""
     params = load_params()
-    sequences = read_catalog()
+    sequences = read_workloads()
     data = pd.concat(emulated_traces(sequences, [source_gpu, target_gpu], params).values(), ignore_index=True)
     split = split_by_family(data, test_fraction=0.0, val_fraction=0.2, seed=0)
     config = methods.make_config("habitat", source_device=source_gpu, max_minutes=minutes)

@@ -56,7 +56,7 @@ from tqdm import tqdm
 from experiments.pretrain import SHIPPED_SETTINGS
 from predictor import methods
 from predictor.common.families import group_of
-from predictor.common.trace_table import dataset_info, read_dataset
+from predictor.common.op_trace import dataset_info, read_dataset
 from predictor.dataset import split_by_family
 from predictor.emulator.capture.disturbance import DisturbedError, undisturbed
 from predictor.emulator.capture.opseq import capture

@@ -26,7 +26,7 @@ from experiments.generalisation import VARIANTS, scheme_of
 from predictor import methods
 from predictor.checkpoints import CHECKPOINT_DIR
 from predictor.common.families import is_reserved
-from predictor.common.trace_table import read_dataset
+from predictor.common.op_trace import read_dataset
 from predictor.dataset import split_by_family
 from predictor.intervals import calibrate
 

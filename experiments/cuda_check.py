@@ -410,7 +410,7 @@ def trace_item(item: Item, device: str, outputs: Outputs) -> dict:
     """One config through the project's own collection, :func:`predictor.emulator.collect.collect` —
     what ``ets collect --device <device>`` runs — into ``traces/`` (``traces_tf32/``), written at once;
     with the real trace's op and kernel counts and its AccumulateGrad bytes."""
-    from predictor.common.trace_table import device_file, read_trace_file
+    from predictor.common.op_trace import device_file, read_trace_file
     from predictor.emulator.collect import collect
     from predictor.emulator.devices.data_parallel import gradients
 
@@ -691,7 +691,7 @@ def run_kernelbench(device: str, outputs: Outputs, deadline: float, args, hardwa
 def run_meta(plan: tuple[Item, ...], outputs: Outputs, deadline: float, args) -> None:
     """The meta capture of every planned config (CPU work, last: what the budget leaves; the report
     captures the rest), and its gradient bytes: the sizes the multi-GPU model all-reduces."""
-    from predictor.common.trace_table import device_file, read_trace_file
+    from predictor.common.op_trace import device_file, read_trace_file
     from predictor.emulator.collect import collect
     from predictor.emulator.devices.data_parallel import gradients
 

@@ -77,7 +77,7 @@ def emulated_gpu(manifest: dict, override: str | None) -> tuple[str, str]:
 
 def _real_traces(out: Path, device: str) -> dict[tuple[str, str], pd.DataFrame]:
     """(config_id, mode) -> the real trace from the check's datasets."""
-    from predictor.common.trace_table import device_file, read_trace_file
+    from predictor.common.op_trace import device_file, read_trace_file
 
     found = {}
     for mode, folder in (("fp32", trace_dir(out, "fp32")), ("tf32", trace_dir(out, "tf32"))):
@@ -90,7 +90,7 @@ def _real_traces(out: Path, device: str) -> dict[tuple[str, str], pd.DataFrame]:
 
 def _meta_traces(out: Path, config_ids: list[str], zoo: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """The meta capture of each config: from the check's ``meta/`` dataset, else captured here."""
-    from predictor.common.trace_table import device_file, read_trace_file
+    from predictor.common.op_trace import device_file, read_trace_file
     from predictor.emulator.capture.opseq import capture
 
     path = device_file(out / "meta", "meta")

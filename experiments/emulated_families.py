@@ -39,7 +39,7 @@ from experiments.pretrain import emulated_datasets
 from predictor import methods
 from predictor.checkpoints import CHECKPOINT_DIR, available, checkpoint_path
 from predictor.common.families import GROUPS, group_of, is_reserved
-from predictor.common.trace_table import device_file, read_dataset
+from predictor.common.op_trace import device_file, read_dataset
 from predictor.emulator.collect import collect
 from predictor.emulator.devices.specs import EMULATED_PREFIX
 from predictor.emulator.zoo import hf_models, timm_models

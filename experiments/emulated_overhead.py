@@ -20,7 +20,7 @@ import click
 import numpy as np
 import pandas as pd
 
-from predictor.common.trace_table import read_dataset
+from predictor.common.op_trace import read_dataset
 from predictor.emulator.collect import collect
 from predictor.emulator.devices.specs import load_params
 from predictor.emulator.devices.timing import emulate

@@ -60,7 +60,7 @@ from experiments.results_log import ResultsLog  # noqa: E402
 from experiments.shared_data import shared_dir  # noqa: E402
 from predictor import methods  # noqa: E402
 from predictor.common.families import GROUPS, group_of, is_reserved  # noqa: E402
-from predictor.common.trace_table import read_dataset  # noqa: E402
+from predictor.common.op_trace import read_dataset  # noqa: E402
 from predictor.dataset import family_folds, group_split, split_by_family  # noqa: E402
 from predictor.evaluate import evaluate  # noqa: E402
 from predictor.intervals import calibrate, interval_metrics  # noqa: E402

@@ -8,7 +8,7 @@ max-min fairness; ``gavel:objective=ftf``, Themis's finish-time fairness, beside
 ``tiresias`` (preemptive, reads no prediction: its ratio is 1 by construction, the control).
 Predictors: truth, ETS, Habitat-style and DNNPerf-style (the shipped checkpoints: **emulated**
 GPUs), and truth × a seeded log-normal error of mean relative error 0.1, 0.2 and 0.4; workloads
-bound to catalog configs so every predictor sees the same jobs.
+bound to workload configs so every predictor sees the same jobs.
 
 Each figure is a pooled ratio to the same policy planned with the true run times (sum over
 seeds / sum of truth's) of the average JCT. The plot: JCT ratio against injected error, one line

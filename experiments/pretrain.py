@@ -1,4 +1,4 @@
-"""Build the emulated training data, the pretrained checkpoints and the workload catalog that ship
+"""Build the emulated training data, the pretrained checkpoints and the workload set that ship
 with the package, and the comparison of ETS against its baselines on the held-out families.
 
 Why: `simrun --predictor ets|habitat|dnnperf` must work right after install, so the package
@@ -24,7 +24,7 @@ Stages (each resumable: a rerun skips what exists):
    (leave-family-out, :mod:`predictor.intervals`), save ``predictor/checkpoints/<method>-<GPU>.pt``,
    evaluate on the test units; one JSON line per result in ``OUT/results.jsonl`` (the resume point), the
    tables in ``OUT/report.md``;
-5. the catalog: the held-out configs' op sequences, ``traces/catalog/sequences.parquet``.
+5. the workload set: the held-out configs' op sequences, ``traces/workloads/sequences.parquet``.
 
 Budgets: ETS ``--minutes``, DNNPerf-style ``--dnnperf-minutes`` (their convergence curves are
 compared), the operator-based MLP and Habitat-style's MLP ``--baseline-minutes``. Habitat-style predicts each
@@ -43,21 +43,21 @@ from tqdm import tqdm
 
 from predictor import methods
 from predictor.checkpoints import CHECKPOINT_DIR, checkpoint_path
-from predictor.common.trace_table import device_file, read_dataset, write_traces
+from predictor.common.op_trace import device_file, read_dataset, write_traces
 from predictor.dataset import split_by_family
 from predictor.emulator.collect import collect
 from predictor.emulator.devices.specs import EMULATED_PREFIX, load_params
 from predictor.emulator.devices.timing import emulate
 from predictor.emulator.zoo.registry import zoo_configs
 from predictor.evaluate import fit_intervals, markdown
-from traces.catalog import CATALOG_FILE, write_catalog
+from traces.workloads import WORKLOADS_FILE, write_workloads
 
 TEST_UNITS = ["densenet", "efficientnet", "mobilenet_v3", "regnet", "randwire", "transformer:transformer_seq2seq",
               "gpt3", "opt"]
 
 
 EXTRA_CONFIGS = {"lstm": 64}
-LLM_CONFIGS = 42  # 2 per model and dtype; GPT-2 and BERT train, GPT-3 and OPT (the catalog's LLM jobs) are held out
+LLM_CONFIGS = 42  # 2 per model and dtype; GPT-2 and BERT train, GPT-3, OPT (the workload LLM jobs) held out
 
 
 def llm_configs(count: int = LLM_CONFIGS) -> list:
@@ -163,7 +163,7 @@ def train_one(method: str, gpu: str, data: dict[str, pd.DataFrame], split, minut
               show_default=True)
 @click.option("--checkpoints", type=click.Path(file_okay=False, path_type=Path), default=CHECKPOINT_DIR,
               show_default=True)
-@click.option("--catalog", type=click.Path(dir_okay=False, path_type=Path), default=CATALOG_FILE, show_default=True)
+@click.option("--catalog", type=click.Path(dir_okay=False, path_type=Path), default=WORKLOADS_FILE, show_default=True)
 @click.option("--workers", type=click.IntRange(1), default=2, show_default=True)
 def main(configs: int, devices: str, method_list: str, minutes: float, dnnperf_minutes: float, baseline_minutes: float,
          out: Path,
@@ -209,7 +209,7 @@ def main(configs: int, devices: str, method_list: str, minutes: float, dnnperf_m
     (out / "split.json").write_text(json.dumps(split.to_dict(), indent=1) + "\n")
     (out / "report.md").write_text(report(rows) + "\n")
     test_sequences = split.part(next(iter(data.values())), "test")
-    write_catalog(test_sequences, catalog)
+    write_workloads(test_sequences, catalog)
     click.echo(f"report: {out / 'report.md'}; catalog: {catalog}")
 
 

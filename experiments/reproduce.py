@@ -1,7 +1,7 @@
 """Regenerate the paper's tables and figures into ``reports/reproduce`` (Markdown plus PNG/PDF).
 
 Why: every number we publish must come from one command a reader can rerun. Everything here is
-computed from what ships with the package — the pretrained checkpoints, the workload catalog
+computed from what ships with the package — the pretrained checkpoints, the workload set
 (held-out configs) and the calibrated emulated GPUs — plus, when present, the ablation results of
 ``python -m experiments.ablations``:
 
@@ -47,7 +47,7 @@ from predictor.emulator.devices.specs import load_params
 from predictor.evaluate import Evaluation, evaluate, markdown
 from predictor.methods import METHODS
 from predictor.tables import emulated_traces
-from traces.catalog import read_catalog
+from traces.workloads import read_workloads
 
 SCHEDULING_PREDICTORS = ("truth", "ets", "habitat", "dnnperf")
 ERRORS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3)
@@ -55,8 +55,8 @@ QUICK_PER_FAMILY = 3
 
 
 def held_out(quick: bool, seed: int = 0) -> pd.DataFrame:
-    """The catalog's op sequences (all, or QUICK_PER_FAMILY configs of each family for --quick)."""
-    sequences = read_catalog()
+    """The workload set's op sequences (all, or QUICK_PER_FAMILY configs of each family for --quick)."""
+    sequences = read_workloads()
     if not quick:
         return sequences
     configs = sequences.groupby("config_id")["family"].first().reset_index()
@@ -249,7 +249,7 @@ def main(quick: bool, out: Path, devices: str, ablations: Path, workers: int) ->
     growth, least, checkpoints, best, failed, _, failure_figures = failure_parts
     figures += failure_figures
     text = [f"# Reproduction ({'quick' if quick else 'full'})",
-            f"Held-out configs: {sequences['config_id'].nunique()} (the workload catalog); devices: emulated "
+            f"Held-out configs: {sequences['config_id'].nunique()} (the workload set); devices: emulated "
             f"{', '.join(gpus)}.",
             "## 1. Predictor accuracy on held-out families",
             "With the coverage and median relative width of each checkpoint's 90 % prediction intervals "

@@ -5,7 +5,7 @@ exact one) lets a deadline scheduler plan each deadline with the Q-quantile of t
 of the point estimate (``deadline_quantile=Q``; JCT is still planned with the point). This measures
 what that buys and costs: Hydra and EDF, the point estimate against Q = 0.5, 0.8, 0.9, 0.95, with
 ETS, Habitat-style, DNNPerf-style and ``noisy:0.1``/``noisy:0.2`` run times, on PAI-like and
-Philly-like workloads (bound to catalog configs, so every predictor sees the same jobs), over seeds.
+Philly-like workloads (bound to workload configs, so every predictor sees the same jobs), over seeds.
 
 Every figure is a pooled ratio to the same policy planned with the true run times (sum over seeds
 / sum of truth's): late jobs, total tardiness, average JCT. The trade-off plot puts tardiness

@@ -35,7 +35,7 @@ from tqdm import tqdm  # noqa: E402
 
 from predictor import methods  # noqa: E402
 from predictor.checkpoints import pretrained  # noqa: E402
-from predictor.common.trace_table import read_dataset  # noqa: E402
+from predictor.common.op_trace import read_dataset  # noqa: E402
 from predictor.dataset import split_by_family  # noqa: E402
 from predictor.emulator.capture import ets_csv  # noqa: E402
 from predictor.emulator.capture.align import align_onto_zoo  # noqa: E402

@@ -78,7 +78,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from predictor.common.trace_table import DTYPES, MAX_PARAMS, PHASES
+from predictor.common.op_trace import DTYPES, MAX_PARAMS, PHASES
 from predictor.emulator.capture.costs import op_class
 from predictor.emulator.peaks import Peaks
 

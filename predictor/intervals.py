@@ -11,7 +11,7 @@ empirical distribution, and the q-quantile of the true time given a prediction Å
   unseen family; the calibration set is the split's held-out (test) families.
 * **Leave-family-out**: a trace of a calibration family gets the quantiles of the *other*
   families (a cross-conformal step by family groups), so every coverage we report, and every
-  interval the simulator plans with for a catalog job (the catalog is those families), is out of
+  interval the simulator plans with for a workload job (the workload set is those families), is out of
   sample; a trace of a new family gets all of them.
 * **By family groups**: each trace weighs 1 / (its family's trace count), so every family counts
   alike: a family with many configs must not set the interval for the others, and the quantiles

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from predictor.common.trace_table import ELEMENT_BYTES, first_input_elements
+from predictor.common.op_trace import ELEMENT_BYTES, first_input_elements
 
 OPTIMIZER_STATES = {"sgd": 1, "adam": 2, "adamw": 2}  # tensors kept per parameter (SGD: its momentum)
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from predictor.common.trace_table import device_file, read_trace_file
+from predictor.common.op_trace import device_file, read_trace_file
 from predictor.intervals import DEFAULT_LEVEL
 from predictor.methods import info
 

@@ -267,7 +267,7 @@ def main(ctx: click.Context, policy, predictor, trace, workload, limit, cluster,
             with locked_folder(out_dir):  # a second run into --out is refused at once
                 if out is not None:
                     check_out(out, overwrite)
-                if config.bound:  # an unusable table cache fails here, not after the catalog and binding
+                if config.bound:  # an unusable table cache fails here, not after the workload set and binding
                     open_cache()
                 output, truth = simulate(config, compare_truth, progress=not quiet)
                 write_results(out_dir, output, truth, explicit=out is not None, overwrite=overwrite)

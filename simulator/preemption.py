@@ -26,7 +26,7 @@ placement, and changes only what preemption changes:
 * **Restart cost.** Resuming (not a first start) holds the GPUs for the policy's restart delay
   (:class:`policies.base.RestartCost`: a fixed restart plus the job's ``checkpoint_bytes`` over
   the storage bandwidth — a bound job's from its config's parameters and optimizer state
-  (:func:`traces.catalog.checkpoint_bytes`), a trace's from that optional column) before any work
+  (:func:`traces.workloads.checkpoint_bytes`), a trace's from that optional column) before any work
   is done; charged once per resume.
 
 * **An end.** A run takes at most the ``rounds`` limit of :data:`predictor.common.inputs.LIMITS`

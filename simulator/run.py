@@ -253,24 +253,24 @@ def load_workload(config: RunConfig) -> JobTrace:
 def bind(trace: JobTrace, gpu_types: list[str], reference: str, seed: int, *, sequences: pd.DataFrame | None = None,
          progress: bool = False, warn: Callable[[str], None] | None = None
          ) -> tuple[JobTrace, dict, IterationTimeTable, pd.DataFrame]:
-    """The trace bound to catalog configs (:mod:`traces.binding`), what the manifest records, and
+    """The trace bound to workload configs (:mod:`traces.binding`), what the manifest records, and
     the true iteration times and op sequences of the configs it drew (:func:`distribute` needs them).
-    ``sequences``: the catalog, when the caller has read it already (read here otherwise);
+    ``sequences``: the workload set, when the caller has read it already (read here otherwise);
     ``progress``: a bar on stderr while the true iteration times are built (minutes, once);
     ``warn``: gets the line saying a cached table was rebuilt."""
     from predictor.tables import truth_table
     from traces.binding import CLASS_SHARES, assign_configs, bind_workload, named_configs
-    from traces.catalog import CATALOG_FILE, catalog_configs, read_catalog
+    from traces.workloads import WORKLOADS_FILE, read_workloads, workload_configs
 
-    sequences = read_catalog() if sequences is None else sequences
-    configs = catalog_configs(sequences)
+    sequences = read_workloads() if sequences is None else sequences
+    configs = workload_configs(sequences)
     _, chosen = assign_configs(trace.jobs, configs, seed)  # only these configs need true times
     types = sorted(set(gpu_types) | set(trace.jobs["gpu_type"]) - {""} | {reference})
     drawn = sequences[sequences["config_id"].isin(set(chosen))]
     truth = truth_table(drawn, types, progress=progress, warn=warn)
     bound = bind_workload(trace, configs, truth, gpu_types, reference, seed=seed)
     jobs = bound.jobs
-    return bound, {"catalog": str(CATALOG_FILE), "configs": int(jobs["config_id"].nunique()),
+    return bound, {"catalog": str(WORKLOADS_FILE), "configs": int(jobs["config_id"].nunique()),
                    "jobs_by_class": {str(k): int(v) for k, v in jobs["job_class"].value_counts().items()},
                    "class_shares_when_untagged": CLASS_SHARES, "truth": truth.source,
                    "jobs_given_the_model_the_trace_names": int((named_configs(trace.jobs, configs) != "").sum()),
@@ -476,11 +476,11 @@ def execute(config: RunConfig, *, trace: JobTrace | None = None, cluster: Cluste
         if config.observe_after is not None:
             check_observe_after(config.observe_after)
         reference = reference or cluster.reference_type()
-        from traces.catalog import read_catalog
+        from traces.workloads import read_workloads
 
-        sequences = read_catalog()  # once per run: the binding and a model predictor share it
+        sequences = read_workloads()  # once per run: the binding and a model predictor share it
         if isinstance(predictor, ModelPredictor):
-            predictor.catalog = sequences
+            predictor.workloads = sequences
         trace, binding, truth, drawn = bind(trace, cluster.gpu_types, reference, config.seed, sequences=sequences,
                                             progress=progress, warn=note)
         if config.communication:

@@ -222,17 +222,17 @@ class ModelPredictor(RuntimePredictor):
         self.name = self.method = method
         self.progress = progress  # a bar on stderr while the table is built (not when cached)
         self.warn = warn  # gets the line saying a cache table was rebuilt [default: stderr]
-        self.catalog: pd.DataFrame | None = None  # the run's workload catalog, handed on by it (else read once)
+        self.workloads: pd.DataFrame | None = None  # the run's workload configs, handed on by it (else read once)
         self.table: IterationTimeTable | None = None
         self.pretrained = None  # the checkpoints read for the table, kept for their intervals (read once)
 
     def sequences(self) -> pd.DataFrame:
-        """The catalog the run was bound to (read here, once, when the run did not hand it on)."""
-        if self.catalog is None:
-            from traces.catalog import read_catalog
+        """The workload set the run was bound to (read here, once, when the run did not hand it on)."""
+        if self.workloads is None:
+            from traces.workloads import read_workloads
 
-            self.catalog = read_catalog()
-        return self.catalog
+            self.workloads = read_workloads()
+        return self.workloads
 
     def check_devices(self, gpu_types: list[str]) -> None:
         """Refuse, before any work, a cluster with a GPU type that has no pretrained checkpoint."""
@@ -269,7 +269,7 @@ class ModelPredictor(RuntimePredictor):
 
     def quantile_factors(self, q, jobs, gpu_types):
         """From each GPU type's checkpoint calibration (:mod:`predictor.intervals`), by the family
-        of each job's config: leave-family-out for the catalog's held-out families it was
+        of each job's config: leave-family-out for the workload set's held-out families it was
         calibrated on, so no job plans with its own family's errors."""
         q = check_probability(q, "quantile")
         families = self.sequences().groupby("config_id")["family"].first()

@@ -5,7 +5,7 @@ Loaders of the public traces (:mod:`~traces.philly`, :mod:`~traces.pai`, :mod:`~
 any job table of documented columns; :mod:`~traces.gavel`: Gavel's own format) and the synthetic
 workloads fitted to them (:mod:`~traces.synthetic`)
 all produce the one job table of :mod:`~traces.schema`; :mod:`~traces.binding` binds each job to
-a model config of the catalog (``traces/catalog/``), whose iteration times the simulator looks
+a model config of the workload set (``traces/workloads/``), whose iteration times the simulator looks
 up; :mod:`~traces.deadlines` and :mod:`~traces.seeding` give deadlines and the seeded draws.
 
 To add a trace format: a loader returning the schema's table and its

@@ -8,11 +8,11 @@ predictor needs the model. Each job gets:
   → image); otherwise a seeded draw with the shares :data:`CLASS_SHARES` (image 60 %,
   language 30 %, speech 10 %: our assumption, stated in the run manifest — the public traces do
   not say);
-* a **model config**: a seeded draw among the catalog's configs of that class — the held-out
+* a **model config**: a seeded draw among the workload set's configs of that class — the held-out
   (test-split) configs of the shipped checkpoints, so no predictor has seen the model; or, for a
   trace that names the job's model (``model``, optionally ``batch``, ``input_size``, ``dtype``:
-  a generic ``csv:`` trace) and a model the catalog has, that model's config nearest to the
-  named one (:func:`named_configs`; a model the catalog lacks: its class's seeded draw, with the
+  a generic ``csv:`` trace) and a model the workload set has, that model's config nearest to the
+  named one (:func:`named_configs`; a model the workload set lacks: its class's seeded draw, with the
   class from the model name);
 * an **iteration count**: the observed duration divided by the config's true iteration time on
   the GPU type the job was observed on (for traces without types, the reference type), so the
@@ -21,7 +21,7 @@ predictor needs the model. Each job gets:
   on every GPU type of the cluster: the simulator's ground truth; a type the trace says the job
   cannot run on (+inf, or outside its ``allowed_gpus``) stays so;
 * its **checkpoint bytes** (the config's parameters and optimizer state,
-  :func:`traces.catalog.checkpoint_bytes`): what a preemptive policy's resume reads back.
+  :func:`traces.workloads.checkpoint_bytes`): what a preemptive policy's resume reads back.
 
 Every draw hashes (seed, job id), so a job's binding does not depend on the other jobs.
 """
@@ -53,7 +53,7 @@ def job_classes(jobs: pd.DataFrame, seed: int) -> np.ndarray:
 
 
 def model_key(name: str) -> str:
-    """A model name as matched against the catalog: lower case, letters, digits and dots only
+    """A model name as matched against the workload set: lower case, letters, digits and dots only
     ("ResNet-50", "resnet_50" and "resnet50" are one model)."""
     return re.sub(r"[^a-z0-9.]", "", str(name).lower())
 
@@ -62,8 +62,8 @@ _CONFIG_ID = re.compile(r"^[^:]+:b(\d+):s(\d+):([^:]+):")  # model:b<batch>:s<si
 
 
 def named_configs(jobs: pd.DataFrame, configs: pd.DataFrame) -> np.ndarray:
-    """Per job, the catalog config of the model the trace names for it ("" where it names none,
-    or one the catalog lacks): among that model's configs, those of the named ``dtype`` if any,
+    """Per job, the workload set config of the model the trace names for it ("" where it names none,
+    or one the workload set lacks): among that model's configs, those of the named ``dtype`` if any,
     then the nearest ``batch``, then the nearest ``input_size`` (in ratio), then config id."""
     out = np.full(len(jobs), "", dtype=object)
     if "model" not in jobs.columns:
@@ -112,7 +112,7 @@ def _column(jobs: pd.DataFrame, name: str) -> np.ndarray:
 
 def assign_configs(jobs: pd.DataFrame, configs: pd.DataFrame, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Each job's (class, config_id): the config of the model the trace names for it where the
-    catalog has that model (:func:`named_configs`), else a seeded draw among the catalog configs
+    workload set has that model (:func:`named_configs`), else a seeded draw among the workload configs
     of its class."""
     classes = job_classes(jobs, seed)
     u = hashed_uniform([f"{seed}|config|{j}" for j in jobs["job_id"].astype(str)])
@@ -120,7 +120,7 @@ def assign_configs(jobs: pd.DataFrame, configs: pd.DataFrame, seed: int) -> tupl
     for c in sorted(set(classes)):
         pool = configs.loc[configs["job_class"] == c, "config_id"].sort_values().to_numpy()
         if len(pool) == 0:
-            raise InputError(f"the workload catalog has no {c} configs to bind {int((classes == c).sum())} jobs to")
+            raise InputError(f"the workload set has no {c} configs to bind {int((classes == c).sum())} jobs to")
         rows = np.flatnonzero(classes == c)
         chosen[rows] = pool[np.minimum((u[rows] * len(pool)).astype(int), len(pool) - 1)]
     named = named_configs(jobs, configs)
@@ -137,8 +137,8 @@ def bind_workload(trace: JobTrace, configs: pd.DataFrame, truth: IterationTimeTa
                   reference_type: str, *, seed: int = 0) -> JobTrace:
     """``trace`` with config_id, family, model, job_class, iterations and runtime_s:<GPU> columns.
 
-    ``configs``: one row per catalog config (config_id, family, model, job_class), see
-    :func:`traces.catalog.catalog_configs`; ``truth`` must cover the configs
+    ``configs``: one row per workload config (config_id, family, model, job_class), see
+    :func:`traces.workloads.workload_configs`; ``truth`` must cover the configs
     :func:`assign_configs` picks on every GPU type of the cluster and every observed type."""
     jobs = trace.jobs.copy()
     classes, chosen = assign_configs(jobs, configs, seed)

@@ -60,7 +60,7 @@ import pandas as pd
 
 from predictor.common.gpus import UnknownGpuTypeError, canonical_gpu_type
 from predictor.common.inputs import InputError, LocatedError, read_parquet, short
-from predictor.common.trace_table import DTYPES
+from predictor.common.op_trace import DTYPES
 from traces.schema import (
     ALLOWED_GPUS,
     ALLOWED_SEPARATOR,

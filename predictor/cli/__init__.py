@@ -1,6 +1,6 @@
 """``ets``: execution-trace datasets for the ETS predictor (collect, import, inspect) and emulated GPUs.
 
-Why a thin layer: the logic lives in :mod:`predictor.emulator.capture` and :mod:`predictor.common.trace_table`;
+Why a thin layer: the logic lives in :mod:`predictor.emulator.capture` and :mod:`predictor.common.op_trace`;
 this module turns options into calls and user errors into one-line messages. Every command line
 of ``ets`` is in this package: datasets here, models in :mod:`.model`, emulated GPUs in
 :mod:`.devices`, checkpoint files in :mod:`.checkpoint`; :mod:`.errors` is the one-line error
@@ -19,8 +19,8 @@ import click
 from predictor.common.errors import UserErrorGroup
 from predictor.common.gpus import names_help
 from predictor.common.inputs import InputError, printable
+from predictor.common.op_trace import OpTraceFormatError, dataset_info, read_dataset, write_traces
 from predictor.common.outputs import OutputError, locked_folder, remove_if_empty
-from predictor.common.trace_table import TraceFormatError, dataset_info, read_dataset, write_traces
 from predictor.emulator import peaks
 from predictor.emulator.capture.importers import IMPORTERS, import_onto_zoo, import_traces
 
@@ -77,7 +77,7 @@ def _import(kind: str, path: Path, out: Path, overwrite: bool, device: str | Non
             traces, report, skipped = import_onto_zoo(path, device, progress=True)
         else:
             traces, report, skipped = import_traces(kind, path, device), None, []
-    except TraceFormatError as exc:
+    except OpTraceFormatError as exc:
         raise click.ClickException(str(exc)) from None
     for s in skipped:
         click.echo(f"not imported: {printable(s.reason)} (--features recorded imports it as recorded)", err=True)
@@ -87,7 +87,7 @@ def _import(kind: str, path: Path, out: Path, overwrite: bool, device: str | Non
         if not overwrite:
             refuse_replacing(out, traces)
         files = write_traces(out, traces)
-    except (TraceFormatError, OutputError) as exc:  # a broken dataset file in --out, a full disk
+    except (OpTraceFormatError, OutputError) as exc:  # a broken dataset file in --out, a full disk
         raise click.ClickException(str(exc)) from None
     n = traces.groupby(["device", "config_id"]).ngroups
     click.echo(f"imported {n} iteration(s), {len(traces):,} ops into {printable(', '.join(map(str, files)))}")
@@ -98,9 +98,9 @@ def _import(kind: str, path: Path, out: Path, overwrite: bool, device: str | Non
 
 
 def refuse_replacing(directory: Path, traces) -> None:
-    """TraceFormatError when the dataset already holds one of ``traces``' iterations (the same
+    """OpTraceFormatError when the dataset already holds one of ``traces``' iterations (the same
     device and config): an import replaces data only with --overwrite."""
-    from predictor.common.trace_table import device_file, read_trace_file
+    from predictor.common.op_trace import device_file, read_trace_file
 
     for device, rows in traces.groupby("device", sort=True):
         path = device_file(directory, str(device))
@@ -108,7 +108,7 @@ def refuse_replacing(directory: Path, traces) -> None:
             continue
         held = sorted(set(read_trace_file(path)["config_id"]) & set(rows["config_id"]))
         if held:
-            raise TraceFormatError(path, f"already holds {len(held):,} of the imported iteration(s) (e.g. "
+            raise OpTraceFormatError(path, f"already holds {len(held):,} of the imported iteration(s) (e.g. "
                                          f"{held[0]}); pass --overwrite to replace them, or import into another --out")
 
 
@@ -204,7 +204,7 @@ def _collect(model_files: tuple[str, ...], zoo: str, families: tuple[str, ...], 
     configs = configs[:limit] if limit else configs
     try:
         counts = collect(configs, device, out, workers=workers or (2 if device == "meta" else 1), regime=regime)
-    except (InputError, OutputError) as exc:  # TraceFormatError included
+    except (InputError, OutputError) as exc:  # OpTraceFormatError included
         raise click.ClickException(str(exc)) from None
     click.echo(f"{counts['captured']} captured, {counts['skipped']} already there, {counts['failed']} failed"
                + (f" (see {out / 'failures.jsonl'})" if counts["failed"] else "") + f"; dataset in {out}")
@@ -218,7 +218,7 @@ def _collect_model_files(model_files: tuple[str, ...], device: str, out: Path, i
     try:
         counts = collect_model_files(expand(model_files), device, out, inference=inference, dtype=dtype, regime=regime,
                                      report=lambda line: click.echo(printable(line), err=True))
-    except (InputError, OutputError) as exc:  # TraceFormatError and KernelModelError included
+    except (InputError, OutputError) as exc:  # OpTraceFormatError and KernelModelError included
         raise click.ClickException(str(exc)) from None
     click.echo(f"{counts['captured']} model file(s) captured, {counts['skipped']} already there, {counts['failed']} "
                "failed" + (f" (see {out / 'failures.jsonl'})" if counts["failed"] else "") + f"; dataset in {out}")
@@ -238,7 +238,7 @@ def info(directory: Path, as_json: bool) -> None:
     """Counts per device and family, op-count histogram, overhead-share distribution."""
     try:
         summary = dataset_info(read_dataset(directory))
-    except TraceFormatError as exc:
+    except OpTraceFormatError as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
         click.echo(json.dumps(summary, indent=2))

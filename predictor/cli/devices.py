@@ -383,7 +383,7 @@ def _inputs(calibration_dir: Path, ets_dir: Path, cache: Path):
         targets, skipped, host = cal.load_targets(calibration_dir, ets_dir)
         kernels = kernel_corpus.load_all(calibration_dir, ets_dir, kernelbench_cache=cache.parent / KERNELBENCH_CACHE,
                                          progress=True)
-    except (InputError, FileNotFoundError) as exc:  # MeasurementError and TraceFormatError included
+    except (InputError, FileNotFoundError) as exc:  # MeasurementError and OpTraceFormatError included
         raise click.ClickException(str(exc)) from None
     return targets, skipped, host, kernels
 
@@ -394,12 +394,12 @@ KERNELBENCH_CACHE = "kernelbench_sequences.parquet"  # beside --cache: KernelBen
 def _op_sequences(targets, cache: Path):
     """The targets' op sequences (:func:`predictor.emulator.devices.calibrate.op_sequences`); a broken
     --cache file is one line naming it, not a traceback."""
-    from predictor.common.trace_table import TraceFormatError
+    from predictor.common.op_trace import OpTraceFormatError
     from predictor.emulator.devices import calibrate as cal
 
     try:
         return cal.op_sequences([t.config for t in targets], cache)
-    except TraceFormatError as exc:
+    except OpTraceFormatError as exc:
         raise click.ClickException(f"--cache {exc} (delete it to capture the op sequences again)") from None
 
 

@@ -17,7 +17,7 @@ import click
 import pandas as pd
 
 from predictor.common.inputs import printable
-from predictor.common.trace_table import TraceFormatError, read_dataset
+from predictor.common.op_trace import OpTraceFormatError, read_dataset
 from predictor.features import TARGET_TRANSFORMS
 from predictor.intervals import DEFAULT_LEVEL, check_level
 from predictor.methods import METHODS, info
@@ -222,7 +222,7 @@ def train_cmd(method: str, data_dir: Path, out: Path, overwrite: bool, device: s
         test = split.part(traces, "test")
         result = None if test.empty else fit_intervals(
             model, test, f"{data_dir}: held-out families {', '.join(split.test_units)}")
-    except (TraceFormatError, ValueError) as exc:
+    except (OpTraceFormatError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     path = _save(model, out)
     best = min(model.history, key=lambda h: h["val_mre"])
@@ -285,7 +285,7 @@ def finetune_cmd(ckpt: Path, data_dir: Path, out: Path, overwrite: bool, device:
         check_compatible(parent, rows, str(ckpt))
         model = fit_small(rows, parent, parent_path=str(ckpt), seed=seed, minutes=minutes, lr=lr, epochs=epochs,
                           tune=tune, split=held)
-    except (TraceFormatError, ValueError) as exc:
+    except (OpTraceFormatError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     path = _save(model, out)
     summary = {"checkpoint": str(path), "parent": str(ckpt), "parent_device": parent.device, "device": model.device,
@@ -356,7 +356,7 @@ def _scored_rows(model, data_dir: Path, data_device: str | None) -> tuple[pd.Dat
         data = read_dataset(data_dir)
         traces = _device_rows(data, data_device, str(data_dir), whose=whose,
                               purpose=f" to score this {model.device} checkpoint on those rows")
-    except TraceFormatError as exc:
+    except OpTraceFormatError as exc:
         raise click.ClickException(str(exc)) from None
     if info(model.method).reads_source_device:  # it reads its source device's traces too
         traces = pd.concat([traces, data[data["config_id"].isin(set(traces["config_id"]))
@@ -481,7 +481,7 @@ def predict_cmd(ctx: click.Context, ckpt: Path, target: str | None, model_files:
         raise click.UsageError("--dtype applies to --model-file (a config id names its dtype)")
     try:  # the target first: a hostile trace file is refused before the model's memory is spent
         subject = subject_of(target, batch, size)
-    except (TraceFormatError, ValueError) as exc:
+    except (OpTraceFormatError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     model = _load_checkpoint(ckpt)
     if subject.config is not None:
@@ -490,7 +490,7 @@ def predict_cmd(ctx: click.Context, ckpt: Path, target: str | None, model_files:
             click.echo(warning, err=True)
     try:
         rows = predictions(model, ckpt, subject, level)
-    except (TraceFormatError, ValueError) as exc:  # e.g. a Habitat-style model given no trace of its source
+    except (OpTraceFormatError, ValueError) as exc:  # e.g. a Habitat-style model given no trace of its source
         raise click.ClickException(str(exc)) from None
     if gpus > 1:
         rows = _with_data_parallel(rows, subject, model, gpus, per_node)
@@ -546,7 +546,7 @@ def _predict_model_files(ckpt: Path, model_files: tuple[str, ...], inference: bo
             rows = predictions(model, ckpt, subject, level)
         except (KernelModelError, UnusablePrediction) as exc:  # the installation or the checkpoint, not the file
             raise click.ClickException(str(exc)) from None
-        except (TraceFormatError, ValueError) as exc:  # e.g. a Habitat-style model without an emulated source
+        except (OpTraceFormatError, ValueError) as exc:  # e.g. a Habitat-style model without an emulated source
             run.fail(f"{path}: {exc}")
             continue
         if as_json:

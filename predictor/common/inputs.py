@@ -46,7 +46,7 @@ class InputError(UserError, ValueError):
 class LocatedError(InputError):
     """Bad content of an input file, located: the message names the file, and the line (or row)
     and field when known — ``path:line: field 'x': what is wrong``. One class for job traces and
-    execution traces (:class:`predictor.common.trace_table.TraceFormatError`), so every reader
+    execution traces (:class:`predictor.common.op_trace.OpTraceFormatError`), so every reader
     reports alike."""
 
     def __init__(self, path: str | Path, message: str, line: int | None = None, field: str | None = None):

@@ -25,7 +25,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from predictor.common.inputs import InputError
-from predictor.common.trace_table import device_file, read_trace_file, write_traces
+from predictor.common.op_trace import device_file, read_trace_file, write_traces
 from predictor.emulator.capture.heap import return_freed_memory
 from predictor.emulator.zoo.config import ModelConfig
 

@@ -57,7 +57,7 @@ with warnings.catch_warnings():
     from torch_geometric.loader import DataLoader
     from torch_geometric.nn import GATv2Conv, TransformerConv, global_add_pool, global_mean_pool
 
-from predictor.common.trace_table import DTYPES
+from predictor.common.op_trace import DTYPES
 from predictor.emulator.peaks import Peaks
 from predictor.features import NORMS, OPTIMIZERS, FeatureSpec, encode, fit_features, optimizer_of
 from predictor.methods.base import (

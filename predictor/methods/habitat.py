@@ -64,7 +64,7 @@ import torch
 from predictor.checkpoint_file import CheckpointError
 from predictor.common.gpus import GpuEntry, UnknownGpuTypeError, canonical_gpu_type, catalog
 from predictor.common.inputs import short
-from predictor.common.trace_table import DTYPES, MAX_PARAMS, PHASES
+from predictor.common.op_trace import DTYPES, MAX_PARAMS, PHASES
 from predictor.emulator.capture.costs import op_class
 from predictor.methods.base import (
     MAX_MINUTES,

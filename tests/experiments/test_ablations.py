@@ -35,7 +35,7 @@ def test_a_results_file_of_an_older_version_is_refused_not_appended_to(tmp_path)
     from click.testing import CliRunner
 
     from experiments.ablations import main
-    from predictor.common.trace_table import device_file
+    from predictor.common.op_trace import device_file
 
     data = tmp_path / "data"
     data.mkdir()

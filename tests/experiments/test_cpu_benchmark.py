@@ -131,7 +131,7 @@ def test_repeatability_profiles_a_sample_again_once(tmp_path, monkeypatch):
 def test_the_committed_reference_profiles_are_the_benchmarks_own_and_say_what_they_hold():
     import json
 
-    from predictor.common.trace_table import read_dataset
+    from predictor.common.op_trace import read_dataset
     from predictor.emulator import peaks
 
     data = cpu_benchmark.FIRST_REFERENCE_DATA
@@ -149,7 +149,7 @@ def test_the_wide_reference_profiles_are_a_prefix_of_the_benchmark_on_one_machin
     import json
 
     from predictor.common.families import group_of, is_reserved
-    from predictor.common.trace_table import read_dataset
+    from predictor.common.op_trace import read_dataset
     from predictor.emulator import peaks
 
     data = cpu_benchmark.REFERENCE_DATA

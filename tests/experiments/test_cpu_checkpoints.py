@@ -9,7 +9,7 @@ from experiments.cpu_benchmark import REFERENCE_DATA
 from predictor import methods
 from predictor.checkpoints import CHECKPOINT_DIR
 from predictor.common.families import group_of
-from predictor.common.trace_table import read_dataset
+from predictor.common.op_trace import read_dataset
 from predictor.evaluate import evaluate
 
 

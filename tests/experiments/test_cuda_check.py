@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from experiments import cuda_check, cuda_report
-from predictor.common.trace_table import device_file, read_trace_file
+from predictor.common.op_trace import device_file, read_trace_file
 
 # Two problems in KernelBench's convention (its level-1 ReLU and level-3 MLP at sizes a CPU takes at once).
 RELU = """import torch

@@ -8,13 +8,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from predictor.common.trace_table import TraceFormatError
+from predictor.common.op_trace import OpTraceFormatError
 
 
 def expect_error(call: Callable[[], object], path: Path | str, row: int | None,
-                 field: str | None) -> TraceFormatError:
-    """The call raises TraceFormatError naming the file, the row (line or event index) and field."""
-    with pytest.raises(TraceFormatError) as info:
+                 field: str | None) -> OpTraceFormatError:
+    """The call raises OpTraceFormatError naming the file, the row (line or event index) and field."""
+    with pytest.raises(OpTraceFormatError) as info:
         call()
     err = info.value
     msg = str(err)

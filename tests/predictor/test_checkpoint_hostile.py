@@ -291,7 +291,7 @@ def test_the_time_limit_covers_building_the_model(monkeypatch):
 def test_json_output_is_strict_json(tmp_path):
     """A trace whose true time is 0 makes the MRE infinite: `--json` wrote ``"mre": Infinity``,
     which strict parsers refuse; now null, and named under ``non_finite``."""
-    from predictor.common.trace_table import write_traces
+    from predictor.common.op_trace import write_traces
     from tests.predictor.ets_data import tiny_traces
 
     traces = tiny_traces().copy()

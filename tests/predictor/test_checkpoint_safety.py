@@ -19,7 +19,7 @@ from predictor import methods
 from predictor.checkpoint_file import CheckpointError
 from predictor.checkpoints import CHECKPOINT_DIR
 from predictor.cli import main as cli
-from predictor.common.trace_table import write_traces
+from predictor.common.op_trace import write_traces
 from predictor.methods import ets
 from tests.cli_checks import one_line_error as _one_line_error
 from tests.predictor.ets_data import tiny_traces

@@ -162,7 +162,7 @@ def test_a_dataset_another_run_is_changing_is_refused_at_once_and_left_as_it_was
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     if command == "import":  # once the other run is over, the import lands beside the first
         assert CliRunner().invoke(ets, args).exit_code == 0
-        from predictor.common.trace_table import read_dataset
+        from predictor.common.op_trace import read_dataset
 
         assert set(read_dataset(out)["config_id"]) == {"kineto:new_schema:3", "kineto:alpha:3"}
 

@@ -25,7 +25,7 @@ from click.testing import CliRunner
 
 from predictor.checkpoints import CHECKPOINT_DIR
 from predictor.cli import main as ets
-from predictor.common.trace_table import TraceFormatError, read_dataset, validate
+from predictor.common.op_trace import OpTraceFormatError, read_dataset, validate
 from predictor.emulator.devices.measurements import MeasurementError, load_gavel, load_spread
 from predictor.emulator.devices.specs import DeviceParamsError, load_params
 from predictor.tables import IterationTimeTable, truth_table
@@ -243,9 +243,9 @@ def test_duplicated_rows_are_refused_naming_file_config_idx_and_row(tmp_path, co
 
 
 def test_duplicated_rows_are_refused_before_they_are_written(tmp_path):
-    from predictor.common.trace_table import write_traces
+    from predictor.common.op_trace import write_traces
 
-    with pytest.raises(TraceFormatError, match=f"^{tmp_path / 'T4.parquet'}:6: field 'idx': config "
+    with pytest.raises(OpTraceFormatError, match=f"^{tmp_path / 'T4.parquet'}:6: field 'idx': config "
                                                "resnet18:b2:s32:float32:sgd:c10 idx 0 on T4 is also row 0"):
         write_traces(tmp_path, pd.concat([trace(), trace()], ignore_index=True))
     assert not (tmp_path / "T4.parquet").exists()
@@ -254,14 +254,14 @@ def test_duplicated_rows_are_refused_before_they_are_written(tmp_path):
 def test_one_duplicated_op_is_refused_even_among_shuffled_rows(tmp_path):
     rows = pd.concat([trace(), trace().iloc[[3]]], ignore_index=True).iloc[[6, 0, 5, 1, 4, 2, 3]]
     directory = dataset(tmp_path, rows)
-    with pytest.raises(TraceFormatError, match="idx 3 on T4 is also row 0 \\(1 duplicate row"):
+    with pytest.raises(OpTraceFormatError, match="idx 3 on T4 is also row 0 \\(1 duplicate row"):
         read_dataset(directory)
 
 
 def test_a_config_in_two_files_of_one_device_is_refused(tmp_path):
     dataset(tmp_path, trace())
     directory = dataset(tmp_path, trace(), name="T4-copy.parquet")
-    with pytest.raises(TraceFormatError) as info:
+    with pytest.raises(OpTraceFormatError) as info:
         read_dataset(directory)
     assert str(info.value) == (f"{directory / 'T4.parquet'}: field 'config_id': config "
                                f"resnet18:b2:s32:float32:sgd:c10 on T4 is also in {directory / 'T4-copy.parquet'}: "
@@ -288,7 +288,7 @@ def test_text_numbers_in_a_table_given_in_memory_are_refused_by_row(tmp_path):
     frame = trace()
     frame["gap_us"] = frame["gap_us"].astype(object)
     frame.loc[2, "gap_us"] = "5.0"
-    with pytest.raises(TraceFormatError, match=r"^x:2: field 'gap_us': must be a number, got '5.0'"):
+    with pytest.raises(OpTraceFormatError, match=r"^x:2: field 'gap_us': must be a number, got '5.0'"):
         validate(frame, "x")
 
 
@@ -313,15 +313,15 @@ def test_a_dataset_file_that_is_no_regular_file_or_too_large_is_refused_before_p
 
 # -- the iteration-time table cache ---------------------------------------------------------------
 
-SMALL_CONFIG = "randwire_ba:b96:s160:float32:sgd:c515:xbe13481c"  # the catalog's fewest ops
+SMALL_CONFIG = "randwire_ba:b96:s160:float32:sgd:c515:xbe13481c"  # the workload set's fewest ops
 
 
 @pytest.fixture(scope="module")
 def built_cache(tmp_path_factory) -> tuple[Path, pd.DataFrame, pd.DataFrame]:
     """A cache holding the true table of one small catalog config on T4, and that table."""
-    from traces.catalog import CATALOG_FILE
+    from traces.workloads import WORKLOADS_FILE
 
-    sequences = pd.read_parquet(CATALOG_FILE, filters=[("config_id", "==", SMALL_CONFIG)])
+    sequences = pd.read_parquet(WORKLOADS_FILE, filters=[("config_id", "==", SMALL_CONFIG)])
     sequences = sequences.assign(duration_us=0.0, gap_us=0.0, cpu_us=np.nan, kernels=0, source="catalog")
     cache = tmp_path_factory.mktemp("cache")
     old = os.environ.get("ETS_SIM_CACHE")

@@ -96,7 +96,7 @@ def test_round_trip_through_a_dict():
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     from predictor.cli import main as ets
-    from predictor.common.trace_table import write_traces
+    from predictor.common.op_trace import write_traces
     from tests.predictor.ets_data import tiny_traces
 
     root = tmp_path_factory.mktemp("intervals")

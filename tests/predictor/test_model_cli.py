@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from predictor.cli import main as ets
-from predictor.common.trace_table import write_traces
+from predictor.common.op_trace import write_traces
 from tests.predictor.ets_data import tiny_traces
 
 

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from predictor.cli import main as ets
-from predictor.common.trace_table import validate
+from predictor.common.op_trace import validate
 from predictor.emulator.capture.model_file import ModelFileError, capture_model_file, config_id_of, expand
 
 TINY = """\
@@ -235,7 +235,7 @@ def test_collect_writes_the_file_into_the_dataset(tiny, tmp_path):
 
 
 def test_predict_gives_one_json_line_per_file(tiny, tmp_path):
-    from predictor.common.trace_table import write_traces
+    from predictor.common.op_trace import write_traces
     from tests.predictor.ets_data import tiny_traces
 
     write_traces(tmp_path / "data", tiny_traces())

@@ -37,14 +37,14 @@ def checkpoints_read(reads: list[str]) -> list[str]:
 def test_a_table_built_reads_each_checkpoint_once_and_its_models_come_from_those_bytes(monkeypatch, tmp_path, reads):
     from predictor import tables
     from predictor.checkpoints import CHECKPOINT_DIR, Pretrained
-    from traces.catalog import read_catalog
+    from traces.workloads import read_workloads
 
     monkeypatch.setenv("ETS_SIM_CACHE", str(tmp_path / "cache"))
     folder = tmp_path / "ckpt"
     folder.mkdir()
     for gpu in ("T4", "V100"):
         shutil.copy(CHECKPOINT_DIR / f"opbased-{gpu}.pt", folder / f"opbased-{gpu}.pt")
-    catalog = read_catalog()
+    catalog = read_workloads()
     sequences = catalog[catalog["config_id"].isin(sorted(catalog["config_id"].unique())[:2])]
     pretrained = Pretrained("opbased", ["T4", "V100"], folder)
     assert checkpoints_read(reads) == ["opbased-T4.pt", "opbased-V100.pt"]
@@ -62,10 +62,10 @@ def test_a_table_built_reads_each_checkpoint_once_and_its_models_come_from_those
 
 def test_the_intervals_of_a_run_come_from_the_checkpoints_its_table_read(monkeypatch, tmp_path, reads):
     from simulator.timing import make_predictor
-    from traces.catalog import read_catalog
+    from traces.workloads import read_workloads
 
     monkeypatch.setenv("ETS_SIM_CACHE", str(tmp_path / "cache"))
-    catalog = read_catalog().groupby("config_id")["family"].first()
+    catalog = read_workloads().groupby("config_id")["family"].first()
     bound = pd.DataFrame({"job_id": ["a", "b"], "config_id": catalog.index[:2], "iterations": [10, 20]})
     predictor = make_predictor("ets")
     predictor.runtimes(bound, ["T4", "V100"], None)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from predictor.common.trace_table import PHASES
+from predictor.common.op_trace import PHASES
 from predictor.emulator.devices import throughput_sets as ts
 from predictor.emulator.devices.measurements import MeasurementError
 

@@ -31,7 +31,7 @@ KINDS = {f"predictor.common.inputs.{name}" for name in
 # Classes of their own beside the kinds, each derived from one, and why it is more than a name.
 KEPT = {
     "predictor.common.gpus.UnknownGpuTypeError": "its name attribute, brief form and pickling by name",
-    "predictor.common.trace_table.TraceFormatError": "its row attribute and (path, message, row, field) form",
+    "predictor.common.op_trace.OpTraceFormatError": "its row attribute and (path, message, row, field) form",
     "predictor.emulator.capture.model_file.ModelFileError": "its path attribute and one-line message",
     "predictor.emulator.devices.measurements.MeasurementError": "its file, problem, where and field attributes",
     "predictor.emulator.zoo.config.ModelBuildError": "its config_id and reason attributes",

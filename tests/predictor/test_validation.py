@@ -23,7 +23,7 @@ from predictor import checkpoint_file, methods
 from predictor.checkpoint_file import CheckpointError
 from predictor.checkpoints import CHECKPOINT_DIR
 from predictor.cli import main as ets
-from predictor.common.trace_table import TraceFormatError, read_dataset, validate, write_traces
+from predictor.common.op_trace import OpTraceFormatError, read_dataset, validate, write_traces
 from predictor.memory import MemoryEstimate, activation_bytes, too_big_warning
 from predictor.prediction import Subject, with_habitat_source
 from tests.cli_checks import one_line_error
@@ -125,7 +125,7 @@ def test_collect_and_import_into_a_broken_dataset_file_are_one_line(tmp_path):
     assert_one_line_error(invoke("collect", "--limit", "1", "--out", tmp_path),
                           f"{tmp_path / 'meta.parquet'}: not a readable Parquet file")
     (tmp_path / "T4.parquet").write_text("junk")
-    with pytest.raises(TraceFormatError, match="T4.parquet: not a readable Parquet file"):
+    with pytest.raises(OpTraceFormatError, match="T4.parquet: not a readable Parquet file"):
         write_traces(tmp_path, trace())
 
 

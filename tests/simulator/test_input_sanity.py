@@ -178,9 +178,9 @@ def test_progress_does_not_change_results():
 
 def test_table_building_shows_progress_and_the_same_table(tmp_path, monkeypatch, capsys):
     from predictor.tables import truth_table
-    from traces.catalog import read_catalog
+    from traces.workloads import read_workloads
 
-    sequences = read_catalog()
+    sequences = read_workloads()
     one = sequences[sequences["config_id"] == sorted(sequences["config_id"].unique())[0]]
     monkeypatch.setenv("ETS_SIM_CACHE", str(tmp_path / "loud"))
     loud = truth_table(one, ["T4"], progress=True).to_frame()

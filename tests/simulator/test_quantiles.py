@@ -113,9 +113,9 @@ def test_model_quantiles_leave_each_jobs_own_family_out():
     """A catalog job's quantile comes from the checkpoint's calibration without its family (the
     catalog is the held-out families the intervals were calibrated on)."""
     from predictor.checkpoints import Pretrained
-    from traces.catalog import read_catalog
+    from traces.workloads import read_workloads
 
-    catalog = read_catalog().groupby("config_id")["family"].first()
+    catalog = read_workloads().groupby("config_id")["family"].first()
     picked = catalog.groupby(catalog).head(1)  # one config of each family
     bound = pd.DataFrame({"job_id": [f"j{i}" for i in range(len(picked))], "config_id": picked.index})
     got = make_predictor("ets").quantile_factors(0.9, bound, ["T4", "V100"])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from traces.catalog import catalog_configs, checkpoint_bytes, read_catalog
+from traces.workloads import checkpoint_bytes, read_workloads, workload_configs
 
 
 def sequence(config_id: str, grads: list[tuple[str, str]]) -> pd.DataFrame:
@@ -29,7 +29,7 @@ def test_parameters_times_element_size_times_one_plus_optimizer_states_by_hand()
 
 
 def test_the_catalog_models_have_their_published_sizes():
-    configs = catalog_configs(read_catalog()).set_index("config_id")
+    configs = workload_configs(read_workloads()).set_index("config_id")
     gpt3 = configs[configs.index.str.startswith("gpt3_2.7b:")]
     assert len(gpt3) and (gpt3["checkpoint_bytes"] > 0).all()
     # GPT-3 2.7B: 2.65 billion parameters, fp32 with Adam: 3 x 4 bytes each

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from predictor.common.inputs import InputError, LocatedError
-from predictor.common.trace_table import TraceFormatError
+from predictor.common.op_trace import OpTraceFormatError
 
 
 def test_both_trace_errors_are_one_located_error_with_one_message_shape():
     job = LocatedError("jobs.csv", "not a number: 'x'", line=7, field="num_gpus")
-    ops = TraceFormatError("T4.parquet", "not a number: 'x'", row=7, field="num_gpus")
+    ops = OpTraceFormatError("T4.parquet", "not a number: 'x'", row=7, field="num_gpus")
     assert isinstance(job, LocatedError) and isinstance(ops, LocatedError) and isinstance(job, InputError)
     assert str(job) == "jobs.csv:7: field 'num_gpus': not a number: 'x'"
     assert str(ops) == "T4.parquet:7: field 'num_gpus': not a number: 'x'"

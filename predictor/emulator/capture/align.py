@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from predictor.common.trace_table import validate
+from predictor.common.op_trace import validate
 
 # Reduced names (lower case, no "aten::", no "__", no in-place "_", no "BackwardN") -> one name.
 ALIASES = {

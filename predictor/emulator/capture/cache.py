@@ -18,7 +18,7 @@ import pandas as pd
 
 FINGERPRINT_KEY = b"ets.capture_fingerprint"
 _PACKAGE = Path(__file__).resolve().parents[2]  # predictor/
-_SOURCES = ("emulator/capture", "emulator/zoo", "common/trace_table.py")  # what decides a captured op sequence
+_SOURCES = ("emulator/capture", "emulator/zoo", "common/op_trace.py")  # what decides a captured op sequence
 
 
 @functools.lru_cache(maxsize=1)
@@ -42,7 +42,7 @@ def read(path: Path | None) -> pd.DataFrame | None:
     file, or when it was captured by other code (then a ``warning:`` line says it is redone)."""
     import pyarrow.parquet as pq
 
-    from predictor.common.trace_table import read_trace_file
+    from predictor.common.op_trace import read_trace_file
 
     if path is None or not Path(path).exists():
         return None

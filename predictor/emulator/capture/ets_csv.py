@@ -1,12 +1,12 @@
 """Importer for the ETS authors' per-iteration CSV files (benchmark/datasets/<GPU>CPUALL/*.csv).
 
 Why: these are the only real per-operator GPU traces we have (../shared/ets_traces, README there);
-each file is one training iteration and becomes one execution trace (predictor.common.trace_table).
+each file is one training iteration and becomes one execution trace (predictor.common.op_trace).
 
 Mapping (one CSV row -> one trace row; research/predictors.md §1.2):
 
 * ``op``        -> ``op_codes[op]`` (0-based line of ``op_codes.txt``: "conv2d", "__iadd__", "add_", ...),
-  without an "aten::" prefix as trace_table requires ("aten::clone" -> "clone")
+  without an "aten::" prefix as op_trace requires ("aten::clone" -> "clone")
 * ``dir``       -> phase: 1 forward, 2 backward, 3 update
 * ``params``    -> the quoted JSON list (first 30 kept; some ``cat`` rows are longer)
 * ``kduration`` -> ``duration_us`` (ns / 1000); ``space`` -> ``gap_us`` (ns / 1000, negatives kept:
@@ -19,7 +19,7 @@ Mapping (one CSV row -> one trace row; research/predictors.md §1.2):
   the same cfg is a different configuration for another model or GPU, hence batch/size/dtype in the id)
 * ``source`` = ``{path}:{line}`` (1-based CSV line; the header is line 1)
 
-Errors are :class:`TraceFormatError` naming file, line and CSV field.
+Errors are :class:`OpTraceFormatError` naming file, line and CSV field.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import pandas as pd
 
 from predictor.common.families import family_of
 from predictor.common.inputs import InputError, check_width, read_bytes, short
-from predictor.common.trace_table import TraceFormatError, refusing, validate
+from predictor.common.op_trace import OpTraceFormatError, refusing, validate
 
 OP_CODES_FILE = "op_codes.txt"
 # The ETS authors' GPU folders (../shared/ets_traces/<folder>/) and the catalogue GPU each one is
@@ -64,17 +64,17 @@ def load_op_codes(path: str | Path) -> list[str]:
         with refusing(path):
             text = read_bytes(path, "op-code list").decode("utf-8")
     except OSError as e:
-        raise TraceFormatError(path, f"cannot read op-code list: {e.strerror or e}") from e
+        raise OpTraceFormatError(path, f"cannot read op-code list: {e.strerror or e}") from e
     except UnicodeDecodeError as e:
-        raise TraceFormatError(path, f"op-code list is not UTF-8 text: {e.reason} at byte {e.start:,}") from None
+        raise OpTraceFormatError(path, f"op-code list is not UTF-8 text: {e.reason} at byte {e.start:,}") from None
     names = [line.strip() for line in text.splitlines()]
     while names and not names[-1]:
         names.pop()
     if not names:
-        raise TraceFormatError(path, "op-code list is empty")
+        raise OpTraceFormatError(path, "op-code list is empty")
     for i, name in enumerate(names):
         if not name:
-            raise TraceFormatError(path, "empty operator name (would shift every later code)", row=i + 1)
+            raise OpTraceFormatError(path, "empty operator name (would shift every later code)", row=i + 1)
     return names
 
 
@@ -84,7 +84,7 @@ def _find_op_codes(csv_path: Path) -> Path:
         candidate = folder / OP_CODES_FILE
         if candidate.is_file():
             return candidate
-    raise TraceFormatError(csv_path, f"no {OP_CODES_FILE} in {here} or {here.parent}; pass op_codes=")
+    raise OpTraceFormatError(csv_path, f"no {OP_CODES_FILE} in {here} or {here.parent}; pass op_codes=")
 
 
 def _resolve_op_codes(csv_path: Path, op_codes: list[str] | str | Path | None) -> list[str]:
@@ -112,14 +112,14 @@ def _numeric(path: Path, raw: pd.DataFrame, field: str, integer: bool) -> np.nda
     bad = ~np.isfinite(values)
     if bad.any():
         i = _first(bad)
-        raise TraceFormatError(path, f"expected a finite number, got {short(text.iloc[i])}",
-                               row=i + _HEADER_LINE + 1, field=field)
+        raise OpTraceFormatError(path, f"expected a finite number, got {short(text.iloc[i])}",
+                                 row=i + _HEADER_LINE + 1, field=field)
     if integer:
         bad = (values != np.round(values)) | (np.abs(values) > 2.0**53)
         if bad.any():
             i = _first(bad)
-            raise TraceFormatError(path, f"expected an integer, got {short(text.iloc[i])}",
-                                   row=i + _HEADER_LINE + 1, field=field)
+            raise OpTraceFormatError(path, f"expected an integer, got {short(text.iloc[i])}",
+                                     row=i + _HEADER_LINE + 1, field=field)
         return values.astype("int64")
     return values
 
@@ -134,8 +134,8 @@ def _params(path: Path, column: pd.Series) -> list[list[int]]:
         except ValueError:
             value = None
         if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            raise TraceFormatError(path, f"expected a JSON list of integers, got {short(text)}",
-                                   row=i + _HEADER_LINE + 1, field="params")
+            raise OpTraceFormatError(path, f"expected a JSON list of integers, got {short(text)}",
+                                     row=i + _HEADER_LINE + 1, field="params")
         out.append(value)
     return out
 
@@ -159,13 +159,13 @@ def _file_bytes(path: Path) -> bytes:
         with refusing(path):
             data = read_bytes(path, "ETS CSV file")
     except OSError as e:
-        raise TraceFormatError(path, f"cannot read: {e.strerror or type(e).__name__}") from e
+        raise OpTraceFormatError(path, f"cannot read: {e.strerror or type(e).__name__}") from e
     end = data.find(b"\n")
     header = data if end < 0 else data[:end]
     try:
         check_width(header.count(b",") + 1, "header")
     except InputError as exc:
-        raise TraceFormatError(path, str(exc), row=_HEADER_LINE) from None
+        raise OpTraceFormatError(path, str(exc), row=_HEADER_LINE) from None
     return data
 
 
@@ -178,16 +178,16 @@ def _read(path: Path) -> pd.DataFrame:
             raw = pd.read_csv(io.BytesIO(data), dtype=str, keep_default_na=False, na_filter=False, index_col=False,
                               skip_blank_lines=False, encoding="utf-8")
     except pd.errors.EmptyDataError as e:
-        raise TraceFormatError(path, "empty file (no header)") from e
+        raise OpTraceFormatError(path, "empty file (no header)") from e
     except (pd.errors.ParserError, pd.errors.ParserWarning) as e:
-        raise TraceFormatError(path, "more fields than the header" if isinstance(e, pd.errors.ParserWarning)
-                               else f"malformed CSV: {str(e).strip()}", row=_longest_row_line(data)) from e
+        raise OpTraceFormatError(path, "more fields than the header" if isinstance(e, pd.errors.ParserWarning)
+                                 else f"malformed CSV: {str(e).strip()}", row=_longest_row_line(data)) from e
     except (OSError, UnicodeDecodeError) as e:
-        raise TraceFormatError(path, f"cannot read: {e}") from e
+        raise OpTraceFormatError(path, f"cannot read: {e}") from e
     raw.columns = [str(c).strip() for c in raw.columns]
     missing = [c for c in REQUIRED_FIELDS if c not in raw.columns]
     if missing:
-        raise TraceFormatError(path, f"header lacks column(s) {missing}", row=_HEADER_LINE, field=missing[0])
+        raise OpTraceFormatError(path, f"header lacks column(s) {missing}", row=_HEADER_LINE, field=missing[0])
     raw = raw[list(REQUIRED_FIELDS)]
     blank = (raw == "").all(axis=1).to_numpy()
     n = len(raw)
@@ -195,9 +195,9 @@ def _read(path: Path) -> pd.DataFrame:
         n -= 1
     raw = raw.iloc[:n]
     if n == 0:
-        raise TraceFormatError(path, "no data rows")
+        raise OpTraceFormatError(path, "no data rows")
     if blank[:n].any():
-        raise TraceFormatError(path, "blank line inside the data", row=_first(blank[:n]) + _HEADER_LINE + 1)
+        raise OpTraceFormatError(path, "blank line inside the data", row=_first(blank[:n]) + _HEADER_LINE + 1)
     return raw
 
 
@@ -220,36 +220,36 @@ def load(path: str | Path, *, device: str | None = None,
         bad = num[field] < 0
         if bad.any():
             i = _first(bad)
-            raise TraceFormatError(path, f"must be >= 0, got {short(raw[field].iloc[i])}", row=lines[i], field=field)
+            raise OpTraceFormatError(path, f"must be >= 0, got {short(raw[field].iloc[i])}", row=lines[i], field=field)
     for field in POSITIVE:
         bad = num[field] <= 0
         if bad.any():
             i = _first(bad)
-            raise TraceFormatError(path, f"must be > 0, got {short(raw[field].iloc[i])}", row=lines[i], field=field)
+            raise OpTraceFormatError(path, f"must be > 0, got {short(raw[field].iloc[i])}", row=lines[i], field=field)
     for field in CONSTANT:
         bad = num[field] != num[field][0]
         if bad.any():
             i = _first(bad)
-            raise TraceFormatError(path, f"is {short(raw[field].iloc[i])} but {short(raw[field].iloc[0])} on line "
+            raise OpTraceFormatError(path, f"is {short(raw[field].iloc[i])} but {short(raw[field].iloc[0])} on line "
                                          f"{lines[0]}; a file must hold one configuration",
-                                   row=lines[i], field=field)
+                                     row=lines[i], field=field)
 
     op = num["op"]
     bad = (op < 0) | (op >= len(codes))
     if bad.any():
         i = _first(bad)
-        raise TraceFormatError(path, f"operator code {op[i]} not in the op-code list ({len(codes)} codes)",
-                               row=lines[i], field="op")
+        raise OpTraceFormatError(path, f"operator code {op[i]} not in the op-code list ({len(codes)} codes)",
+                                 row=lines[i], field="op")
     direction = num["dir"]
     bad = ~np.isin(direction, list(PHASE_OF_DIR))
     if bad.any():
         i = _first(bad)
-        raise TraceFormatError(path, f"pass {direction[i]} is not 1 (forward), 2 (backward) or 3 (update)",
-                               row=lines[i], field="dir")
+        raise OpTraceFormatError(path, f"pass {direction[i]} is not 1 (forward), 2 (backward) or 3 (update)",
+                                 row=lines[i], field="dir")
     input_type = int(num["input_type"][0])
     if input_type not in DTYPE_OF_INPUT_TYPE:
-        raise TraceFormatError(path, f"input type {input_type} is not 1 (float32), 2 (float16) or 3 (float64)",
-                               row=lines[0], field="input_type")
+        raise OpTraceFormatError(path, f"input type {input_type} is not 1 (float32), 2 (float16) or 3 (float64)",
+                                 row=lines[0], field="input_type")
     params = _params(path, raw["params"])
 
     dtype = DTYPE_OF_INPUT_TYPE[input_type]
@@ -317,12 +317,12 @@ def load_many(path_or_dir: str | Path, *, device: str | None = None,
     """
     root = Path(path_or_dir)
     if not root.exists():
-        raise TraceFormatError(root, "file or directory not found")
+        raise OpTraceFormatError(root, "file or directory not found")
     if not root.is_dir():
         return load(root, device=device, op_codes=op_codes)
     files = sorted(p for p in root.rglob("*.csv") if not p.is_dir())  # a FIFO or link is refused, not skipped
     if not files:
-        raise TraceFormatError(root, "no *.csv files in this directory")
+        raise OpTraceFormatError(root, "no *.csv files in this directory")
     shared = None if op_codes is None else _resolve_op_codes(root, op_codes)
     by_folder: dict[Path, list[str]] = {}
     tables, seen = [], {}
@@ -335,7 +335,7 @@ def load_many(path_or_dir: str | Path, *, device: str | None = None,
         table = load(f, device=device, op_codes=codes)
         key = (table["device"].iloc[0], table["config_id"].iloc[0])
         if key in seen:
-            raise TraceFormatError(f, f"same device and config_id {short(key, 200)} as {seen[key]}")
+            raise OpTraceFormatError(f, f"same device and config_id {short(key, 200)} as {seen[key]}")
         seen[key] = f
         tables.append(table)
     return pd.concat(tables, ignore_index=True)

@@ -1,5 +1,5 @@
 """Importers by kind, for ``ets import KIND PATH``: each turns files of another tool into
-execution-trace tables (:mod:`predictor.common.trace_table`).
+execution-trace tables (:mod:`predictor.common.op_trace`).
 
 Why a registry: the CLI, scripts and tests name an importer by kind and hand it a file or a
 directory; one place maps kinds to readers and expands directories.
@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from predictor.common.inputs import short
-from predictor.common.trace_table import TraceFormatError
+from predictor.common.op_trace import OpTraceFormatError
 
 
 def _ets_csv(path: Path, device: str | None) -> pd.DataFrame:
@@ -29,13 +29,13 @@ def _per_file(loader_name: str, patterns: tuple[str, ...]) -> Callable[[Path, st
         loader = importlib.import_module(f"predictor.emulator.capture.{loader_name}").load
         files = sorted({f for p in patterns for f in path.glob(p)}) if path.is_dir() else [path]
         if not files:
-            raise TraceFormatError(path, f"no files matching {', '.join(patterns)} in this directory")
+            raise OpTraceFormatError(path, f"no files matching {', '.join(patterns)} in this directory")
         tables, seen = [], {}
         for f in files:
             table = loader(f, device=device)
             key = (str(table["device"].iloc[0]), str(table["config_id"].iloc[0]))
             if key in seen:  # e.g. a.json and a.json.gz: the one iteration would count twice
-                raise TraceFormatError(f, f"same device and config_id {short(key, 200)} as {seen[key]}")
+                raise OpTraceFormatError(f, f"same device and config_id {short(key, 200)} as {seen[key]}")
             seen[key] = f
             tables.append(table)
         return pd.concat(tables, ignore_index=True)
@@ -53,10 +53,10 @@ IMPORTERS: dict[str, tuple[Callable[[Path, str | None], pd.DataFrame], str]] = {
 
 def import_traces(kind: str, path: str | Path, device: str | None = None) -> pd.DataFrame:
     if kind not in IMPORTERS:
-        raise TraceFormatError(path, f"unknown importer {short(kind)}; known: {', '.join(IMPORTERS)}")
+        raise OpTraceFormatError(path, f"unknown importer {short(kind)}; known: {', '.join(IMPORTERS)}")
     p = Path(path)
     if not p.exists():
-        raise TraceFormatError(path, "file or directory not found")
+        raise OpTraceFormatError(path, "file or directory not found")
     return IMPORTERS[kind][0](p, device)
 
 

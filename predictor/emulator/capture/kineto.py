@@ -1,4 +1,4 @@
-"""Import a PyTorch-profiler (Kineto) Chrome-trace JSON file as one execution trace (trace_table).
+"""Import a PyTorch-profiler (Kineto) Chrome-trace JSON file as one execution trace (op_trace).
 
 Why: torch.profiler is the tool users already run; its ``export_chrome_trace`` / TensorBoard files
 (``*.pt.trace.json[.gz]``) hold every operator, its shapes and the GPU kernels it launched, which is
@@ -52,7 +52,7 @@ Rules (the choices the format leaves open):
 * **Other columns.** cpu_us = the op's host ``dur``. input_shapes = ``args["Input Dims"]`` (a list,
   or a JSON string of one) of the op, or of its first nested operator that has one (the autograd
   node inside an ``evaluate_function`` wrapper); "[]" when unknown. params = the integers of those
-  shapes, flattened in order, first 30 (trace_table.MAX_PARAMS). flops = ``args["flops"]`` of the op,
+  shapes, flattened in order, first 30 (op_trace.MAX_PARAMS). flops = ``args["flops"]`` of the op,
   else the sum over its outermost nested operators that carry one (``with_flops=True``); bytes = 0.
   dtype = the first floating type in ``args["Input type"]`` (same fallback as the shapes), default
   float32. batch = first dim of the first non-empty input shape of the first forward op having one
@@ -72,10 +72,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from predictor.common import trace_table
+from predictor.common import op_trace
 from predictor.common.families import family_of
 from predictor.common.inputs import InputError, inflate, load_json, names, read_bytes, short
-from predictor.common.trace_table import TraceFormatError, refusing
+from predictor.common.op_trace import OpTraceFormatError, refusing
 
 # Kinds of complete ("X") events this importer reads, by category (both schemas).
 OP, ANNOTATION, RUNTIME, DEVICE = "op", "annotation", "runtime", "device"
@@ -132,19 +132,19 @@ def _read_json(path: Path) -> dict:
         with refusing(path):
             raw = inflate(read_bytes(path, "Kineto trace file"), path)
     except OSError as exc:
-        raise TraceFormatError(path, f"cannot read the file: {exc.strerror or type(exc).__name__}") from exc
+        raise OpTraceFormatError(path, f"cannot read the file: {exc.strerror or type(exc).__name__}") from exc
     try:
         with refusing(path):
             data = load_json(raw, path)
     except UnicodeDecodeError as exc:
-        raise TraceFormatError(path, f"not UTF-8 JSON text: {exc}") from exc
+        raise OpTraceFormatError(path, f"not UTF-8 JSON text: {exc}") from exc
     except json.JSONDecodeError as exc:
         what = "truncated JSON" if exc.pos >= len(raw.rstrip()) else "not valid JSON"
-        raise TraceFormatError(path, f"{what}: {exc.msg} at line {exc.lineno} column {exc.colno}") from exc
+        raise OpTraceFormatError(path, f"{what}: {exc.msg} at line {exc.lineno} column {exc.colno}") from exc
     if not isinstance(data, dict) or "traceEvents" not in data:
-        raise TraceFormatError(path, "not a Chrome trace: no 'traceEvents'", field="traceEvents")
+        raise OpTraceFormatError(path, "not a Chrome trace: no 'traceEvents'", field="traceEvents")
     if not isinstance(data["traceEvents"], list):
-        raise TraceFormatError(path, "'traceEvents' is not a list", field="traceEvents")
+        raise OpTraceFormatError(path, "'traceEvents' is not a list", field="traceEvents")
     return data
 
 
@@ -153,7 +153,7 @@ def _event_tables(path: Path, events: list) -> tuple[pd.DataFrame, pd.DataFrame]
     rows, flows = [], []
     for i, e in enumerate(events):
         if not isinstance(e, dict):
-            raise TraceFormatError(path, "trace event is not a JSON object", row=i)
+            raise OpTraceFormatError(path, "trace event is not a JSON object", row=i)
         ph = e.get("ph")
         if ph == "X":
             cat = e.get("cat")
@@ -170,18 +170,18 @@ def _event_tables(path: Path, events: list) -> tuple[pd.DataFrame, pd.DataFrame]
         bad = values.isna().to_numpy() | ev[col].map(lambda v: isinstance(v, bool)).to_numpy(dtype=bool)
         if bad.any():
             j = int(np.argmax(bad))
-            raise TraceFormatError(path, f"must be a number, got {short(ev[col].iloc[j])}",
-                                   row=int(ev["event"].iloc[j]), field=col)
+            raise OpTraceFormatError(path, f"must be a number, got {short(ev[col].iloc[j])}",
+                                     row=int(ev["event"].iloc[j]), field=col)
         ev[col] = values.astype("float64")
     if (ev["dur"] < 0).any():
         j = int(np.argmax((ev["dur"] < 0).to_numpy()))
-        raise TraceFormatError(path, f"must be >= 0, got {short(ev['dur'].iloc[j])}",
-                               row=int(ev["event"].iloc[j]), field="dur")
+        raise OpTraceFormatError(path, f"must be >= 0, got {short(ev['dur'].iloc[j])}",
+                                 row=int(ev["event"].iloc[j]), field="dur")
     bad_name = ~ev["name"].map(lambda v: isinstance(v, str)).astype(bool)
     if bad_name.any():
         j = int(np.argmax(bad_name.to_numpy()))
-        raise TraceFormatError(path, f"must be a string, got {short(ev['name'].iloc[j])}",
-                               row=int(ev["event"].iloc[j]), field="name")
+        raise OpTraceFormatError(path, f"must be a string, got {short(ev['name'].iloc[j])}",
+                                 row=int(ev["event"].iloc[j]), field="name")
     ev["args"] = [a if isinstance(a, dict) else {} for a in ev["args"]]
     ev["pid"] = ev["pid"].astype(str)
     ev["tid"] = ev["tid"].astype(str)
@@ -207,7 +207,7 @@ def _check_ids(path: Path, values: list, events: list[int], field: str) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
         if not (0 <= value <= MAX_ID and float(value).is_integer()):
-            raise TraceFormatError(path, f"id {short(value, 40)} is not a whole number from 0 to 2**53 "
+            raise OpTraceFormatError(path, f"id {short(value, 40)} is not a whole number from 0 to 2**53 "
                                          f"({MAX_ID:,}): such ids cannot be matched exactly, so the kernels it "
                                          "joins would be lost or misattributed", row=int(event), field=field)
 
@@ -277,10 +277,11 @@ def _nest(path: Path, cpu: pd.DataFrame) -> dict[str, np.ndarray | dict]:
                 try:
                     dims = load_json(dims, "the shapes")
                 except json.JSONDecodeError as exc:
-                    raise TraceFormatError(path, f"not a JSON list of shapes: {exc.msg}",
-                                           row=int(cpu["event"].iloc[j]), field="Input Dims") from exc
+                    raise OpTraceFormatError(path, f"not a JSON list of shapes: {exc.msg}",
+                                             row=int(cpu["event"].iloc[j]), field="Input Dims") from exc
                 except InputError as exc:
-                    raise TraceFormatError(path, str(exc), row=int(cpu["event"].iloc[j]), field="Input Dims") from None
+                    raise OpTraceFormatError(path, str(exc), row=int(cpu["event"].iloc[j]),
+                                             field="Input Dims") from None
             shapes[r] = dims
         if r not in types and "Input type" in a:
             types[r] = a["Input type"]
@@ -362,10 +363,10 @@ def _check_unique_launches(path: Path, rt: pd.DataFrame) -> None:
     corr = ids["corr"].iloc[j]
     first = int(ids.loc[ids["corr"] == corr, "event"].iloc[0])
     field = "id" if ids["from_flow"].iloc[j] else "args.correlation"
-    raise TraceFormatError(path, f"correlation id {int(corr)} is shared by the runtime calls at events {first} and "
+    raise OpTraceFormatError(path, f"correlation id {int(corr)} is shared by the runtime calls at events {first} and "
                                  f"{int(ids['event'].iloc[j])} ({int(again.sum()):,} repeated id(s) in all): each "
                                  "launch has its own id, so the kernels of these calls cannot be attributed",
-                           row=int(ids["event"].iloc[j]), field=field)
+                             row=int(ids["event"].iloc[j]), field=field)
 
 
 # -- the importer ----------------------------------------------------------------------------------
@@ -375,12 +376,12 @@ def _main_process(path: Path, ev: pd.DataFrame) -> tuple[str, pd.DataFrame]:
     operators) and its ProfilerStep events."""
     ops_all = ev[ev["kind"] == OP]
     if ops_all.empty:
-        raise TraceFormatError(path, "no operator events (category 'cpu_op' or 'Operator')", field="cat")
+        raise OpTraceFormatError(path, "no operator events (category 'cpu_op' or 'Operator')", field="cat")
     steps = ev[ev["kind"].isin([OP, ANNOTATION]) & ev["name"].str.match(_STEP.pattern)].copy()
     pids = (steps if len(steps) else ops_all)["pid"].dropna()
     if pids.empty:
         what = "ProfilerStep" if len(steps) else "operator"
-        raise TraceFormatError(path, f"no {what} event carries a process id", field="pid")
+        raise OpTraceFormatError(path, f"no {what} event carries a process id", field="pid")
     main_pid = pids.mode().iloc[0] if len(steps) else pids.value_counts().index[0]
     return main_pid, steps[steps["pid"] == main_pid]
 
@@ -400,7 +401,7 @@ def _top_level_ops(path: Path, cpu: pd.DataFrame, nest: dict) -> pd.DataFrame:
     roots = cpu[(cpu["kind"] == OP) & ~nest["is_ann"] & (nest["root"] == pos) & ~nest["in_data"]].copy()
     roots["pos"] = roots.index.to_numpy()
     if roots.empty:
-        raise TraceFormatError(path, "no operator events outside annotation / data-loading ranges")
+        raise OpTraceFormatError(path, "no operator events outside annotation / data-loading ranges")
     roots["node"] = roots["name"].str.contains(_NODE.pattern, regex=True)
     roots["flops"] = pd.Series(nest["flops"]).groupby(nest["root"]).sum().reindex(roots["pos"]).fillna(0).to_numpy()
     return roots
@@ -490,8 +491,8 @@ def _table(path: Path, roots: pd.DataFrame, nest: dict, config_id: str, device: 
         "idx": np.arange(len(roots)),
         "op": roots["name"].map(op_name).to_numpy(),
         "phase": roots["phase"].to_numpy(),
-        "input_shapes": [trace_table.shapes_json(s if isinstance(s, list) else []) for s in shapes],
-        "params": [_flatten_ints(s, [])[: trace_table.MAX_PARAMS] for s in shapes],
+        "input_shapes": [op_trace.shapes_json(s if isinstance(s, list) else []) for s in shapes],
+        "params": [_flatten_ints(s, [])[: op_trace.MAX_PARAMS] for s in shapes],
         "flops": roots["flops"].to_numpy(),
         "bytes": 0.0,
         "dtype": [_dtype(t) for t in types],
@@ -517,7 +518,7 @@ def load(path: str | Path, *, device: str | None = None, model: str | None = Non
     label, roots = _select_step(path, steps, roots, step)
     roots = roots.sort_values(["ts", "event"]).reset_index(drop=True)
     if roots.empty:
-        raise TraceFormatError(path, f"{label} holds no operator events")
+        raise OpTraceFormatError(path, f"{label} holds no operator events")
     roots["phase"] = _phases(roots)
     times = _device_times(path, ev, flows, cpu, roots) if (ev["kind"] == DEVICE).any() else _host_times(roots)
     roots["kernels"], roots["duration_us"], roots["gap_us"] = times
@@ -525,7 +526,7 @@ def load(path: str | Path, *, device: str | None = None, model: str | None = Non
     step_id = label.split("#", 1)[1] if label.startswith("ProfilerStep#") else "all"
     table = _table(path, roots, nest, f"kineto:{model}:{step_id}",
                    _default_device(data, ev) if device is None else device, model)
-    return trace_table.validate(table, path)
+    return op_trace.validate(table, path)
 
 
 def _select_step(path: Path, steps: pd.DataFrame, roots: pd.DataFrame,
@@ -533,8 +534,8 @@ def _select_step(path: Path, steps: pd.DataFrame, roots: pd.DataFrame,
     """The chosen iteration's label and its top-level ops (those starting inside its range)."""
     if steps.empty:
         if step is not None:
-            raise TraceFormatError(path, f"step {step} requested but the trace has no ProfilerStep ranges",
-                                   field="step")
+            raise OpTraceFormatError(path, f"step {step} requested but the trace has no ProfilerStep ranges",
+                                     field="step")
         return "all", roots
     steps = steps.assign(n=steps["name"].str.extract(_STEP.pattern)[0].astype(int),
                          end=steps["ts"] + steps["dur"]).sort_values("ts")
@@ -547,7 +548,7 @@ def _select_step(path: Path, steps: pd.DataFrame, roots: pd.DataFrame,
         chosen = steps[steps["n"] == int(step)]
         if chosen.empty:
             have = names([int(n) for n in steps["n"]])
-            raise TraceFormatError(path, f"no ProfilerStep#{step} in the trace (steps: {have})", field="step")
+            raise OpTraceFormatError(path, f"no ProfilerStep#{step} in the trace (steps: {have})", field="step")
         s = chosen.iloc[0]
         return s["name"], roots[inside(s)]
     bwd = roots["backward_root"].to_numpy()
@@ -556,4 +557,4 @@ def _select_step(path: Path, steps: pd.DataFrame, roots: pd.DataFrame,
     for s, m in reversed(stats):
         if m.any() and (not training or (m & bwd).any()):
             return s.name, roots[m]
-    raise TraceFormatError(path, "no ProfilerStep range holds operator events", field="step")
+    raise OpTraceFormatError(path, "no ProfilerStep range holds operator events", field="step")

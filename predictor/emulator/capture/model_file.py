@@ -5,7 +5,7 @@ KernelBench convention is the smallest contract that describes one: a file defin
 ``torch.nn.Module``), ``get_inputs()`` (the forward's arguments) and optionally
 ``get_init_inputs()`` (the constructor's), so the model is ``Model(*get_init_inputs())`` and one
 call is ``model(*get_inputs())``. Such a file is captured like a zoo config and gives a normal
-execution-trace table (:mod:`predictor.common.trace_table`) that the emulator and the predictors accept.
+execution-trace table (:mod:`predictor.common.op_trace`) that the emulator and the predictors accept.
 
 **It runs the file's code**, as ``python FILE`` would (except an ``if __name__ == "__main__"``
 block: the module gets a unique name of its own): this is done only for a file the user names
@@ -139,7 +139,7 @@ def capture_model_file(path: str | Path, *, inference: bool = False, dtype: str 
             trace = _capture(shown, module, inference=inference, dtype=base, optimizer=optimizer)
             if dtype != "amp":
                 return trace
-            from predictor.common.trace_table import validate
+            from predictor.common.op_trace import validate
             from predictor.emulator.capture.amp import autocast_trace
 
             return validate(autocast_trace(trace).assign(config_id=config_id_of(path, inference=inference, dtype=dtype,
@@ -216,7 +216,7 @@ def _entry_points(shown: str, module: types.ModuleType) -> tuple[Any, Callable, 
 
 
 def _capture(shown: str, module: types.ModuleType, *, inference: bool, dtype: str, optimizer: str) -> pd.DataFrame:
-    from predictor.common.trace_table import validate
+    from predictor.common.op_trace import validate
     from predictor.emulator.capture.opseq import _create_optimizer_state, _rnn_flops, ops_table
     from predictor.emulator.capture.profile import extract_ops, median_timings, run_profiled
     from predictor.emulator.zoo.registry import ADAM_LR, SGD_LR, SGD_MOMENTUM

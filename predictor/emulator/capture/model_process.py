@@ -8,7 +8,7 @@ one child Python process for all the files of a run (one torch import), the file
 order, each within the ``model_seconds`` limit (its import, its model's construction and its capture), the
 whole child within the ``model_bytes`` limit of address space (``RLIMIT_AS``, soft and hard: the file's code
 cannot raise it). The parent gets data back, never objects: per file a JSON header and the trace
-table as Parquet bytes (no pickle), which it validates again (:func:`predictor.common.trace_table.validate`);
+table as Parquet bytes (no pickle), which it validates again (:func:`predictor.common.op_trace.validate`);
 nothing of the file runs in the parent.
 
 * A file over the time limit: the child (and anything it started: it leads its own session) is
@@ -201,11 +201,11 @@ class _Child:
 
 def _table(path: str, data: bytes) -> pd.DataFrame | ModelFileError:
     """The child's Parquet bytes as a validated trace table."""
-    from predictor.common.trace_table import TraceFormatError, validate
+    from predictor.common.op_trace import OpTraceFormatError, validate
 
     try:
         return validate(pd.read_parquet(io.BytesIO(data)), path)
-    except (TraceFormatError, ValueError, OSError) as exc:
+    except (OpTraceFormatError, ValueError, OSError) as exc:
         return ModelFileError(path, f"its capture gave an unreadable table ({' '.join(str(exc).split())})")
 
 

@@ -2,7 +2,7 @@
 
 Why: ETS collected its data exactly this way (``nsys`` + ``torch.autograd.profiler.emit_nvtx()``,
 parsed by PyProf, predictors.md §1.1/§1.2/§6.3); this module turns such a file into one execution
-trace (``predictor.common.trace_table``) without PyProf or torch.
+trace (``predictor.common.op_trace``) without PyProf or torch.
 
 Export a report with ``nsys export --type sqlite -o run.sqlite run.nsys-rep`` (times in ns).
 
@@ -75,7 +75,7 @@ import pandas as pd
 
 from predictor.common.families import family_of
 from predictor.common.inputs import InputError, load_json, names, regular_file, short
-from predictor.common.trace_table import MAX_PARAMS, TraceFormatError, refusing, shapes_json, validate
+from predictor.common.op_trace import MAX_PARAMS, OpTraceFormatError, refusing, shapes_json, validate
 
 KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
 RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
@@ -128,7 +128,7 @@ def load(path: str | Path, *, device: str | None = None, model: str | None = Non
     try:
         return _load(con, path, device=device, model=model, iteration=iteration)
     except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
-        raise TraceFormatError(path, f"cannot read the SQLite export: {exc}") from exc
+        raise OpTraceFormatError(path, f"cannot read the SQLite export: {exc}") from exc
     finally:
         con.close()
 
@@ -142,10 +142,10 @@ def _connect(path: Path) -> sqlite3.Connection:
         with refusing(path):
             regular_file(path, "Nsight Systems SQLite export")
     except FileNotFoundError:
-        raise TraceFormatError(path, "no such file") from None
+        raise OpTraceFormatError(path, "no such file") from None
     with path.open("rb") as fh:
         if fh.read(len(_SQLITE_MAGIC)) != _SQLITE_MAGIC:
-            raise TraceFormatError(path, "not an SQLite file: export the report with "
+            raise OpTraceFormatError(path, "not an SQLite file: export the report with "
                                          "`nsys export --type sqlite`")
     return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
 
@@ -158,7 +158,7 @@ def _plain_tables(path: Path, con: sqlite3.Connection) -> set[str]:
     for name, kind, sql in con.execute("SELECT name, type, sql FROM sqlite_master WHERE type IN ('table', 'view')"):
         plain = kind == "table" and not str(sql or "").lstrip().upper().startswith("CREATE VIRTUAL")
         if not plain and name in READ_TABLES:
-            raise TraceFormatError(path, f"{name} is a {'view' if kind == 'view' else 'virtual table'}, not a "
+            raise OpTraceFormatError(path, f"{name} is a {'view' if kind == 'view' else 'virtual table'}, not a "
                                          "plain table: an nsys export holds plain tables only", field=name)
         if plain:
             tables.add(name)
@@ -172,29 +172,29 @@ def _columns(con: sqlite3.Connection, table: str) -> set[str]:
 def _require(path: Path, table: str, have: set[str], needed: tuple[str, ...]) -> None:
     for col in needed:
         if col not in have:
-            raise TraceFormatError(path, f"table {table} lacks column {col!r}",
-                                   field=f"{table}.{col}")
+            raise OpTraceFormatError(path, f"table {table} lacks column {col!r}",
+                                     field=f"{table}.{col}")
 
 
 def _load(con, path, *, device, model, iteration) -> pd.DataFrame:
     tables = _plain_tables(path, con)
     if KERNEL_TABLE not in tables:
-        raise TraceFormatError(path, "file has no kernel table: was the profile captured with CUDA "
+        raise OpTraceFormatError(path, "file has no kernel table: was the profile captured with CUDA "
                                      "tracing?", field=KERNEL_TABLE)
     for table in (STRINGS_TABLE, RUNTIME_TABLE):
         if table not in tables:
-            raise TraceFormatError(path, f"file has no {table} table", field=table)
+            raise OpTraceFormatError(path, f"file has no {table} table", field=table)
     if NVTX_TABLE not in tables or con.execute(
             f"SELECT 1 FROM {NVTX_TABLE} WHERE eventType = ? LIMIT 1",
             (NVTX_PUSH_POP,)).fetchone() is None:
-        raise TraceFormatError(path, "file has no NVTX push/pop ranges: profile under "
+        raise OpTraceFormatError(path, "file has no NVTX push/pop ranges: profile under "
                                      "torch.autograd.profiler.emit_nvtx() with "
                                      "`nsys profile -t cuda,nvtx`", field=f"{NVTX_TABLE}.eventType")
     nvtx_cols = _columns(con, NVTX_TABLE)
     _require(path, NVTX_TABLE, nvtx_cols, ("start", "end", "eventType", "globalTid"))
     if not nvtx_cols & {"text", "textId"}:
-        raise TraceFormatError(path, f"table {NVTX_TABLE} has neither 'text' nor 'textId'",
-                               field=f"{NVTX_TABLE}.text")
+        raise OpTraceFormatError(path, f"table {NVTX_TABLE} has neither 'text' nor 'textId'",
+                                 field=f"{NVTX_TABLE}.text")
     _require(path, RUNTIME_TABLE, _columns(con, RUNTIME_TABLE),
              ("start", "end", "globalTid", "correlationId"))
     kcols = _columns(con, KERNEL_TABLE)
@@ -206,9 +206,9 @@ def _load(con, path, *, device, model, iteration) -> pd.DataFrame:
         f"SELECT k.rowid, k.{name_col} FROM {KERNEL_TABLE} k LEFT JOIN {STRINGS_TABLE} s "
         f"ON s.id = k.{name_col} WHERE s.id IS NULL LIMIT 1").fetchone()
     if missing is not None:
-        raise TraceFormatError(path, f"{KERNEL_TABLE} row {short(missing[0])}: kernel name id "
+        raise OpTraceFormatError(path, f"{KERNEL_TABLE} row {short(missing[0])}: kernel name id "
                                      f"{short(missing[1])} is not in {STRINGS_TABLE}", row=missing[0],
-                               field=f"{KERNEL_TABLE}.{name_col}")
+                                 field=f"{KERNEL_TABLE}.{name_col}")
 
     launches = _launches(con, tables, kcols, name_col)
     text_sql = _text_sql(nvtx_cols)
@@ -220,17 +220,17 @@ def _load(con, path, *, device, model, iteration) -> pd.DataFrame:
                             & (launches["rstart"] <= win[1])]
     else:
         if iteration is not None:
-            raise TraceFormatError(path, f"iteration {iteration} requested but the file has no "
+            raise OpTraceFormatError(path, f"iteration {iteration} requested but the file has no "
                                          "iteration ranges ('layer:...iter=N' or 'ProfilerStep#N')",
-                                   field=f"{NVTX_TABLE}.text")
+                                     field=f"{NVTX_TABLE}.text")
         label, win, info, iter_rowid = "all", None, {}, None
         if not launches.empty:
             pid = int(launches["pid"].value_counts().sort_index().idxmax())
             launches = launches[launches["pid"] == pid]
             main_tid = int(launches.sort_values("rstart")["tid"].iloc[0])
     if launches.empty:
-        raise TraceFormatError(path, f"no kernels in the selected iteration ({label})",
-                               field=KERNEL_TABLE)
+        raise OpTraceFormatError(path, f"no kernels in the selected iteration ({label})",
+                                 field=KERNEL_TABLE)
 
     ranges = _ranges(con, text_sql, pid, win)
     ops = _group(path, launches, ranges, main_tid, iter_rowid)
@@ -286,9 +286,9 @@ def _choose_iteration(path, iters, iteration):
     want = numbers[-1] if iteration is None else int(iteration)
     cands = [it for it in iters if it[0] == want]
     if not cands:
-        raise TraceFormatError(path, f"iteration {want} not found; the file has iterations "
+        raise OpTraceFormatError(path, f"iteration {want} not found; the file has iterations "
                                      f"[{names(numbers)}]",
-                               field=f"{NVTX_TABLE}.text")
+                                 field=f"{NVTX_TABLE}.text")
     return min(cands, key=lambda it: (it[1], it[2].start))
 
 
@@ -334,7 +334,7 @@ def _markers(path: Path, enclosing: list[_Range]) -> list[tuple]:
         try:
             found = _marker(r.text)
         except InputError as exc:
-            raise TraceFormatError(path, str(exc), row=r.rowid, field=f"{NVTX_TABLE}.text") from None
+            raise OpTraceFormatError(path, str(exc), row=r.rowid, field=f"{NVTX_TABLE}.text") from None
         if found is not None:
             out.append(found + (r,))
     return out

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from predictor.common.trace_table import validate
+from predictor.common.op_trace import validate
 from predictor.emulator.capture import amp, costs, kineto
 from predictor.emulator.capture.profile import extract_ops, median_timings, params_of, run_profiled
 from predictor.emulator.zoo.config import AMP, ModelBuildError, ModelConfig

@@ -49,7 +49,7 @@ from scipy.optimize import least_squares
 from tqdm import tqdm
 
 from predictor.common.gpus import spec_only_entry
-from predictor.common.trace_table import PHASES
+from predictor.common.op_trace import PHASES
 from predictor.emulator.capture import cache as capture_cache
 from predictor.emulator.capture.costs import op_class
 from predictor.emulator.capture.ets_csv import ETS_DEVICES

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from predictor.common.gpus import GpuEntry
-from predictor.common.trace_table import ELEMENT_BYTES, first_input_elements
+from predictor.common.op_trace import ELEMENT_BYTES, first_input_elements
 from predictor.emulator.devices.collectives import (
     CollectiveError,
     CommParams,

@@ -141,7 +141,7 @@ def sequences(root: str | Path, timings: pd.DataFrame, cache: Path | None = None
 
 
 def _failure_row(config_id: str, reason: str) -> pd.DataFrame:
-    from predictor.common.trace_table import validate
+    from predictor.common.op_trace import validate
 
     return validate(pd.DataFrame({
         "config_id": [config_id], "device": ["meta"], "family": ["kernelbench"], "model": ["failed"], "idx": [0],

@@ -25,7 +25,7 @@ import difflib
 import pandas as pd
 
 from predictor.common.inputs import InputError
-from predictor.common.trace_table import PHASES
+from predictor.common.op_trace import PHASES
 from predictor.emulator.capture.quiet import capture_quietly
 from predictor.emulator.devices.specs import DeviceParams, load_params
 from predictor.emulator.zoo.config import ModelBuildError, ModelConfig

@@ -9,7 +9,7 @@ config that rebuilds it (:func:`configs`) and to the phases its time covers (``p
 
 **Lambda** (``lambda/lambda_runs.csv``, :func:`load_lambda`): throughput of NVIDIA
 DeepLearningExamples training recipes (forward, backward and optimizer: ``phases`` = all three of
-``trace_table.PHASES``) on ~30 GPU types; one row per run (per log file).
+``op_trace.PHASES``) on ~30 GPU types; one row per run (per log file).
 
 * Kept: ``num_gpu_config`` 1, a parsed ``throughput``, tasks the zoo rebuilds (``LAMBDA_TASKS``):
   ``resnet50`` (ResNet-50 v1.5, 224x224, 1000 classes, SGD with momentum; throughput in images/s),
@@ -81,7 +81,7 @@ import pandas as pd
 from predictor.common.families import family_of
 from predictor.common.gpus import catalog
 from predictor.common.inputs import short
-from predictor.common.trace_table import PHASES
+from predictor.common.op_trace import PHASES
 from predictor.emulator.devices.measurements import (
     COLUMNS,
     MeasurementError,

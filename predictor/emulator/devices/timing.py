@@ -53,7 +53,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from predictor.common.trace_table import validate
+from predictor.common.op_trace import validate
 from predictor.emulator.capture.costs import GEMM_CLASSES, kernel_free, op_class
 from predictor.emulator.devices import kernels as kernel_model
 from predictor.emulator.devices.problems import trace_problems

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from predictor.common.inputs import InputError
-from predictor.common.trace_table import DTYPES
+from predictor.common.op_trace import DTYPES
 
 KINDS = ("vision", "randwire", "nlp", "speech", "llm", "timm", "hf")
 # The dtypes the zoo trains in (float64 appears only in imported traces), in the trace schema's order.

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from predictor.cli import main as ets
-from predictor.common.trace_table import read_dataset
+from predictor.common.op_trace import read_dataset
 from predictor.emulator.capture.opseq import capture
 from predictor.emulator.collect import _capture as REAL_CAPTURE
 from predictor.emulator.collect import collect

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from predictor.common.trace_table import read_dataset
+from predictor.common.op_trace import read_dataset
 from predictor.emulator.capture import disturbance
 from predictor.emulator.capture.disturbance import CpuSample, DisturbedError, others_load, sample, undisturbed
 from predictor.emulator.collect import collect

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictor.common.trace_table import COLUMNS
+from predictor.common.op_trace import COLUMNS
 from predictor.emulator.capture import kineto
 from tests.predictor.helpers import expect_error
 

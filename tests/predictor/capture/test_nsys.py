@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from predictor.common.trace_table import COLUMNS, TraceFormatError
+from predictor.common.op_trace import COLUMNS, OpTraceFormatError
 from predictor.emulator.capture import nsys
 
 PID_A, PID_B = 100, 200
@@ -186,7 +186,7 @@ def test_iteration_selection_and_overrides(tmp_path):
     assert _rows(df) == [("conv2d", "forward", 7.0, 1, 4.0, 0.0)]
     assert set(df["config_id"]) == {"nsys:vgg11:0"}
     assert set(df["family"]) == {"vgg"} and set(df["device"]) == {"V100"}
-    with pytest.raises(TraceFormatError, match=r"iteration 5 not found.*\[0, 1\]"):
+    with pytest.raises(OpTraceFormatError, match=r"iteration 5 not found.*\[0, 1\]"):
         nsys.load(path, iteration=5)
 
 
@@ -209,7 +209,7 @@ def test_whole_file_without_iteration_ranges(tmp_path):
     assert list(df["op"]) == ["conv2d"] + [e[0] for e in EXPECTED]
     assert set(df["config_id"]) == {"nsys:run:all"}
     assert df["kernels"].sum() == 9
-    with pytest.raises(TraceFormatError, match="no iteration ranges"):
+    with pytest.raises(OpTraceFormatError, match="no iteration ranges"):
         nsys.load(path, iteration=1)
 
 
@@ -250,7 +250,7 @@ def test_marker_parsing():
 def test_not_sqlite(tmp_path):
     path = tmp_path / "run.sqlite"
     path.write_text("op,dir\n1,2\n")
-    with pytest.raises(TraceFormatError, match="not an SQLite file") as err:
+    with pytest.raises(OpTraceFormatError, match="not an SQLite file") as err:
         nsys.load(path)
     assert str(path) in str(err.value)
 
@@ -258,12 +258,12 @@ def test_not_sqlite(tmp_path):
 def test_corrupt_sqlite(tmp_path):
     path = tmp_path / "run.sqlite"
     path.write_bytes(b"SQLite format 3\x00" + b"\xff" * 200)
-    with pytest.raises(TraceFormatError, match="cannot read the SQLite export"):
+    with pytest.raises(OpTraceFormatError, match="cannot read the SQLite export"):
         nsys.load(path)
 
 
 def test_missing_file(tmp_path):
-    with pytest.raises(TraceFormatError, match="no such file"):
+    with pytest.raises(OpTraceFormatError, match="no such file"):
         nsys.load(tmp_path / "absent.sqlite")
 
 
@@ -272,7 +272,7 @@ def test_no_kernel_table(tmp_path):
     con = sqlite3.connect(path)
     con.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL)")
     con.close()
-    with pytest.raises(TraceFormatError, match="file has no kernel table: was the profile captured "
+    with pytest.raises(OpTraceFormatError, match="file has no kernel table: was the profile captured "
                                                "with CUDA tracing") as err:
         nsys.load(path)
     assert str(path) in str(err.value) and "CUPTI_ACTIVITY_KIND_KERNEL" in str(err.value)
@@ -283,14 +283,14 @@ def test_no_nvtx_ranges(tmp_path):
     f.launch(MAIN, 1, 0, 10, 20, 30)
     f.range(MAIN, 0, 0, "a mark", event_type=34)  # a marker, not a push/pop range
     path = f.close()
-    with pytest.raises(TraceFormatError, match="no NVTX push/pop ranges") as err:
+    with pytest.raises(OpTraceFormatError, match="no NVTX push/pop ranges") as err:
         nsys.load(path)
     assert "NVTX_EVENTS.eventType" in str(err.value) and str(path) in str(err.value)
     con = sqlite3.connect(path)
     con.execute("DROP TABLE NVTX_EVENTS")
     con.commit()
     con.close()
-    with pytest.raises(TraceFormatError, match="no NVTX push/pop ranges"):
+    with pytest.raises(OpTraceFormatError, match="no NVTX push/pop ranges"):
         nsys.load(path)
 
 
@@ -298,7 +298,7 @@ def test_kernel_name_missing_from_string_ids(tmp_path):
     f = training_file(tmp_path / "run.sqlite")
     f.con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET demangledName = 999 WHERE correlationId = 4")
     path = f.close()
-    with pytest.raises(TraceFormatError, match="kernel name id 999 is not in StringIds") as err:
+    with pytest.raises(OpTraceFormatError, match="kernel name id 999 is not in StringIds") as err:
         nsys.load(path)
     assert err.value.field == "CUPTI_ACTIVITY_KIND_KERNEL.demangledName"
     assert str(path) in str(err.value)
@@ -309,7 +309,7 @@ def test_no_kernels_in_selected_iteration(tmp_path):
     f.range(MAIN, 2 * T, 2 * T + 500_000,
             "layer:model=resnet18, batch=8, h=32, w=32, dtype=float32, iter=2")
     path = f.close()
-    with pytest.raises(TraceFormatError, match=r"no kernels in the selected iteration \(2\)") as err:
+    with pytest.raises(OpTraceFormatError, match=r"no kernels in the selected iteration \(2\)") as err:
         nsys.load(path)
     assert "CUPTI_ACTIVITY_KIND_KERNEL" in str(err.value)
     assert len(nsys.load(path, iteration=1)) == 7

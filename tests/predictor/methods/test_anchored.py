@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from predictor.common.inputs import InputError
-from predictor.common.trace_table import COLUMNS
+from predictor.common.op_trace import COLUMNS
 from predictor.emulator import peaks
 from predictor.features import decode_targets, encode, encode_targets, fit_features, raw_targets
 from predictor.methods import ets
@@ -222,7 +222,7 @@ def test_ets_train_on_a_cpu_dataset_names_the_peaks_command_then_uses_the_record
     from click.testing import CliRunner
 
     from predictor.cli import main as ets_cli
-    from predictor.common.trace_table import write_traces
+    from predictor.common.op_trace import write_traces
 
     train, _ = sets
     data = tmp_path / "cpu-data"

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from predictor import checkpoint_file
-from predictor.common.trace_table import DTYPES, PHASES
+from predictor.common.op_trace import DTYPES, PHASES
 from predictor.dataset import split_by_family, unit_of
 from predictor.evaluate import evaluate, headline_metrics
 from predictor.features import (

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from predictor import finetune, methods
 from predictor.cli import main as cli
 from predictor.common.inputs import SpecError
-from predictor.common.trace_table import read_dataset, write_traces
+from predictor.common.op_trace import read_dataset, write_traces
 from predictor.evaluate import evaluate
 from predictor.methods import ets
 from tests.predictor.methods.multi_device_data import multi_device_traces

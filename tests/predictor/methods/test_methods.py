@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from predictor import checkpoint_file, methods
 from predictor.checkpoint_file import CheckpointError
 from predictor.cli import main as ets
-from predictor.common.trace_table import write_traces
+from predictor.common.op_trace import write_traces
 from predictor.methods.base import TrainedPredictor
 from tests.predictor.methods.multi_device_data import multi_device_traces
 
@@ -93,7 +93,7 @@ def test_habitat_needs_its_source_device(data_dir, tmp_path):
 
 def test_evaluate_on_another_devices_rows(data_dir):
     """`ets evaluate --device`: a V100 checkpoint scored on the T4 rows, as if they were its own."""
-    from predictor.common.trace_table import read_dataset
+    from predictor.common.op_trace import read_dataset
     from predictor.evaluate import evaluate
 
     ckpt = data_dir / "ets-cross.pt"

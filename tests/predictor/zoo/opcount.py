@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from predictor.common.trace_table import PHASES
+from predictor.common.op_trace import PHASES
 from predictor.emulator.zoo.config import ModelConfig
 
 _NODE_PREFIX = "autograd::engine::evaluate_function:"

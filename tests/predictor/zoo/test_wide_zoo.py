@@ -84,7 +84,7 @@ def test_collect_refuses_an_unknown_family_in_one_line(tmp_path):
 
 
 def test_collect_captures_a_reserved_family_only_when_named(tmp_path):
-    from predictor.common.trace_table import read_dataset
+    from predictor.common.op_trace import read_dataset
 
     reserved = next(f for f in RESERVED if f in timm_models.FAMILIES)
     args = ["collect", "--zoo", "timm", "--device", "meta", "--max-batch", "1", "--max-size", "64", "--workers", "1"]
@@ -135,7 +135,7 @@ def test_a_transformers_class_reaching_for_the_hub_fails_at_once():
 
 
 def test_no_committed_data_or_shipped_checkpoint_holds_a_reserved_family():
-    from predictor.common.trace_table import read_trace_file
+    from predictor.common.op_trace import read_trace_file
 
     for parquet in sorted((ROOT / "experiments" / "data").rglob("*.parquet")):
         held = set(read_trace_file(parquet)["family"])

@@ -61,7 +61,7 @@ COLUMNS: dict[str, str] = {
 }
 
 
-class TraceFormatError(LocatedError):
+class OpTraceFormatError(LocatedError):
     """Bad execution-trace input: the file, and the row and field when known."""
 
     def __init__(self, path: str | Path, message: str, row: int | None = None, field: str | None = None):
@@ -75,12 +75,12 @@ class TraceFormatError(LocatedError):
 @contextmanager
 def refusing(path: str | Path) -> Iterator[None]:
     """An input limit hit while reading ``path`` (too large, a FIFO, a gzip bomb, JSON nested too
-    deep: :mod:`predictor.common.inputs`) as a TraceFormatError naming it, so a caller that handles bad
+    deep: :mod:`predictor.common.inputs`) as a OpTraceFormatError naming it, so a caller that handles bad
     trace files handles these too."""
     try:
         yield
     except InputError as exc:
-        raise TraceFormatError(path, str(exc).removeprefix(f"{path}: ")) from None
+        raise OpTraceFormatError(path, str(exc).removeprefix(f"{path}: ")) from None
 
 
 # Bounds of a plausible op time (µs). Real ETS traces have gaps down to -6.3 ms (T4) where an
@@ -106,16 +106,16 @@ def validate(df: pd.DataFrame, source: str | Path, *, ceiling_us: float = OP_CEI
 
 
 def check(df: pd.DataFrame, source: str | Path, *, ceiling_us: float = OP_CEILING_US) -> None:
-    """TraceFormatError naming ``source``, the row, the field and the config of the first bad
+    """OpTraceFormatError naming ``source``, the row, the field and the config of the first bad
     value: missing columns, no rows, unknown phase or dtype, NaN or implausible times.
     ``ceiling_us``: the longest plausible op (the emulator, which times any config however
     absurd, passes infinity)."""
     missing = [c for c in COLUMNS if c not in df.columns]
     if missing:
-        raise TraceFormatError(source, f"execution trace lacks column(s) {missing}; is it a dataset file of "
+        raise OpTraceFormatError(source, f"execution trace lacks column(s) {missing}; is it a dataset file of "
                                        "`ets collect` / `ets import`?", field=missing[0])
     if df.empty:
-        raise TraceFormatError(source, "execution trace has no rows")
+        raise OpTraceFormatError(source, "execution trace has no rows")
     for col, allowed in (("phase", PHASES), ("dtype", DTYPES)):
         bad = ~df[col].isin(allowed).to_numpy()
         if bad.any():
@@ -236,10 +236,11 @@ def _check_unique_ops(df: pd.DataFrame, source: str | Path) -> None:
         return
     first = int(np.argmax(same))
     was, again = sorted((int(order[first]), int(order[first + 1])))
-    raise TraceFormatError(source, f"config {_plain(df['config_id'].iloc[again])} idx {_number(df['idx'].iloc[again])} "
-                                   f"on {_plain(df['device'].iloc[again])} is also row {was} ({int(same.sum()):,} "
-                                   "duplicate row(s) in all): each op of an iteration must appear once; "
-                                   "rows appended twice would double its time", row=again, field="idx")
+    raise OpTraceFormatError(source, f"config {_plain(df['config_id'].iloc[again])} "
+                                     f"idx {_number(df['idx'].iloc[again])} "
+                                     f"on {_plain(df['device'].iloc[again])} is also row {was} ({int(same.sum()):,} "
+                                     "duplicate row(s) in all): each op of an iteration must appear once; "
+                                     "rows appended twice would double its time", row=again, field="idx")
 
 
 def _shown(value) -> str:
@@ -264,7 +265,7 @@ def _refuse(df: pd.DataFrame, source: str | Path, bad: np.ndarray, field: str, m
     i = int(np.argmax(bad))
     where = (f" (config {_plain(df['config_id'].iloc[i])}, op {_plain(df['op'].iloc[i])}; "
              f"{int(bad.sum()):,} bad row(s) in all)")
-    raise TraceFormatError(source, message + where, row=i, field=field)
+    raise OpTraceFormatError(source, message + where, row=i, field=field)
 
 
 def shapes_json(shapes) -> str:
@@ -319,10 +320,10 @@ def read_trace_file(path: str | Path) -> pd.DataFrame:
         with refusing(path):  # its decoded size bounded before it is expanded
             df = read_parquet(path, "dataset file", page_checksum_verification=True)
     except (pa.ArrowException, OSError, ValueError) as exc:
-        if isinstance(exc, TraceFormatError):
+        if isinstance(exc, OpTraceFormatError):
             raise
         first = (str(exc).splitlines() or [type(exc).__name__])[0]
-        raise TraceFormatError(path, f"not a readable Parquet file: corrupted, or another format "
+        raise OpTraceFormatError(path, f"not a readable Parquet file: corrupted, or another format "
                                      f"({type(exc).__name__}: {first})") from None
     check(df, path)
     _check_one_device_per_config(df, path)
@@ -339,14 +340,14 @@ def _check_schema(path: str | Path, schema) -> None:
             kind = schema.field(col).type
             if not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_null(kind)):
                 what = f"text ({kind})" if pa.types.is_string(kind) or pa.types.is_large_string(kind) else str(kind)
-                raise TraceFormatError(path, f"stored as {what}, not numbers; write the column as numbers (is it a "
+                raise OpTraceFormatError(path, f"stored as {what}, not numbers; write the column as numbers (is it a "
                                              "dataset file of `ets collect` / `ets import`?)", field=col)
     if "params" in schema.names:
         kind = schema.field("params").type
         ok = (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and (
             pa.types.is_integer(kind.value_type) or pa.types.is_null(kind.value_type))
         if not ok and not pa.types.is_null(kind):
-            raise TraceFormatError(path, f"stored as {kind}, not lists of integers; is it a dataset file of "
+            raise OpTraceFormatError(path, f"stored as {kind}, not lists of integers; is it a dataset file of "
                                          "`ets collect` / `ets import`?", field="params")
 
 
@@ -364,10 +365,10 @@ def _check_one_device_per_config(df: pd.DataFrame, path: str | Path) -> None:
         both = devices[[int(pairs[split[0]] % len(devices)), int(pairs[split[0] + 1] % len(devices))]]
         rows = np.flatnonzero(config == c)
         i = int(rows[np.flatnonzero(device[rows] == devices.get_loc(both[1]))[0]])
-        raise TraceFormatError(path, f"config {_plain(df['config_id'].iloc[i])} has rows on two devices, "
+        raise OpTraceFormatError(path, f"config {_plain(df['config_id'].iloc[i])} has rows on two devices, "
                                      f"{_plain(both[0])} and {_plain(both[1])} ({len(split):,} split config(s) in "
                                      "all): one iteration is one config on one device; split the file by device",
-                               row=i, field="device")
+                                 row=i, field="device")
 
 
 def read_dataset(directory: str | Path) -> pd.DataFrame:
@@ -375,7 +376,7 @@ def read_dataset(directory: str | Path) -> pd.DataFrame:
     of one device in two files (its iteration would count twice) is refused too."""
     files = sorted(Path(directory).glob("*.parquet"))
     if not files:
-        raise TraceFormatError(directory, "no execution-trace Parquet files in this directory")
+        raise OpTraceFormatError(directory, "no execution-trace Parquet files in this directory")
     tables = [read_trace_file(f) for f in files]
     _check_files_disjoint(files, tables)
     return pd.concat(tables, ignore_index=True)
@@ -398,7 +399,7 @@ def _check_files_disjoint(files: list[Path], tables: list[pd.DataFrame]) -> None
             for config in pd.unique(rows.loc[rows["device"].astype(str) == device, "config_id"].astype(str)):
                 other = seen.setdefault(config, files[k])
                 if other != files[k]:
-                    raise TraceFormatError(files[k], f"config {_plain(config)} on {_plain(device)} is also in "
+                    raise OpTraceFormatError(files[k], f"config {_plain(config)} on {_plain(device)} is also in "
                                                      f"{other}: its iteration would count twice; keep one of "
                                                      "the two files", field="config_id")
 
@@ -443,7 +444,7 @@ def first_input_elements(shapes: str) -> int:
 
 @lru_cache(maxsize=1 << 16)
 def _first_input_elements(shapes: str) -> int:
-    """:func:`first_input_elements` of a string, kept: a sweep binds the same catalog configs at
+    """:func:`first_input_elements` of a string, kept: a sweep binds the same workload configs at
     every point, and each parse is a JSON decode (the same few thousand shapes each time)."""
     from predictor.common.inputs import load_json
 

@@ -12,8 +12,8 @@ from click.testing import CliRunner
 
 from predictor.cli import main as ets
 from predictor.common.families import TORCHVISION_FAMILIES, family_of
+from predictor.common.op_trace import OpTraceFormatError, dataset_info, read_dataset, validate, write_traces
 from predictor.common.outputs import OutputError
-from predictor.common.trace_table import TraceFormatError, dataset_info, read_dataset, validate, write_traces
 from tests.predictor.helpers import iteration_times_us
 
 
@@ -42,15 +42,15 @@ def test_iteration_time_is_duration_plus_gap_including_negative_gaps():
 def test_validation_names_row_and_field(column, value, message):
     df = trace("a", "T4", [1.0, 2.0], [0.0, 0.0])
     df.loc[1, column] = value
-    with pytest.raises(TraceFormatError, match=message) as info:
+    with pytest.raises(OpTraceFormatError, match=message) as info:
         validate(df, "x.parquet")
     assert "x.parquet:1" in str(info.value) and repr(column) in str(info.value)
 
 
 def test_validation_rejects_missing_columns_and_empty_tables():
-    with pytest.raises(TraceFormatError, match="lacks column"):
+    with pytest.raises(OpTraceFormatError, match="lacks column"):
         validate(pd.DataFrame({"op": ["relu"]}), "f")
-    with pytest.raises(TraceFormatError, match="no rows"):
+    with pytest.raises(OpTraceFormatError, match="no rows"):
         validate(trace("a", "T4", [1.0], [0.0]).iloc[:0], "f")
 
 

@@ -1,7 +1,7 @@
-"""The workload catalog: op sequences of the model configs that cluster jobs are bound to.
+"""The workload set: op sequences of the model configs that cluster jobs are bound to.
 
 Why: a scheduling study with predicted run times needs jobs that are real models the predictors
-have never seen. The catalog holds the meta-device op sequences of the held-out (test-split)
+have never seen. The workload set holds the meta-device op sequences of the held-out (test-split)
 configs of the shipped checkpoints (written by ``python -m experiments.pretrain``); true and
 predicted iteration times are computed from them on demand (:mod:`predictor.tables`), so the
 package ships sequences, not timings.
@@ -15,38 +15,38 @@ import numpy as np
 import pandas as pd
 
 from predictor.common.families import job_class
-from predictor.common.trace_table import ELEMENT_BYTES, TraceFormatError, first_input_elements, validate
+from predictor.common.op_trace import ELEMENT_BYTES, OpTraceFormatError, first_input_elements, validate
 from predictor.memory import OPTIMIZER_STATES
 
-CATALOG_FILE = Path(__file__).with_name("sequences.parquet")
+WORKLOADS_FILE = Path(__file__).with_name("sequences.parquet")
 TIMING_COLUMNS = ("duration_us", "gap_us", "cpu_us", "kernels", "source")
 
 
-def write_catalog(traces: pd.DataFrame, path: str | Path = CATALOG_FILE) -> Path:
+def write_workloads(traces: pd.DataFrame, path: str | Path = WORKLOADS_FILE) -> Path:
     """The op sequences of ``traces`` (one device's rows), without their timings."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     devices = traces["device"].unique()
     if len(devices) != 1:
-        raise ValueError(f"the catalog takes one device's traces, got {len(devices)}")
+        raise ValueError(f"the workload set takes one device's traces, got {len(devices)}")
     seq = traces.drop(columns=list(TIMING_COLUMNS)).sort_values(["config_id", "idx"]).reset_index(drop=True)
     seq["device"] = "meta"
     seq.to_parquet(path, index=False, compression="zstd")
     return path
 
 
-# The last catalog read, by (file, modification time, size): a sweep runs hundreds of bound points
+# The last workload set read, by (file, modification time, size): a sweep runs hundreds of bound points
 # in one process, and each read validates ~470,000 rows (about 2 s on 2 cores: most of a quick
 # reproduction's time). A changed file is read afresh.
 _LAST_READ: dict[tuple[str, int, int], pd.DataFrame] = {}
 
 
-def read_catalog(path: str | Path = CATALOG_FILE) -> pd.DataFrame:
-    """The catalog's op sequences, with each config's job class (image / language / speech); a
+def read_workloads(path: str | Path = WORKLOADS_FILE) -> pd.DataFrame:
+    """The workload set's op sequences, with each config's job class (image / language / speech); a
     copy of the last read while the file is unchanged (callers may add or change columns)."""
     path = Path(path)
     if not path.exists():
-        raise TraceFormatError(path, "no workload catalog; build one with `python -m experiments.pretrain`")
+        raise OpTraceFormatError(path, "no workload set; build one with `python -m experiments.pretrain`")
     stat = path.stat()
     key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
     seq = _LAST_READ.get(key)
@@ -60,7 +60,7 @@ def read_catalog(path: str | Path = CATALOG_FILE) -> pd.DataFrame:
     return seq.copy()
 
 
-def catalog_configs(sequences: pd.DataFrame) -> pd.DataFrame:
+def workload_configs(sequences: pd.DataFrame) -> pd.DataFrame:
     """One row per config: config_id, family, model, ops, job class, checkpoint bytes."""
     out = sequences.groupby("config_id", sort=True).agg(family=("family", "first"), model=("model", "first"),
                                                        ops=("idx", "size")).reset_index()
