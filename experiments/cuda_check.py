@@ -604,26 +604,30 @@ def _progress(total: int, desc: str, unit: str, enabled: bool):
     return tqdm(total=total, desc=desc, unit=unit, disable=not enabled, dynamic_ncols=True)
 
 
-def run_items(name: str, items: tuple[Item, ...], one, outputs: Outputs, deadline: float, args) -> None:
-    """Part ``name``: ``one(item)`` for each item while its deadline allows; the rest listed as skipped."""
+BUDGET = "budget: not started before the part's deadline"
+
+
+def run_part(name: str, items: list[tuple[str, object]], one, outputs: Outputs, deadline: float, args,
+             desc: str, unit: str, budget_reason: str = BUDGET) -> None:
+    """Part ``name``: ``one(item)`` for each ``(key, item)`` while its deadline allows; the rest is
+    listed as skipped. ``one`` writes its own rows and returns None when it measured the item, else
+    the skip record's fields (its ``reason`` at least)."""
     part = outputs.part(name)
-    part |= {"status": "running", "planned": [i.key for i in items], "done": 0, "skipped": []}
+    part |= {"status": "running", "planned": [key for key, _ in items], "done": 0, "skipped": []}
     outputs.save()
-    bar = _progress(len(items), f"{name} (zoo configs)", "config", args.progress)
+    bar = _progress(len(items), desc, unit, args.progress)
     try:
-        for n, item in enumerate(items):
+        for n, (key, item) in enumerate(items):
             if _clock() >= deadline:
-                part["skipped"] += [{"item": i.key, "reason": "budget: not started before the part's deadline"}
-                                    for i in items[n:]]
+                part["skipped"] += [{"item": k, "reason": budget_reason} for k, _ in items[n:]]
                 part["status"] = "partial (budget)"
                 break
-            bar.set_postfix_str(item.key)
-            row = one(item)
-            if row.get("provenance") == "skipped":
-                part["skipped"].append({"item": item.key, "config_id": row.get("config_id"),
-                                        "reason": row.get("reason", "")})
-            else:
+            bar.set_postfix_str(key[:40])
+            skipped = one(item)
+            if skipped is None:
                 part["done"] += 1
+            else:
+                part["skipped"].append({"item": key, **skipped})
             outputs.save()
             bar.update(1)
         else:
@@ -631,6 +635,17 @@ def run_items(name: str, items: tuple[Item, ...], one, outputs: Outputs, deadlin
     finally:
         bar.close()
         outputs.save()
+
+
+def run_items(name: str, items: tuple[Item, ...], one, outputs: Outputs, deadline: float, args) -> None:
+    """Part ``name`` over zoo configs: ``one(item)`` returns the config's row."""
+    def measure(item: Item) -> dict | None:
+        row = one(item)
+        if row.get("provenance") != "skipped":
+            return None
+        return {"config_id": row.get("config_id"), "reason": row.get("reason", "")}
+
+    run_part(name, [(i.key, i) for i in items], measure, outputs, deadline, args, f"{name} (zoo configs)", "config")
 
 
 def trace_order(plan: tuple[Item, ...]) -> tuple[Item, ...]:
@@ -642,50 +657,36 @@ def trace_order(plan: tuple[Item, ...]) -> tuple[Item, ...]:
 
 
 def run_kernelbench(device: str, outputs: Outputs, deadline: float, args, hardware: str) -> None:
-    part = outputs.part("kernelbench")
     files, missing = kernelbench_problems(args.kernelbench, args.quick, args.kb_limit)
-    part |= {"status": "running", "planned": len(files), "done": 0, "skipped": []}
     if missing:
-        part |= {"status": "skipped", "reason": missing}
+        outputs.part("kernelbench").update(status="skipped", reason=missing, planned=[], done=0, skipped=[])
         outputs.append(KB_CSV, KB_COLUMNS, {"provenance": "skipped", "device": device, "problem_set": PROBLEM_SET,
                                             "reason": missing})
         outputs.save()
         return
-    part["root"] = str(files[0].parent.parent)
-    outputs.save()
-    bar = _progress(len(files), "KernelBench problems", "problem", args.progress)
-    try:
-        for n, path in enumerate(files):
-            base = {"device": device, "hardware": hardware, "problem_set": PROBLEM_SET, "level": path.parent.name,
-                    "problem": path.name}
-            left = deadline - _clock()
-            if left <= 0:
-                for p in files[n:]:
-                    part["skipped"].append({"item": f"{p.parent.name}/{p.name}",
-                                            "reason": "budget: not started before the part's deadline"})
-                part["status"] = "partial (budget)"
-                break
-            bar.set_postfix_str(path.name[:40])
-            t0 = time.perf_counter()
-            try:
-                result = time_problem(path, device, warmup=args.kb_warmup, trials=args.kb_trials, seconds_left=left)
-                row = base | result | {"provenance": f"real ({device})"}
-                part["done"] += 1
-            except Exception as exc:  # a problem that fails to build or run: recorded, the others go on
-                frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
-                where = f" (at {Path(frame.filename).name}:{frame.lineno})" if frame else ""
-                row = base | {"provenance": "skipped", "reason": one_line(exc) + where}
-                part["skipped"].append({"item": f"{path.parent.name}/{path.name}", "reason": row["reason"]})
-            row["seconds"] = round(time.perf_counter() - t0, 3)
-            outputs.append(KB_CSV, KB_COLUMNS, row)
-            _free(device)
-            outputs.save()
-            bar.update(1)
-        else:
-            part["status"] = "done"
-    finally:
-        bar.close()
-        outputs.save()
+    outputs.part("kernelbench")["root"] = str(files[0].parent.parent)
+
+    def measure(path: Path) -> dict | None:
+        base = {"device": device, "hardware": hardware, "problem_set": PROBLEM_SET, "level": path.parent.name,
+                "problem": path.name}
+        t0 = time.perf_counter()
+        skipped = None
+        try:
+            result = time_problem(path, device, warmup=args.kb_warmup, trials=args.kb_trials,
+                                  seconds_left=deadline - _clock())
+            row = base | result | {"provenance": f"real ({device})"}
+        except Exception as exc:  # a problem that fails to build or run: recorded, the others go on
+            frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+            where = f" (at {Path(frame.filename).name}:{frame.lineno})" if frame else ""
+            row = base | {"provenance": "skipped", "reason": one_line(exc) + where}
+            skipped = {"reason": row["reason"]}
+        row["seconds"] = round(time.perf_counter() - t0, 3)
+        outputs.append(KB_CSV, KB_COLUMNS, row)
+        _free(device)
+        return skipped
+
+    run_part("kernelbench", [(f"{p.parent.name}/{p.name}", p) for p in files], measure, outputs, deadline, args,
+             "KernelBench problems", "problem")
 
 
 def run_meta(plan: tuple[Item, ...], outputs: Outputs, deadline: float, args) -> None:
@@ -695,46 +696,35 @@ def run_meta(plan: tuple[Item, ...], outputs: Outputs, deadline: float, args) ->
     from predictor.emulator.collect import collect
     from predictor.emulator.devices.data_parallel import gradients
 
-    part = outputs.part("meta")
     configs: dict[str, object] = {}
     for item in plan:
         with contextlib.suppress(Exception):
             config = resolve(item)
             configs.setdefault(config.config_id, config)
-    part |= {"status": "running", "planned": len(configs), "done": 0, "skipped": []}
-    outputs.save()
     folder = outputs.out / "meta"
-    bar = _progress(len(configs), "meta captures", "config", args.progress)
-    try:
-        for n, (cid, config) in enumerate(configs.items()):
-            if _clock() >= deadline:
-                part["skipped"] += [{"item": c, "reason": "budget: left to the report (it captures on the meta device)"}
-                                    for c in list(configs)[n:]]
-                part["status"] = "partial (budget)"
-                break
-            row = {"provenance": "meta capture (no GPU: the op sequence the emulator times)", "device": "meta",
-                   "config_id": cid}
-            try:
-                counts = collect([config], "meta", folder, flush_every=1, progress=False)
-                if counts["failed"]:
-                    raise RuntimeError(_failure(folder, cid) or "meta capture failed")
-                rows = read_trace_file(device_file(folder, "meta"))
-                rows = rows[rows["config_id"] == cid]
-                grads = gradients(rows)
-                row |= {"meta_grad_bytes": sum(g.nbytes for g in grads), "meta_grad_tensors": len(grads),
-                        "ops": len(rows)}
-                part["done"] += 1
-            except Exception as exc:
-                row["reason"] = one_line(exc)
-                part["skipped"].append({"item": cid, "reason": row["reason"]})
-            outputs.append(META_GRAD_CSV, META_GRAD_COLUMNS, row)
-            outputs.save()
-            bar.update(1)
-        else:
-            part["status"] = "done"
-    finally:
-        bar.close()
-        outputs.save()
+
+    def measure(config) -> dict | None:
+        cid = config.config_id
+        row = {"provenance": "meta capture (no GPU: the op sequence the emulator times)", "device": "meta",
+               "config_id": cid}
+        skipped = None
+        try:
+            counts = collect([config], "meta", folder, flush_every=1, progress=False)
+            if counts["failed"]:
+                raise RuntimeError(_failure(folder, cid) or "meta capture failed")
+            rows = read_trace_file(device_file(folder, "meta"))
+            rows = rows[rows["config_id"] == cid]
+            grads = gradients(rows)
+            row |= {"meta_grad_bytes": sum(g.nbytes for g in grads), "meta_grad_tensors": len(grads),
+                    "ops": len(rows)}
+        except Exception as exc:
+            row["reason"] = one_line(exc)
+            skipped = {"reason": row["reason"]}
+        outputs.append(META_GRAD_CSV, META_GRAD_COLUMNS, row)
+        return skipped
+
+    run_part("meta", list(configs.items()), measure, outputs, deadline, args, "meta captures", "config",
+             budget_reason="budget: left to the report (it captures on the meta device)")
 
 
 def _settings(kw: dict) -> types.SimpleNamespace:
