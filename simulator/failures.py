@@ -277,14 +277,7 @@ class FailureSimulation(PreemptiveSimulation):
         restart = min(now, float(self.work_start[job])) - start
         writing = max(0.0, held - restart - worked)
         self._segments.add_ended(job, k, self.gpus_of[job], start, now, restart, worked, writing, ended)
-        self.worked[job] += worked
-        if self.timing is not None and worked > 0:
-            packed = self.truth[job, k] * self.slowdown[job]
-            compute = self.timing.compute_runtime_of(job, k)
-            self.communicated[job] += worked * max(0.0, 1.0 - compute / packed) if packed > 0 else 0.0
-        gpu_seconds = held * self._num[job]
-        self.attained[job] = self._attained_before[job] = self._attained_before[job] + gpu_seconds
-        self.held_by_type[k] += gpu_seconds
+        self._account(job, k, held, worked)
         self.attempt_held[job] += held
         self.restart_spent[job] += restart
         self.write_spent[job] += writing

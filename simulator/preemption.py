@@ -392,8 +392,13 @@ class PreemptiveSimulation(Simulation):
         held = now - segment_start
         self._segments.add(job, k, self.gpus_of[job], float(segment_start), now,
                            float(self.work_start[job] - segment_start), worked)
+        self._account(job, k, held, worked)
+
+    def _account(self, job: int, k: int, held: float, worked: float) -> None:
+        """A closed segment's work, exposed communication (at this segment's GPUs) and GPU time held;
+        one bookkeeping for suspensions here and for failures (:mod:`simulator.failures`)."""
         self.worked[job] += worked
-        if self.timing is not None and worked > 0:  # its exposed communication, at this segment's GPUs
+        if self.timing is not None and worked > 0:
             packed = self.truth[job, k] * self.slowdown[job]
             compute = self.timing.compute_runtime_of(job, k)
             self.communicated[job] += worked * max(0.0, 1.0 - compute / packed) if packed > 0 else 0.0

@@ -325,7 +325,15 @@ def done_keys(out: Path, warn: Callable[[str], None] | None = None,
     does not match its run folder (:func:`check_point`), is a point to run again (one warning line
     through ``warn`` per kind)."""
     wanted = None if configs is None else {config_key(c): c for c in configs}
-    done, bad, mismatched = set(), [], []
+    rows = _checked_points(out, wanted, "so their points run again", warn)
+    return {path.stem for path, row in rows if row["status"].iloc[0] == "ok"}
+
+
+def _checked_points(out: Path, wanted: dict[str, RunConfig] | None, fate: str,
+                    warn: Callable[[str], None] | None) -> list[tuple[Path, pd.DataFrame]]:
+    """The point files of OUT (of ``wanted``'s keys only, when given) that read and match their run
+    folders, with their rows; the others named in one warning line per kind, saying their ``fate``."""
+    kept, bad, mismatched = [], [], []
     for path in _point_files(out):
         if wanted is not None and path.stem not in wanted:
             continue
@@ -339,32 +347,18 @@ def done_keys(out: Path, warn: Callable[[str], None] | None = None,
         except ValueError as exc:
             mismatched.append(str(exc))
             continue
-        if row["status"].iloc[0] == "ok":
-            done.add(path.stem)
-    _warn_unreadable(bad, "so their points run again", warn)
-    _warn_mismatched(mismatched, "so their points run again", warn)
-    return done
+        kept.append((path, row))
+    _warn_unreadable(bad, fate, warn)
+    _warn_mismatched(mismatched, fate, warn)
+    return kept
 
 
 def load_results(out: str | Path, warn: Callable[[str], None] | None = None) -> pd.DataFrame:
     """All point rows in OUT/points (finished or failed), sorted by key. Unreadable or foreign
     point files, and finished points that do not match their run folders (:func:`check_point`),
     are left out, with one warning line per kind through ``warn``."""
-    frames, bad, mismatched = [], [], []
-    for path in _point_files(Path(out)):
-        try:
-            row = read_point(path)
-        except ValueError as exc:
-            bad.append(str(exc))
-            continue
-        try:
-            check_point(Path(out), path, row)
-        except ValueError as exc:
-            mismatched.append(str(exc))
-            continue
-        frames.append(row.dropna(axis=1, how="all"))
-    _warn_unreadable(bad, "left out (rerun the sweep to redo a point of its grid)", warn)
-    _warn_mismatched(mismatched, "left out (rerun the sweep to redo a point of its grid)", warn)
+    frames = [row.dropna(axis=1, how="all") for _, row in
+              _checked_points(Path(out), None, "left out (rerun the sweep to redo a point of its grid)", warn)]
     if not frames:
         return pd.DataFrame(columns=CONFIG_FIELDS + ["key", "status", "error"])
     table = pd.concat(frames, ignore_index=True, sort=False)
