@@ -26,7 +26,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from predictor.common.inputs import CheckpointError, InputError, load_json, read_bytes, short
+from predictor.common.documents import document_bytes
+from predictor.common.inputs import CheckpointError, InputError, load_json, short
 
 MAGIC = b"ETS-CHECKPOINT 2 sha256="
 HEADER_BYTES = len(MAGIC) + 64 + 1  # the first line, newline included
@@ -94,19 +95,7 @@ def read(path: str | Path) -> dict:
     CheckpointError (one line naming the file) for anything else: missing, not a regular file,
     over-size, a pickle of the old format, corrupted, or not a checkpoint at all."""
     path = Path(path)
-    return decode(_file_bytes(path), path)
-
-
-def _file_bytes(path: Path) -> bytes:
-    """The bytes of a checkpoint file (bounded, regular files only), or one-line CheckpointError."""
-    try:
-        return read_bytes(path, "checkpoint file")
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: no such checkpoint") from None
-    except InputError as exc:
-        raise CheckpointError(str(exc)) from None
-    except OSError as exc:
-        raise CheckpointError(f"{path}: cannot read the checkpoint ({exc.strerror or exc})") from None
+    return decode(document_bytes(path, "checkpoint file", CheckpointError), path)
 
 
 def decode(data: bytes, path: str | Path) -> dict:
@@ -181,7 +170,7 @@ def convert_legacy(path: str | Path) -> dict:
     import torch
 
     path = Path(path)
-    data = _file_bytes(path)
+    data = document_bytes(path, "checkpoint file", CheckpointError)
     if data.startswith(MAGIC):
         raise CheckpointError(f"{path}: already in the current format; nothing to convert")
     if not is_pickle(data):
