@@ -1,56 +1,30 @@
 """Hydra (Yang et al., IEEE TC 2023): deadline-aware, efficiency-oriented scheduling on heterogeneous GPUs.
 
 Why: Hydra is the deadline-aware policy of the study (../shared/research/policies.md §2), built
-as its authors' simulator does, with its known bug fixed:
+as its authors' simulator does, with its known bug fixed. Design decisions:
 
-* **Queue cost** with absolute times: from t0 (when the GPU is free), C_k = t0 + sum of predicted
-  run times up to k; cost = sum(C_k - submit_k) + 1e20 * sum(max(0, C_k - deadline_k)). The 1e20
-  weight makes tardiness lexicographically dominant; we compare (tardiness, JCT) pairs, which is
-  the same order without float absorption. (Hydra's code carries JCTs forward as offsets, which
-  is only right when every job is submitted at 0.)
-* **Ordering a GPU's queue**: SRTF when it violates no deadline (then optimal); otherwise
-  best-first branch-and-bound (the FixNonDDL variant: deadline-free jobs keep SRTF order among
-  themselves) and a node budget per search (``nodes``), raced against the swap heuristic; the
-  cheaper wins. ``bnb=off`` is the heuristic alone (Hydra's ``hydra_alpha_0``). The search is
-  compiled (:mod:`policies.hydra_search`, bit-identical: same nodes, order, cost) for queues of at
-  most 63 jobs without a wall-clock budget; the Python search does the rest.
-* **Budget of a decision**, by default in search work units (``work=N|all``, default
-  :data:`DEFAULT_WORK`: 2,000 online, 200,000 offline): the positions the swap heuristic starts
-  from plus the branch-and-bound nodes expanded, summed over the decision's orderings; a search
-  stops at the work left. Once spent, the decision's remaining queues are ordered and scored by
-  SRTF alone, with neither heuristic nor search. The count depends on the inputs alone, so the
-  same inputs give bit-identical plans on any machine at any load. (The compiled pair scoring is
-  counted in ``work`` but not budgeted: its amount is set by the window and the number of GPUs,
-  not by the search, and a pair costs 0.1-2 us against ~12 us for a node on the Hydra cases, so a
-  budget shared with it would leave a decision on a big cluster no search and one on a small
-  cluster too much.) A wall-clock budget (``budget_ms``) binds only when asked for, in place of the default work
-  budget (give ``work=N`` too for both); a binding time budget makes the plan depend on the CPU's
-  speed and load. The run's manifest says which bound was in force (``bound``) and how many
-  searches and decisions each cut short. An online decision with no idle GPU plans nothing: only
-  idle GPUs' heads start, and the next event re-plans.
-* **Assignment**: greedy "K-means": repeatedly pick the (waiting job, GPU) pair whose GPU queue,
-  optimally ordered with the job added, has the lowest *absolute* cost; ties: earlier job in
-  arrival order, then lower GPU id. Orderings are memoised on (type, t0, job set); GPUs of a
-  type that are free at the same time with empty plans are evaluated once. Pairs are scored and
-  picked by compiled loops (:mod:`policies.hydra_greedy`, bit-identical to the numpy scoring it
-  replaced; numba compiles it on the first Hydra run after install and caches it).
-* **Modes**: ``mode=online`` (default) re-plans at every arrival and completion and starts only
-  the heads of idle GPUs' queues (``window`` jobs are planned per decision, default 100,
-  ``window=all`` for all: picked round-robin from the longest-waiting, earliest-deadline and
-  shortest jobs); ``mode=offline`` installs whole queues and later arrivals are
-  planned behind them (all-at-t=0 cases: one plan, as in Hydra's simulator).
-* **Deadline risk** (``deadline_quantile=Q``, unset by default): a tight deadline that the point
-  estimate meets is missed whenever the job runs longer than predicted. With Q set, each queue is
-  costed on two clocks in the same order: the point clock (t0 + predicted run times) gives the JCT
-  and the SRTF order; the *due clock* (when the GPU is free by its running job's Q-quantile, plus
-  the queued jobs' Q-quantile run times) gives the tardiness, so a deadline counts as met when it
-  holds with every job up to it at its Q-quantile. Unset, the due clock is the point clock (the
-  same arrays, the same operations): every decision is unchanged, bit for bit. FixNonDDL keeps
-  deadline-free jobs in point SRTF order: exact when their quantile run times are ordered alike
-  (e.g. one quantile factor per GPU type), a restriction of the search otherwise.
+* **Queue cost** with absolute times (Σ JCT + 1e20·Σ tardiness, compared as (tardiness, JCT)
+  pairs, so no float absorption): Hydra's code carries JCTs as offsets, right only when every job
+  is submitted at 0.
+* **Ordering a GPU's queue**: SRTF when it violates no deadline (then optimal), else
+  branch-and-bound (FixNonDDL) raced against the swap heuristic; the search is compiled
+  (:mod:`policies.hydra_search`, bit-identical) where it can be.
+* **Budget in search work units** by default (``work=N|all``, :data:`DEFAULT_WORK`), not
+  wall-clock time: the count depends on the inputs alone, so the same inputs give bit-identical
+  plans on any machine at any load. ``budget_ms`` binds only when asked for; the manifest says
+  which bound was in force (``bound``) and how many searches and decisions each cut short.
+* **Assignment**: greedy "K-means" over (job, GPU) pairs by absolute queue cost, scored by
+  compiled loops (:mod:`policies.hydra_greedy`).
+* **Modes**: ``mode=online`` re-plans at every event over a ``window``; ``mode=offline``
+  installs whole queues, as Hydra's simulator.
+* **Deadline risk** (``deadline_quantile=Q``): a second, Q-quantile clock prices tardiness;
+  unset, every decision is unchanged, bit for bit.
 
 Gang jobs: see :mod:`policies.queues`. A job is never assigned to a type it cannot run on (a
 predicted time of +inf: the trace says so), as to one whose pool is too small.
+
+Every rule in full (costs, ties, budgets, modes, quantile clocks): docs/scheduling.md, 'Hydra: how a
+decision is made'.
 """
 
 from __future__ import annotations

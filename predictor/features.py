@@ -2,73 +2,26 @@
 
 Why: the model sees each op as one vector; the encoding and its scalers are part of the model
 (stored in the checkpoint), fitted on the training split only, so an evaluation never leaks.
-(Measured effects of the choices below: docs/predictor.md, The ETS predictor.)
+Design decisions, each with its reason:
 
-Feature vector of an op (ETS §3, predictors.md §1.3), in this order:
+* op type is a one-hot over the frequent op names *plus* every rarely seen but heavy op
+  (:data:`HEAVY_SHARE`): an LSTM's few heavy ops in the shared "others" slot were predicted far
+  too fast;
+* ``context`` columns (where the op stands in its iteration: FLOPs, bytes and op count before it
+  and in the whole trace): an op's gap depends on the GPU's queue when it is issued, which a
+  12-op window cannot see;
+* ``target_transform`` "log" (default) weighs each op's error relative to
+  its size: the zoo spans six orders of magnitude of op time;
+* "anchored" predicts a duration as a correction of its analytical (roofline) time on the model's
+  device (:mod:`predictor.emulator.peaks`): efficiency saturates as ops grow and carries to ops
+  larger than any in training, where a learned time does not. The decoding bounds it below (the
+  roofline, or the fastest ratio a class reached: cuDNN's Winograd/FFT beat the direct count) and,
+  where calibration says it holds (:func:`size_ceiling`), above by size; continuous features are
+  clipped to their training range so the anchor carries the growth. Gaps are not anchored (the
+  host's issue rate is not a roofline of the device).
 
-* op type: one-hot over the ``top_k`` most frequent op names of the training split, plus every
-  op that takes at least :data:`HEAVY_SHARE` of some training trace's iteration time, plus one
-  "others" slot. Frequent ops get their own slot, and so do rare heavy ones: an LSTM model has
-  one ``lstm`` forward op and a few ``MkldnnRnnLayerBackward0`` ops that make up most of its
-  iteration, and in the "others" slot (shared with trivia like ``ones_like``) they were
-  predicted far too fast;
-* phase one-hot (forward, backward, update); dtype one-hot (float32, float16, bfloat16, float64);
-  optimizer one-hot (sgd, adam: read from the zoo's ``config_id``; imported traces count as sgd,
-  which is what the ETS authors and the profiled examples ran);
-* batch, input size, log(1 + FLOPs), log(1 + bytes);
-* the op's ``params`` (up to 30 integers) as log(1 + x), zero-padded;
-* with ``context`` (ETS's default; off for the per-op baselines and for checkpoints written
-  before it existed): where the op stands in its iteration, as log(1 + x) of the FLOPs, bytes
-  and op count of the ops before it in its host/GPU segment (the forward pass; backward and
-  update), and of the whole trace's FLOPs, bytes and op count.
-
-  Why: an op's gap depends on whether the GPU still has queued work when the op is issued.
-  Models that start with large kernels build a queue that hides the host over hundreds of later
-  small ops; a 12-op window cannot see that queue, so without these columns the model guessed
-  it from batch and image size (and predicted no gap for RandWire's small kernels, no queue).
-
-Normalisation: z-score of the continuous columns (everything after the one-hots) and of the
-targets (duration_us, gap_us), either ``global`` (one mean/std per column over all training
-ops, the authors' code) or ``per-op`` (per op type, for types with at least
-:data:`MIN_PER_OP_ROWS` training rows; rarer and unseen types use the global statistics).
-Negative gaps (overlapping kernels in real traces) are clamped to 0 in the targets, as the
-authors' trainer does.
-
-Targets are z-scored after ``target_transform``: "log" (default) takes log(1 + µs) first, so that
-the loss weighs a 10 µs op's error relative to its size rather than to the largest kernel of
-the data set — our zoo spans batch 2–512 and images 16–768, six orders of magnitude of op time,
-where the authors' raw z-scoring ("none", also available) lets big kernels drown the small ones
-whose gaps make up the overhead.
-
-"anchored" (physics-anchored targets) predicts each op's duration as a correction of its analytical
-time on the modelled device, a = max(FLOPs / peak rate, bytes / bandwidth) (:mod:`predictor.emulator.peaks`):
-the duration target is log(1 + d) − log(1 + a), i.e. the log of the op's inefficiency (in (0, 1]
-as efficiency), and log(1 + a) joins the features. Why: a raw or log time learned on small ops
-does not carry to ops larger than any in training (VGG, whose convolutions are larger than any
-other family's, was predicted far too fast on the real CPU benchmark), while an op's efficiency
-saturates as it grows and carries there (NeuSight's insight). The decoded duration is
-(1 + a)·exp(max(r, 0)) − 1 ≥ a: the bound that no prediction beats the roofline is in the
-decoding, so no weight can break it. Real convolutions can
-beat the direct-convolution count (cuDNN's Winograd and FFT algorithms do fewer multiplications),
-so the bound of each op
-class is the fastest ratio r its training ops reached when that is below 0 (``floor``; 0, the
-roofline, for data that never beat it, such as every emulated device). Above, the correction
-is bounded by the op's size where the data says that holds: an op is at most as inefficient as
-the most inefficient training op of its class that was at least as large, times a margin
-(``ceiling``: per class, the highest ratio r in each half-decade of analytical time, running
-maximum from the largest down; :func:`size_ceiling` calibrates the margin on the training
-families, each priced under the others' envelope, and drops the ceiling where no margin up to 5×
-holds). Why: on a GPU efficiency saturates as ops grow, so a large op of a kind never seen
-(ConvNeXt's 7×7 depthwise convolutions, after 3×3 and 5×5 ones) is not predicted slower than
-anything of its size ever was — unbounded, the model put such a convolution at many times its
-true time. On a real CPU the envelope does not hold (caches: VGG's largest ops are less efficient
-than smaller ones) and the calibration turns it off. The continuous
-features are clipped to their training range (``low``, ``high``): the correction of an op larger
-than any seen is the one learned at the edge of training, and the anchor carries the
-growth, where a learned correction extrapolated along log FLOPs drifts. Gaps are not
-anchored (the host's issue rate is not a roofline of the device): they keep the log transform.
-The peaks are those of the device the model is trained for, stored in the spec, so a trace is
-priced on the model's device whatever device recorded it (a meta-device op sequence included).
+Vector layout, normalisation and bounds: docs/predictor.md, 'Encoding details'; measured
+effects of these choices: docs/predictor.md, 'The ETS predictor'.
 """
 
 from __future__ import annotations

@@ -5,50 +5,20 @@ of our own per source: one documented table of named columns, each checked with 
 file, row and field, is enough to carry GPU counts, per-type run times, "cannot run here",
 deadlines and the model each job trains.
 
-Columns (one row per job; times in seconds; names exactly as below, in any order):
+Columns (names exactly so, in any order): required ``job_id``, ``submit_s``, ``num_gpus``; optional
+``duration_s``, ``gpu_type``, ``runtime_s:<GPU>``, ``allowed_gpus``, ``deadline_s``, ``model``,
+``batch``, ``size``, ``dtype``, ``checkpoint_bytes``, ``user``, ``vc``, ``shape``, ``attempts``,
+``outcome``.
 
-=====================  =========  ================================================================
-column                 required   meaning
-=====================  =========  ================================================================
-``job_id``             yes        unique, non-empty
-``submit_s``           yes        submission time, >= 0
-``num_gpus``           yes        GPUs the job needs, all of one type (a whole number >= 1)
-``duration_s``         no         run time on ``gpu_type`` (on the reference type where empty)
-``gpu_type``           no         the GPU type ``duration_s`` was observed on ("" = reference type)
-``runtime_s:<GPU>``    no         run time on that type; :data:`NEVER` = **cannot run there**;
-                                  empty = not known (scaled from ``duration_s``)
-``allowed_gpus``       no         the only types the job may run on, ``|``-separated ("" = any)
-``deadline_s``         no         absolute deadline on the submit clock; empty = none
-``model``              no         the model it trains, to bind it to a catalog config
-``batch``, ``size``    no         its batch size and input size (image side, sequence length)
-``dtype``              no         float32, float16, bfloat16 or amp (fp32, fp16, bf16 also read)
-``checkpoint_bytes``   no         what a resume reads back (preemptive policies)
-``user``, ``vc``       no         who submitted it, and to which virtual cluster or queue
-``shape``              no         GPUs per server of the recorded run, ``8+8`` (adds up to num_gpus)
-``attempts``           no         failed attempts before the last, ``LENGTH/GAP;...`` in seconds
-                                  (``14033/186``; "" = none; they fit in duration_s)
-``outcome``            no         how the last attempt ended: completed, failed, cancelled ("" = not
-                                  recorded)
-=====================  =========  ================================================================
+Design decisions: any unknown column is refused (a misspelt ``runtime_s:V10O`` or ``deadline``
+must not be dropped in silence); "cannot run" is written :data:`NEVER` in a CSV, where ``inf`` is
+refused, so that it is never an accident of a number's spelling (Parquet: +inf or ``never``); a
+missing ``duration_s`` is taken from the job's own ``runtime_s`` column, and one that contradicts
+it is refused. Parquet is read through :func:`predictor.common.inputs.read_parquet` (decoded size
+bounded first). The trace states its deadlines
+(:attr:`traces.schema.JobTrace.deadlines_stated`): a job without one has none.
 
-Any other column is refused, naming it and the known ones (a misspelt ``runtime_s:V10O`` or
-``deadline`` must not be dropped in silence). ``<GPU>`` is any name of the GPU catalogue
-(``ets devices list``); the table keeps the canonical one.
-
-Run times: where ``duration_s`` is empty (or absent), it is the ``runtime_s`` of the job's
-``gpu_type``, or, for a job without one, the first ``runtime_s`` column (header order) it has a
-run time in, which then becomes its ``gpu_type``; a job with neither is refused. A ``duration_s``
-that differs from the ``runtime_s`` of its own ``gpu_type`` is refused, and so is a ``gpu_type``
-the job cannot run on.
-
-Parquet (``.parquet``, ``.pq``): the same columns, read through
-:func:`predictor.common.inputs.read_parquet` (decoded size bounded before anything is expanded); there a
-run time of **+inf** (or the text ``never``) means "cannot run", null or NaN "not known", and the
-row number (1-based) takes the place of the line number in messages. In a CSV, ``inf`` is refused
-(write ``never``), so that "cannot run" is never an accident of a number's spelling.
-
-Deadlines: the trace states them — a job without one has none, and a run makes none up unless
-``--deadline-fraction`` is given (:attr:`traces.schema.JobTrace.deadlines_stated`).
+Columns and rules: docs/simrun.md, 'Peers' traces'.
 """
 
 from __future__ import annotations

@@ -3,65 +3,15 @@
 Why one module: every loader (Philly, PAI, ITP, Hydra cases, synthetic) must produce exactly the
 same columns and units, and every bad input must fail with a message naming file, line and field.
 
-Columns (one row per job; times in seconds):
+Design decisions: one row per job, times in seconds on the trace's own clock; optional columns
+(per-type run times ``runtime_s:<GPU>``, where +inf means "cannot run" and NaN "not known";
+``allowed_gpus``, ``attempts``, ``shape``, Gavel's ``steps``, ...) are added only by loaders whose
+format has them, and :func:`finalize` checks and keeps them. A trace that *states* its deadlines
+(:attr:`JobTrace.deadlines_stated`) gets none synthesised unless a run asks. Values are bounded
+(:data:`TIME_LIMIT_S`, :data:`MAX_CHECKPOINT_BYTES`, :data:`MAX_TEXT`, printable job ids) because a
+file from a stranger must not make a run's numbers silently wrong or its memory grow.
 
-=============  =======  ================================================================
-column         dtype    meaning
-=============  =======  ================================================================
-job_id         str      unique within the trace
-submit_s       float    submission time (the trace's own clock; need not start at 0)
-num_gpus       int      GPUs the job needs, all of one type (gang)
-duration_s     float    observed run time (on ``gpu_type``, or on the reference type)
-gpu_type       str      canonical GPU type it was observed on; "" when the trace has none
-deadline_s     float    absolute deadline on the submit clock; NaN = no deadline
-user           str      "" when the trace has none
-workload       str      model/workload tag; "" when the trace has none
-line           int      1-based line (or record number for JSON) in the source file
-=============  =======  ================================================================
-
-Optional columns (a loader adds those its format has; :func:`finalize` checks and keeps them):
-
-* ``runtime_s:<GPU>`` (float): measured per-type run times (Hydra cases, Gavel, a generic trace),
-  the ground truth for that type. **+inf = the job cannot run on that type** (the trace says so:
-  a throughput of 0, a type constraint); NaN = not known, the run time is then scaled from
-  ``duration_s`` as for a type without a column (:func:`simulator.timing.true_runtimes`).
-* ``allowed_gpus`` (str): the only GPU types the job may run on, ``|``-separated ("" = any): a
-  type constraint such as Alibaba's ``gpu_spec``; every other type is "cannot run".
-* ``checkpoint_bytes`` (float): what resuming the job reads back (preemptive policies).
-* ``vc`` (str): the virtual cluster or queue the job was submitted to.
-* ``model``, ``batch``, ``input_size``, ``dtype``: the model config a trace names for the job, so
-  that binding (:mod:`traces.binding`) can give it that config; batch and input size are
-  nullable integers, "" and <NA> = not given.
-* ``steps`` (float) and ``throughput:<GPU>`` (float, steps per second; 0 = cannot run): Gavel's
-  integer steps and measured throughputs (``runtime_s:<GPU>`` = steps / throughput), kept
-  because Gavel's own simulator works in steps.
-* ``priority_weight`` (float): Gavel's per-job weight.
-* ``shape`` (str): how the job's GPUs were spread over servers when the trace recorded it, GPUs
-  per server joined by ``+`` (Philly's ``8+8``; "" = not recorded); it must add up to
-  ``num_gpus``. A bound multi-GPU job's work is counted at this placement
-  (:mod:`simulator.communication`).
-* ``attempts`` (str): the job's *failed* attempts before its last one, ``;``-separated
-  ``LENGTH/GAP`` pairs in seconds (``14033/186;500.5/30``: the first failed attempt held its GPUs
-  14,033 s, then 186 s passed before the next attempt started; "" = none recorded). Every number
-  is finite and >= 0, and their sum is at most ``duration_s`` (the span from the first start to the
-  last end), so the last attempt ran ``duration_s`` minus that sum. Why: ``--failures replay``
-  replays a trace's own retries (:mod:`simulator.failure_models`).
-* ``outcome`` (str): how the job's last attempt ended: ``completed``, ``failed``, ``cancelled``, or
-  "" (not recorded).
-
-A trace **states its deadlines** (:attr:`JobTrace.deadlines_stated`) when its format has a
-deadline field or says it has none (Hydra's cases, Gavel's traces, a generic ``csv:`` trace):
-NaN then means "this job has no deadline", and none is synthesised unless a run asks for it
-explicitly (``--deadline-fraction``). Production traces without deadlines (Philly, PAI, ITP,
-Alibaba 2023) state nothing: a run gives a seeded share of their jobs one by default.
-
-Bounds (a file from a stranger must not make a run's numbers silently wrong or its memory grow):
-times and durations lie in [0, :data:`TIME_LIMIT_S`] (a job submitted at 1e300 "finished" with a
-JCT of 0: 1e300 + 100 is 1e300 in floating point); ``checkpoint_bytes`` at most
-:data:`MAX_CHECKPOINT_BYTES`; ``job_id``, ``user`` and ``workload`` at most :data:`MAX_TEXT`
-characters, and a job id printable (no control or format characters: it is echoed to terminals
-and a newline in it forged a line of ``simrun``'s output). Each is refused naming file, line and
-field.
+Columns, optional columns and bounds: docs/data.md, 'The job-trace table'.
 """
 
 from __future__ import annotations

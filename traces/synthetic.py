@@ -5,58 +5,18 @@ the package. This module has a fast vectorised generator, the fitting functions,
 small parameter sets fitted to the real files from data shipped with the package, so that
 ``python -m experiments.fit_synthetic`` and the tests can recompute every value from the data.
 
-Data: ``traces/synthetic_fit.json`` (:data:`FIT_FILE`), read once at import into :data:`PARAMS`.
-philly-like is fitted from ``../shared/traces/philly/rfold_philly_trace.csv`` (RFold's per-job
-Philly CSV), pai-like from
-``../shared/traces/alibaba_pai_v2020/cedtrain_case_random_10000_tasks.csv`` (CedTrain's random
-10,000-task sample of PAI 2020). To refit, run
-``python -m experiments.fit_synthetic [--shared DIR]``: it fits both kinds (:func:`fit_philly`,
-:func:`fit_pai_sample`) and rewrites the file (:func:`write_fit`, floats at full precision so
-that the file loads back to the exact values).
-Each kind's ``_about`` in the file states the statistics of the real file that its values imply;
-the statistics behind the judgement calls below are in docs/data.md (Synthetic traces).
+Data: ``traces/synthetic_fit.json`` (:data:`FIT_FILE`), read once at import into :data:`PARAMS`;
+philly-like is fitted from RFold's per-job Philly CSV, pai-like from CedTrain's random 10,000-task
+sample of PAI 2020. To refit, run ``python -m experiments.fit_synthetic [--shared DIR]``.
 
-The model of one job (all parts fitted per kind):
+A job: Poisson arrivals with a fitted daily cycle, a categorical GPU count (and, pai-like, GPU
+type), and a duration drawn from empirical quantiles per GPU-count bucket (log-linear between
+knots :data:`KNOT_PROBS`, at least :data:`MIN_DURATION_S`). Everything is fitted on the
+1st-99th percentile window of arrivals; pai-like keeps its sample's own rate, since the sampling
+fraction is not published.
 
-* **arrivals**: a non-homogeneous Poisson process whose rate is ``rate_per_hour × shape[hour]``,
-  ``shape`` being 24 hourly multipliers with mean 1 (the daily cycle). The generated clock starts
-  at midnight: hour-of-day = ``(submit_s / 3600) mod 24``. Job 0 arrives at t = 0 and jobs
-  1..N-1 are the first N-1 points of the process after it (the Palm version of the process, so no
-  shift distorts the daily phase). All parameters (rate, shape and the job mix below) are fitted
-  on the jobs submitted between the 1st and 99th percentile of the real submit times, which drops
-  the sparse start-up weeks of Philly (few jobs, but very long ones) and the partial edge days.
-  Not modelled: day-of-week effects, the day-to-day swing of the load, and batch submissions, so
-  the generated inter-arrival times are far less bursty than the real ones.
-* **GPU count**: categorical over the counts observed, with the observed frequencies.
-* **GPU type** (pai-like only): categorical given the GPU-count bucket (1 GPU vs more), with the
-  observed frequencies. Philly records no GPU type: gpu_type is "".
-* **duration**: given the GPU-count bucket (and, for pai-like, the GPU type), the empirical
-  quantile function of the duration at the knot probabilities ``KNOT_PROBS`` (the knots are
-  observed durations, ``numpy.quantile(method="inverted_cdf")``), sampled by inverse CDF with
-  interpolation that is linear in log-duration between knots. Support is [min, max] observed.
-  Durations below ``MIN_DURATION_S`` (Philly has jobs of 0 s) are raised to it before fitting
-  and after sampling, so no job has zero duration.
-
-deadline_s is NaN (deadlines are assigned elsewhere), user and workload are "".
-
-Judgement calls, philly-like:
-
-* Everything is fitted on the 1st-99th percentile window of arrivals: the file's first weeks
-  hold few of its jobs (logging start-up), so the whole-span rate would understate the load,
-  and those jobs are atypically long, so including them would overstate the work per job.
-* Duration buckets 1 / 2-3 / 4+ GPUs instead of 1 / >1: the 2-GPU jobs are mostly very short
-  while 4+ GPU jobs are long; pooling them would misplace both.
-
-Judgement calls, pai-like:
-
-* Rate: the sample's own rate. The file is a random 10k subsample of a filtered PAI task table
-  and the sampling fraction is not published, so no "real" rate can be derived; any multiplier
-  would be invented. Pass generate(..., rate_per_hour=R) (see offered_load_gpus) to size the
-  load for a cluster. The shape is fitted from the sample.
-* GPU type depends on the GPU-count bucket and duration depends on both the bucket and, among
-  1-GPU jobs, on the type (significance tests in docs/data.md), so durations are tabled per
-  (bucket, type); the 2+ cells are thin.
-* Durations are >= 1000 s by the sample's filter, so the generator has no short jobs.
+The job model, its judgement calls and the real statistics behind them: docs/data.md,
+'Synthetic traces'.
 """
 
 from __future__ import annotations

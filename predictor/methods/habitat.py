@@ -8,45 +8,21 @@ assumption ETS questions, since the overhead left visible depends on how fast th
 
 Per op of the source trace (gap and kernel time recorded separately, as our trace table does):
 
-* **Kernel-varying ops** (Habitat's SPECIAL_OPERATIONS, whose kernels and algorithms change with
-  the GPU): the ops the cost model counts as GEMMs (:func:`predictor.emulator.capture.costs.op_class`
-  "conv", "matmul", "lstm"), forward and backward, in Habitat's groups conv2d, linear, bmm
-  (batched matmuls and fused attention) and lstm (:func:`kernel_group`). The ETS CSV import names
-  backward ops like their forward op; the phase one-hot tells them apart.
-  Prediction = T_source × MLP(op, target) / MLP(op, source) (Habitat's ratio scaling), the MLP
-  regressing log(duration_us) from the op's features (group, phase and dtype one-hots; log1p of
-  batch, FLOPs, bytes and the 30 params) and 4 device features [memory GB, memory bandwidth
-  GB/s, SMs, peak FP32 TFLOPS], continuous inputs z-scored with training statistics; MAE in log
-  space (the scale-free counterpart of Habitat's MAPE, and the ETS loss).
-  **One MLP with a group one-hot** instead of Habitat's four: Habitat's per-op MLPs each read an
-  op-specific argument list, while ours share one generic feature layout; our zoo holds very
-  unequal numbers of rows per group (many convolutions, few LSTM rows), and a shared trunk lets
-  the rare groups borrow how GEMM-like kernels scale with SMs, clock and bandwidth. Habitat's MLP
-  is 1024 × 8; on our 2-CPU machines the default is 256 × 4 (``hidden``/``layers``).
-* **Kernel-alike ops** (everything else): Habitat's roofline wave scaling with the arithmetic
-  intensity I = flops/bytes from our per-op counts instead of CUPTI metrics, against the target's
-  ridge point R = peak FP32 FLOP/s ÷ memory bandwidth: γ = 1 − 0.5·I/R for I ≤ R, 0.5·R/I above
-  (1 with no FLOPs, 0 with FLOPs but no bytes), then
-  T_d = T_o · (BW_o/BW_d)^γ · (clk_o/clk_d)^(1−γ) · (SM_o/SM_d)^(1−γ). Our traces hold one time
-  per op, not per kernel, and no block counts, so the sub-wave branch cannot be applied.
-  Habitat's metric-free fallback keeps small kernels unchanged; ``small_kernel_us`` does the
-  same for ops faster than it on the source, but defaults to 0 (scale every op): keeping them
-  was less accurate per op, on emulated and on real GPU pairs alike, since launch latencies
-  differ between GPUs (measured figures: docs/predictor.md, Baselines).
+* **Kernel-varying ops** (GEMM-like: conv, linear, bmm, lstm; :func:`kernel_group`): Habitat's
+  ratio scaling, T_source × MLP(op, target) / MLP(op, source). **One MLP with a group one-hot**
+  instead of Habitat's four, because our groups have very unequal row counts and a shared trunk
+  lets the rare ones borrow how GEMM-like kernels scale; 256 × 4 by default (``hidden``/``layers``)
+  instead of Habitat's 1024 × 8, for our 2-CPU machines.
+* **Kernel-alike ops** (everything else): Habitat's roofline wave scaling, from our per-op FLOP and
+  byte counts instead of CUPTI metrics (no per-kernel times or block counts, so no sub-wave
+  branch). ``small_kernel_us`` (Habitat's keep-small-kernels fallback) defaults to 0: scaling
+  every op was more accurate (measured figures: docs/predictor.md, Baselines).
 * **Framework overhead is carried over unchanged**: an op's predicted gap is the source trace's
   ``gap_us``, exactly.
 
-Training (:func:`train`): the MLP learns from the training traces of every device present (at
-least the source and the target); Adam; early stopping on the MRE of the target's iteration
-times predicted from the validation configs' source traces. Limits that stay: the roofline uses
-the FP32 peak for every dtype, and the MLP sees a device only through its 4 features, so it
-extrapolates poorly to GPUs far from those it was trained on.
-
-The iteration time is the sum over ops, as in Habitat. Device constants come from the GPU
-catalogue (:func:`gpu`: the entry itself); names resolve through
-:func:`predictor.common.gpus.canonical_gpu_type` ("emulated:T4", "Tesla T4", the ETS import's
-"2080Ti"), so a model trained on emulated traces predicts real ones, and the simulator can
-predict a GPU a config was never measured on from its source trace alone.
+GPU names resolve through :func:`predictor.common.gpus.canonical_gpu_type`, so a model trained on
+emulated traces predicts real ones. Features, formulas, training and limits: docs/predictor.md,
+'Baselines' (Habitat-style, "The method in full").
 """
 
 from __future__ import annotations

@@ -4,63 +4,16 @@ Why: torch.profiler is the tool users already run; its ``export_chrome_trace`` /
 (``*.pt.trace.json[.gz]``) hold every operator, its shapes and the GPU kernels it launched, which is
 all ETS needs for one training iteration (predictors.md §1.2, §6.1).
 
-Both schemas are read: the 2021 one (categories ``Operator`` / ``Kernel`` / ``Runtime`` /
-``Memcpy`` / ``Memset``, string tids, ``async``-``launch`` flows) and the 2023+ one (``cpu_op`` /
-``user_annotation`` / ``kernel`` / ``cuda_runtime`` / ``cuda_driver`` / ``gpu_memcpy`` /
-``gpu_memset``, ``ac2g`` flows). Plain and gzip files are detected by content, not by name.
+Both schemas are read (2021 and 2023+ categories and flows); plain and gzip files are detected by
+content, not by name. Design decisions where the format leaves a choice open: the iteration is the
+last *complete* ``ProfilerStep`` (the profiler's trailing one is empty or partial); ops are the
+top-level operators of the main and autograd threads, with annotation ranges transparent and data
+loading dropped; phase comes from optimizer ranges, autograd nodes and autograd threads; device
+activities join their op through the runtime call's correlation id (else the flow, else the
+``External id``), and gaps follow ETS over the ops that have device activities. A CPU-only trace
+takes host durations instead.
 
-Rules (the choices the format leaves open):
-
-* **Iteration.** One ``ProfilerStep#N`` range. Default: the last *complete* step, i.e. the last one
-  that holds at least one op and, when any step of the file holds backward ops, holds backward ops
-  too (the profiler's trailing ``ProfilerStep`` opened by the final ``prof.step()`` is empty or
-  partial). ``step=N`` picks ``ProfilerStep#N``. A file without ``ProfilerStep`` is one iteration
-  (``config_id`` suffix ``all``).
-* **Threads.** The main thread is the one holding the ``ProfilerStep`` ranges (without steps: the
-  thread of the earliest operator of the busiest process). Autograd threads are the other threads
-  of that process whose top-level operators include an autograd node (see below). Other threads
-  (pin-memory, data-loader helpers) are ignored.
-* **Ops.** Top-level operator events: an operator not nested, by time containment on its thread,
-  inside another operator. Annotation ranges are transparent: ``user_annotation`` events and, in
-  either schema, the record_function ranges PyTorch itself opens (``ProfilerStep#N``,
-  ``Optimizer.step#...``, ``Optimizer.zero_grad#...``, ``enumerate(DataLoader)#...``). In the old
-  schema other user ``record_function`` ranges cannot be told from operators and become ops.
-  Operators inside ``enumerate(DataLoader)#...`` are data loading, not training, and are dropped.
-  An op starts inside the iteration when its start lies in the step's time range.
-* **Autograd nodes / backward op names.** ``autograd::engine::evaluate_function: X`` (new schema)
-  is one backward op named ``X`` (e.g. ``AddmmBackward0``); in the old schema the node itself
-  (``CudnnConvolutionBackward``, ``torch::autograd::AccumulateGrad``) is top-level. A name is a node
-  when it is an ``evaluate_function`` wrapper, ends in ``Backward`` + digits, or starts with
-  ``torch::autograd::``. Names drop the ``aten::`` and ``torch::autograd::`` prefixes.
-* **Phase.** update: the op starts inside an ``Optimizer.step#`` or ``Optimizer.zero_grad#`` range
-  (zero_grad is optimizer work even when it runs before backward). backward: the op is an autograd
-  node or runs on an autograd thread. Any other op: forward before the first backward op, backward
-  between the first and the last backward op, update after the last one (gradient clipping,
-  GradScaler, ...); every non-optimizer op is forward when the iteration has no backward op.
-* **GPU traces** (the file has device activities): the device activities of an op are the kernels,
-  memcpys and memsets whose launching runtime call (``cuda_runtime`` / ``cuda_driver`` / ``Runtime``,
-  matched by ``args.correlation``, else by the ``ac2g`` / ``launch`` flow that joins the two events)
-  lies inside the op's time range on the same thread; an activity whose runtime call is missing
-  falls back to its ``External id`` = the launching operator's ``External id``. Runtime calls outside
-  any op (and their activities) are not attributed. ``kernels`` = count, ``duration_us`` = the sum
-  of their ``dur``; ``gap_us`` follows ETS over the ops that have device activities, in row order:
-  next op's first start − (this op's first start + duration_us); the last such op has gap 0.
-  An op without device activities is kept with duration 0 and gap 0, so Σ(duration + gap) runs
-  from the first op's first kernel start to the last op's first kernel start + its duration.
-* **CPU traces** (no device activity in the file): duration_us = the op's ``dur``; gap_us = next
-  op's start − this op's end (all threads merged by start time; negative when they overlap); last 0.
-* **Other columns.** cpu_us = the op's host ``dur``. input_shapes = ``args["Input Dims"]`` (a list,
-  or a JSON string of one) of the op, or of its first nested operator that has one (the autograd
-  node inside an ``evaluate_function`` wrapper); "[]" when unknown. params = the integers of those
-  shapes, flattened in order, first 30 (op_trace.MAX_PARAMS). flops = ``args["flops"]`` of the op,
-  else the sum over its outermost nested operators that carry one (``with_flops=True``); bytes = 0.
-  dtype = the first floating type in ``args["Input type"]`` (same fallback as the shapes), default
-  float32. batch = first dim of the first non-empty input shape of the first forward op having one
-  (0 if none); input_size = that shape's last dim when it is 4-D, else 0. Rows are in op start
-  order; source = ``<file>:<index of the op's event in traceEvents>``.
-* **Defaults.** device = ``deviceProperties[0].name``, else "cuda" when the file has kernels, else
-  "cpu"; model = the file name without ``.gz`` / ``.json``; family = families.family_of(model);
-  config_id = ``kineto:<model>:<N>``.
+Every rule, column and default: docs/ets.md, 'Import rules: kineto and nsys'.
 """
 
 from __future__ import annotations
@@ -433,10 +386,9 @@ def _phases(roots: pd.DataFrame) -> np.ndarray:
     return phase
 
 
-def _device_times(path: Path, ev: pd.DataFrame, flows: pd.DataFrame, cpu: pd.DataFrame,
-                  roots: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """kernels, duration_us and gap_us per op from the device activities it launched (GPU traces)."""
-    dev = _attach_device(path, ev, flows, cpu)
+def _device_times(dev: pd.DataFrame, roots: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """kernels, duration_us and gap_us per op from the device activities it launched (GPU traces;
+    ``dev``: :func:`_attach_device`'s)."""
     agg = dev.groupby("root").agg(kernels=("dur", "size"), duration=("dur", "sum"), start=("ts", "min"))
     agg = agg.reindex(roots["pos"])
     kernels = agg["kernels"].fillna(0).to_numpy(dtype=np.int64)
@@ -509,24 +461,36 @@ def _table(path: Path, roots: pd.DataFrame, nest: dict, config_id: str, device: 
 def load(path: str | Path, *, device: str | None = None, model: str | None = None,
          step: int | None = None) -> pd.DataFrame:
     """One training iteration of a Kineto trace file as a validated execution-trace table."""
+    return load_steps(path, [step], device=device, model=model)[0]
+
+
+def load_steps(path: str | Path, steps: list[int | None], *, device: str | None = None,
+               model: str | None = None) -> list[pd.DataFrame]:
+    """:func:`load` of each of ``steps``, the file read, parsed and its kernels attached once: a
+    capture reads back each of its profiled iterations from one trace (parsing it per iteration
+    cost ~10 ms an op)."""
     path = Path(path)
     data = _read_json(path)
     ev, flows = _event_tables(path, data["traceEvents"])
-    main_pid, steps = _main_process(path, ev)
+    main_pid, ranges = _main_process(path, ev)
     cpu, nest = _cpu_events(path, ev, main_pid)
-    roots = _training_ops(_top_level_ops(path, cpu, nest), steps)
-    label, roots = _select_step(path, steps, roots, step)
-    roots = roots.sort_values(["ts", "event"]).reset_index(drop=True)
-    if roots.empty:
-        raise OpTraceFormatError(path, f"{label} holds no operator events")
-    roots["phase"] = _phases(roots)
-    times = _device_times(path, ev, flows, cpu, roots) if (ev["kind"] == DEVICE).any() else _host_times(roots)
-    roots["kernels"], roots["duration_us"], roots["gap_us"] = times
+    all_roots = _training_ops(_top_level_ops(path, cpu, nest), ranges)
+    dev = _attach_device(path, ev, flows, cpu) if (ev["kind"] == DEVICE).any() else None
     model = model or default_model(path)
-    step_id = label.split("#", 1)[1] if label.startswith("ProfilerStep#") else "all"
-    table = _table(path, roots, nest, f"kineto:{model}:{step_id}",
-                   _default_device(data, ev) if device is None else device, model)
-    return op_trace.validate(table, path)
+    device = _default_device(data, ev) if device is None else device
+    tables = []
+    for step in steps:
+        label, roots = _select_step(path, ranges, all_roots, step)
+        roots = roots.sort_values(["ts", "event"]).reset_index(drop=True)
+        if roots.empty:
+            raise OpTraceFormatError(path, f"{label} holds no operator events")
+        roots["phase"] = _phases(roots)
+        times = _device_times(dev, roots) if dev is not None else _host_times(roots)
+        roots["kernels"], roots["duration_us"], roots["gap_us"] = times
+        step_id = label.split("#", 1)[1] if label.startswith("ProfilerStep#") else "all"
+        table = _table(path, roots, nest, f"kineto:{model}:{step_id}", device, model)
+        tables.append(op_trace.validate(table, path))
+    return tables
 
 
 def _select_step(path: Path, steps: pd.DataFrame, roots: pd.DataFrame,

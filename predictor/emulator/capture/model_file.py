@@ -9,43 +9,20 @@ execution-trace table (:mod:`predictor.common.op_trace`) that the emulator and t
 
 **It runs the file's code**, as ``python FILE`` would (except an ``if __name__ == "__main__"``
 block: the module gets a unique name of its own): this is done only for a file the user names
-on the command line (``--model-file``), i.e. the user's own code, with the user's rights. While
-it runs, the file's directory is first on ``sys.path`` (sibling imports work, as under
-``python FILE``), and what it prints goes to stderr (``--json`` output stays parseable). The
+on the command line (``--model-file``), i.e. the user's own code, with the user's rights. The
 commands run it in a child process, under a time and a memory limit, and get back only the
 table (:mod:`predictor.emulator.capture.model_process`); :func:`capture_model_file` itself runs it in
-the calling process.
+the calling process. What it prints goes to stderr (``--json`` output stays parseable).
 
-* Device: the module is loaded and ``Model``, ``get_init_inputs()`` and ``get_inputs()`` run
-  under ``torch.device("meta")``, so parameters and input tensors are meta tensors (no memory,
-  no compute); parameters or inputs the file put on the CPU explicitly are moved to meta. A
-  constructor that fails on meta (it reads a tensor's value, e.g. ``.item()``) is run again on
-  the CPU (real memory for the weights) and the model moved to meta. A model
-  holding an RNN module (``nn.LSTM``, ``nn.GRU``, ``nn.RNN``) is built a second time on the CPU
-  and its iteration run there, as the zoo capture does (:func:`predictor.emulator.capture.opseq.capture`:
-  the meta device decomposes RNNs into per-time-step ops no GPU runs); its ``source`` says so.
-* Training iteration (default): forward, a scalar loss (Σ over every floating-point tensor of
-  the output, tuples and lists searched, of ``t.float().mean()``), backward, then an optimizer
-  step (SGD, lr 0.01, momentum 0.9 — the zoo's; or Adam), after one step on zero gradients that
-  creates the optimizer state, as the zoo does. A model without trainable parameters (most
-  KernelBench level-1 problems: one op) has its floating inputs require gradients instead, and
-  its backward pass is ``torch.autograd.grad`` towards them (that op's backward, with no
-  ``AccumulateGrad`` into the inputs); it has no optimizer, hence no update phase.
-* Inference (``inference=True``): one forward under ``torch.no_grad()`` (phase forward only;
-  what KernelBench times). The module stays in the mode its constructor left it (training mode
-  unless it calls ``eval()``), as KernelBench runs it.
-* ``dtype`` (``float32``, ``float16``, ``bfloat16``): the model and the floating inputs are cast
-  to it (:func:`_cast`, the one place a mixed-precision mode would go).
-* Identity: ``config_id`` = ``file:<stem>`` plus ``:<dtype>`` (not float32), ``:adam`` and
-  ``:inference`` where they apply (:func:`config_id_of`); ``family`` = ``model`` = the stem.
-  ``batch`` = the first dimension of the first tensor input (1 if none); ``input_size`` = its
-  height for a 4-D input (N, C, H, W), its length for a 3-D one (B, T, D), else 0.
-* Errors: every failure is a :class:`ModelFileError` whose message is one line (at most 1,000
-  characters) naming the file: not found / not a regular file; a syntax error with its line; no
-  ``Model`` or no ``get_inputs``; an exception in the file's code as
-  ``FILE: Type: message (at file:line in function)`` with the innermost traceback frame in the
-  user's file (else the innermost frame); an output with no floating-point tensor to take a loss
-  of; a loss that depends on nothing that requires a gradient.
+Design decisions: everything runs on the meta device (no memory, no compute), falling back to the
+CPU only where meta cannot work (a constructor that reads tensor values; RNN modules, which meta
+unrolls per time step); a training step is the zoo's (scalar loss, backward, SGD or Adam after a
+state-creating step), and a model without weights differentiates towards its inputs instead;
+``config_id`` is ``file:<stem>`` plus suffixes (:func:`config_id_of`). Every failure is one line
+(:class:`ModelFileError`) naming the file.
+
+Device fallbacks, loss, batch and input size, errors: docs/gpus.md, 'Capture details of a model
+file'.
 """
 
 from __future__ import annotations

@@ -6,61 +6,15 @@ trace (``predictor.common.op_trace``) without PyProf or torch.
 
 Export a report with ``nsys export --type sqlite -o run.sqlite run.nsys-rep`` (times in ns).
 
-Tables and columns read (names from the documented export schema; tables are created lazily):
+Design decisions: the rules are PyProf's join and ETS's grouping, so an imported trace is the one
+the authors trained on. Kernels join their runtime launch on ``correlationId`` *and* process id
+(correlation ids are unique only within a process); an iteration is an ETS ``layer:...iter=<i>``
+or ``ProfilerStep#<i>`` NVTX range; the outermost ``emit_nvtx`` op marker enclosing a launch is its
+op (``aten::conv2d`` absorbs its ``aten::cudnn_convolution``); phase comes from ``Backward`` markers
+and autograd threads, else from ``UPDATE_RANGE_PREFIXES``; gaps follow ETS's ``do_analyze.py``.
+Memcpy/memset activity is not part of the trace (ETS counts kernels only).
 
-* ``CUPTI_ACTIVITY_KIND_KERNEL``: ``start, end, deviceId, correlationId, globalPid`` and the name
-  id ``demangledName`` (``shortName`` when ``demangledName`` is absent) -> ``StringIds``.
-* ``CUPTI_ACTIVITY_KIND_RUNTIME`` (plus ``CUPTI_ACTIVITY_KIND_DRIVER`` when present, same columns):
-  ``start, end, globalTid, correlationId``.
-* ``NVTX_EVENTS``: ``start, end, eventType, globalTid, text`` and ``textId`` (-> ``StringIds``,
-  used when ``text`` is NULL; the column may be absent in old exports). Only push/pop ranges
-  (``eventType = 59``) are used.
-* ``StringIds``: ``id, value``.
-* Optional, for the device name: ``TARGET_INFO_GPU(id, name)``, else
-  ``TARGET_INFO_CUDA_DEVICE(cudaId, name)``.
-
-Rules (PyProf's join, ETS's grouping):
-
-1. Launch join: kernel ⋈ runtime on ``correlationId`` **and** process id, where
-   pid = ``globalTid / 0x1000000 % 0x1000000`` (runtime) and ``globalPid / 0x1000000 % 0x1000000``
-   (kernel): correlation ids are unique only within a process. Kernels without a launch record
-   are dropped (as PyProf's inner join does).
-2. Iteration: NVTX ranges ``layer:...iter=<i>...`` (ETS ``benchmark/run.py``) or
-   ``ProfilerStep#<i>`` mark iterations; the last one is taken unless ``iteration=`` names one. When
-   several ranges carry the selected number (several processes), the one of the lowest pid wins. The
-   iteration holds the launches of that range's process whose runtime call *starts* inside the
-   range, on any thread (backward launches come from the autograd thread). Without such ranges the
-   whole file is used, restricted to the process with the most kernels, and the iteration is
-   labelled ``all``. The ETS marker's ``model=``, ``batch=``, ``h=`` and ``dtype=`` fields, when
-   present, give the model name, batch, input size and dtype.
-3. Op of a launch: the NVTX ranges on the launch's ``globalTid`` that enclose the runtime call
-   (``start <= call.start`` and ``end >= call.end``). An *op marker* is a range emitted by
-   ``emit_nvtx``: ``"<op>, seq = <n>[, op_id = ..][, sizes = [[..], ..]][, input_op_ids = ..]"``,
-   or a bare namespaced name such as ``"aten::add_"`` (PyTorch's text when the sequence number is
-   -1).
-   The outermost (top-level) op marker is the op: all launches under the same top-level range
-   instance form one row (so ``aten::conv2d`` absorbs its ``aten::cudnn_convolution``). Launches
-   under no op marker become one row each, named after their innermost enclosing range other than
-   the iteration range, else after the kernel's base name.
-4. Phase: ``backward`` when an enclosing op marker's name contains ``Backward`` or ends in
-   ``_backward`` (autograd nodes are emitted as ``"ConvolutionBackward0, seq = 12"``), or when the
-   launch is on an autograd thread (a thread other than the iteration range's that launches under
-   such a marker: it catches ``AccumulateGrad`` and helper kernels); else ``update`` when an
-   enclosing range starts with one of ``UPDATE_RANGE_PREFIXES`` (``Optimizer.step``,
-   ``Optimizer.zero_grad``: the ranges ``torch.optim.Optimizer`` records; wrap a hand-written
-   update in an NVTX range named ``Optimizer.step#...`` to have it counted); else ``forward``.
-5. Per op (ETS, ``do_analyze.py``): rows in order of their first kernel's start;
-   ``duration_us`` = Σ kernel (end - start) / 1000; ``gap_us`` = next op's first kernel start -
-   (this op's first kernel start + its summed kernel time), / 1000, 0 on the last op;
-   ``cpu_us`` = Σ durations of its distinct runtime calls / 1000; ``kernels`` = kernel count;
-   ``op`` = marker name without ``aten::``; ``input_shapes`` from ``sizes = [...]`` (``"[]"``
-   otherwise); ``params`` = the flattened sizes (up to 30); ``flops`` = ``bytes`` = 0;
-   ``dtype`` float32 unless the ETS marker says otherwise; ``batch`` = the marker's, else the first
-   dimension of the first input of the first forward op that has one (0 if unknown).
-   ``device`` = the GPU name (``TARGET_INFO_GPU`` row of the kernels' ``deviceId``, else its first
-   row, else ``TARGET_INFO_CUDA_DEVICE``), ``"cuda"`` when absent; ``model`` = the marker's, else
-   the file stem; ``config_id`` = ``nsys:<model>:<iteration>``. Memcpy/memset activity is not part
-   of the trace (ETS counts kernels only).
+Tables and columns read, and the rules step by step: docs/ets.md, 'Import rules: kineto and nsys'.
 """
 
 from __future__ import annotations

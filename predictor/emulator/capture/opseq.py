@@ -84,7 +84,9 @@ def capture(config: ModelConfig, device: str = "meta", *, warmup: int | None = N
             chrome = str(Path(tmp) / f"{config.model}.json")
             tops = run_profiled(step, iterations, cuda=True, chrome_trace=chrome)
             measured = [extract_ops(top, element_dtype) for top in tops]
-            timings = [_kernel_timings(chrome, k, ops, config.config_id) for k, ops in enumerate(measured)]
+            tables = kineto.load_steps(chrome, list(range(len(measured))))
+            timings = [_kernel_timings(table, k, ops, config.config_id)
+                       for k, (table, ops) in enumerate(zip(tables, measured))]
     else:
         measured = [extract_ops(top, element_dtype) for top in run_profiled(step, iterations)]
     rows = median_timings(measured, config.config_id, timings)
@@ -150,9 +152,9 @@ def _create_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
     optimizer.zero_grad(set_to_none=True)
 
 
-def _kernel_timings(chrome_trace: str, k: int, ops: list, source: str) -> tuple[list, list, list]:
-    """Iteration ``k``'s per-op kernel time, ETS gap and kernel count from the exported trace."""
-    table = kineto.load(chrome_trace, step=k)
+def _kernel_timings(table: pd.DataFrame, k: int, ops: list, source: str) -> tuple[list, list, list]:
+    """Iteration ``k``'s per-op kernel time, ETS gap and kernel count from its table of the exported
+    trace (:func:`kineto.load_steps`), checked to list the ops the profiler extraction lists."""
     names = [r.op for r in ops]
     if table["op"].tolist() != names:
         diff = next((i for i, (a, b) in enumerate(zip(table["op"], names)) if a != b), min(len(table), len(names)))

@@ -5,109 +5,17 @@ their spec sheets, so every real kernel time we hold widens what it has seen: De
 pre-Ampere GPUs (M40 to V100) and, unlike NeuSight, the two backward kernels of each convolution;
 Vidur adds fp16 LLM layer kernels on A100 and A40. Each measurement becomes the same device-free
 problem as :mod:`predictor.emulator.devices.kernel_data` builds (columns :data:`kernel_data.COLUMNS`) plus
+``kernel`` (``forward``, ``grad_input`` or ``grad_weight``) and ``math`` (``fp32``, ``tf32``,
+``fp16`` or ``bf16``), FLOPs and bytes counted as :mod:`predictor.emulator.capture.costs` counts them.
 
-* ``kernel`` — which kernel of a GEMM-like op was timed: ``forward``, ``grad_input`` or
-  ``grad_weight`` (memory-bound ops: ``forward``);
-* ``math`` — the arithmetic it ran in: ``fp32``, ``tf32``, ``fp16`` or ``bf16``. ``half`` is
-  ``math in (fp16, bf16)``; ``phase`` is ``forward`` for forward kernels, else ``backward``.
+Design decisions: convolution backward rows are exactly the two problems
+:func:`predictor.emulator.devices.problems.backward_pair` makes, so a model fitted on them prices our
+emulated backward convolutions; DeepBench's host-clocked calls sit on a launch floor, so rows at or
+under :data:`FLOOR_US` are ``censored``; Vidur's rows are inference kernels (``training`` False);
+device strings map through :data:`DEEPBENCH_DEVICES` and an unknown one is an error. Errors
+(:class:`InputError`) name the file, the line and the column.
 
-FLOPs and bytes follow :mod:`predictor.emulator.capture.costs` (a multiply-add is 2 FLOPs; bytes are the
-compulsory traffic: every input read once, every output written once). ``origin`` is ``file:line``
-of the CSV row.
-
-DeepBench (``calibration/deepbench``, Baidu, results of 2016-2019)
--------------------------------------------------------------------
-Only the NVIDIA *training* sheets (``xlsx/train/DeepBench_NV_*.xlsx`` in the ``file`` column) are
-read; the AMD, Xeon Phi, phone and inference (INT8) sheets are left out and counted. ``math`` from
-``precision``: ``Float`` -> fp32 (no TF32 on these GPUs); "16 bit inputs, 16 bit multiplication,
-32 bit addition" (V100, T4: tensor cores) -> fp16; P100's "pseudo FP16" ("16 bit inputs, 32 bit
-multiplication") -> fp16 as well, although it *computes in FP32*: its GEMMs take the same time as
-the FP32 sheet's (docs/gpus.md), so against P100's FP16 peak (2x FP32) they look half as
-efficient. Device strings map through :data:`DEEPBENCH_DEVICES` (an unknown one is an error):
-
-* "NVIDIA V100" -> ``V100-SXM2``: the file's Specs sheet names an NVIDIA DGX-1 (Xeon E5-2698 v4,
-  CUDA 10.1, cuDNN 7.6), whose V100s are SXM2 boards (16 or 32 GB: not recorded; kernel rates
-  are the same). "NVIDIA T4" -> ``T4`` (its Specs sheet also says DGX-1, a copy of the V100's: a
-  T4 does not fit a DGX-1 and the CPU listed, Xeon Gold 6140, is not the DGX-1's).
-* "NVIDIA Tesla P100" -> ``P100``: the Specs sheet names an ASUS X99-E WS workstation board, PCIe
-  slots only, so a P100 PCIe; 12 GB (549 GB/s) or 16 GB (732 GB/s) is not recorded — ``P100`` is
-  the 16 GB part.
-* "Nvidia TitanX" (``DeepBench_NV_TitanX.xlsx``: CUDA 7.5, cuDNN 5, driver 352) -> ``TitanXMaxwell``;
-  "Nvidia TitanX Pascal" -> ``TitanXPascal``; "NVIDIA GTX TitanXp" -> ``TitanXp``; "NVIDIA GTX
-  1080 Ti" -> ``GTX1080Ti``; "Nvidia Tesla M40" -> ``M40``.
-
-Timing (``code/nvidia/{gemm,conv}_bench.cu``): the host clock around 400 (GEMM) or 300 (conv)
-back-to-back calls, one ``cudaDeviceSynchronize`` at the end, averaged and truncated to whole
-microseconds. No per-call synchronisation, so no per-call floor of tens of µs as in NeuSight — the
-time is that of the kernels of a training step, hence ``training`` True — but a call cannot take
-less than the host's cost to launch it (cuBLAS / cuDNN): the fastest GEMMs of every rig but the
-two Maxwell ones sit on a floor nearly flat in their size (measured figures: docs/gpus.md). Rows
-at or under :data:`FLOOR_US` are therefore ``censored`` (their kernel time is only bounded).
-Times are whole microseconds.
-
-* GEMM (``deepbench_gemm.csv``): C[M×N] = op(A)[M×K] · op(B)[K×N], transposes as given (they do
-  not change the counts): flops 2·M·N·K; out M·N; red K; batches 1; in_elems M·K; w_elems K·N;
-  bytes = e·(M·K + K·N + M·N), e = 4 (fp32) or 2 (fp16: A, B *and* C are FP16 in the benchmark).
-  The benchmark runs with beta ≠ 0, so its kernels also read C; as in :mod:`costs` an output is
-  counted once (the traffic our own GEMMs have), not the extra M·N read.
-* Convolution (``deepbench_conv_normalized.csv``): input N×C×H×W, K filters of C×R×S (R height,
-  S width), output N×K×Q×P with P = ⌊(W + 2·pad_w − S)/stride_w⌋ + 1 (width) and
-  Q = ⌊(H + 2·pad_h − R)/stride_h⌋ + 1 (height), computed here; the sheets' ``P_out_w``/``Q_out_h``
-  disagree on some rows (fractional or swapped values: counted in ``attrs["pq_mismatch"]``).
-  Up to three rows per shape, each with bytes = e·(N·C·H·W + K·C·R·S + N·K·P·Q) (every kernel reads
-  two of the three tensors and writes the third):
-
-  - ``forward`` (``fwd_ms``): out N·K·P·Q, red C·R·S, flops 2·out·red;
-  - ``grad_input`` (``bwd_input_ms``) and ``grad_weight`` (``bwd_param_ms``): exactly the two
-    problems :func:`predictor.emulator.devices.problems.backward_pair` makes of a convolution backward —
-    flops = the forward's; out = N·C·H·W (input elements) resp. K·C·R·S (weight elements);
-    red = flops / (2·out): N·P·Q for grad-weight, and K·R·S·(P·Q)/(H·W) for grad-input, i.e. K·R·S
-    for stride-1 "same" convolutions and K·R·S/stride² (the taps that really reach an input
-    element) for strided ones — so a model fitted on them prices our emulated backward convolutions.
-
-  Times "N/A*" (no backward-data for first layers: C = 1 or 3) or empty are skipped and counted.
-  In FP16 the benchmark pads C and K to multiples of 8 for tensor cores (GEMM: M, N, K as the
-  transposes require); the rows keep the nominal sizes — what a framework would be asked for.
-* RNN (``deepbench_rnn.csv``): no RNN class in the kernel model; its rows are only counted.
-
-Vidur (``calibration/vidur``, Microsoft, 2024)
-----------------------------------------------
-``compute/<gpu>/<org>/<model>/mlp.csv``: one fp16 transformer layer's ops at ``num_tokens`` T and
-tensor-parallel degree p (each GPU holds 1/p of the weights), profiled with the torch profiler: a
-row's time (``time_stats.<op>.median``, ms) is the sum of the GPU durations of the kernels inside
-the op's ``record_function`` range (Kineto, 1 µs resolution) — kernel time without launch gaps, of
-inference (``torch.inference_mode``) kernels, so ``training`` False, ``censored`` False. Devices:
-``a100`` -> ``A100-SXM4-80GB`` (Vidur's A100 SKU is the 80 GB part, and its A100 network profile is
-a DGX, i.e. SXM4 boards); ``a40`` -> ``A40``. With E = n_embd, F = n_expanded_embd, heads n_head,
-KV heads n_kv_head, head_dim d = E/n_head (checked to divide; E, F, n_head, n_kv_head must divide
-by p, as Vidur asserts), every GEMM [T×K]·[K×N] is cls ``matmul`` with flops 2·T·N·K, out T·N,
-red K, in_elems T·K, w_elems K·N, bytes 2·(T·K + K·N + T·N) (bias terms left out: the CSV does
-not say which models have one; they add < 1/K of the FLOPs):
-
-* ``attn_pre_proj`` (QKV): K = E, N = (n_head + 2·n_kv_head)·d / p = (E + 2·E·n_kv_head/n_head) / p;
-* ``attn_post_proj``: K = E/p, N = E;
-* ``mlp_up_proj``: K = E, N = 2·F/p when ``use_gated_mlp`` (gate and up in one GEMM), else F/p;
-* ``mlp_down_proj``: K = F/p, N = E.
-
-Memory-bound rows (n = T·E):
-
-* ``input_layernorm``, ``post_attention_layernorm``: cls ``norm`` (RMSNorm; LayerNorm for phi-2),
-  out n, red E, flops 5·n (the :mod:`costs` norm count), bytes 2·(2·n + E);
-* ``mlp_act``: cls ``elementwise`` over m = T·F/p outputs — gated: SiLU(gate)·up (``SiluAndMul``),
-  flops (5 + 1)·m, bytes 2·(2·m + m); not gated: GELU, flops 8·m, bytes 2·2·m;
-* ``attn_rope``: elementwise rotation of q and k in place, out m = T·(n_head + n_kv_head)·d/p,
-  flops 3·m (two multiplies and an add per element), bytes 2·2·m (the cos/sin cache and
-  positions, T·d, left out);
-* ``add``: elementwise residual add, 3 operands of n: flops n, bytes 2·3·n. A model without
-  ``post_attention_layernorm`` columns (phi-2: parallel attention and MLP) times
-  ``attn + mlp + residual`` there — two adds: flops 2·n, bytes 2·6·n;
-* ``emb`` (embedding gather): no kernel class; left out and counted.
-
-Counts (``attrs``): ``skipped`` — time cells empty or "N/A" (not an error); ``left_out`` — rows
-not turned into problems by design, by reason; ``pq_mismatch`` — convolution rows, by device,
-whose given P/Q differ from the formula's. Errors (:class:`InputError`) name the file, the
-line and the column: a missing folder or file, a header without a needed column, a non-numeric or
-non-positive size or time, an unknown device.
+Column formulas, device mapping and counts: docs/gpus.md, 'Kernel sources: DeepBench and Vidur rows'.
 """
 
 from __future__ import annotations

@@ -6,47 +6,17 @@ can rebuild; this module reads their files (``/work/shared/calibration``, see it
 one table and maps each measured workload to the zoo config that rebuilds it, so the emulated
 time of ``build(workload_config(w, b))`` can be compared with the measured seconds.
 
-Sources (1 GPU only; scale factor / placement 1):
+Design decisions: the default sources are Gavel and Sia (single-GPU runs only), which the
+emulated GPUs are fitted to; NeuSight and SPREAD are read only when asked for
+(``load_measurements(dir, sources=...)``). All four are kept as published: wall-clock times include
+what an execution trace lacks (input pipeline, loss read-out; NeuSight has no optimizer step), and
+Sia's slowdown factors are not applied, so the comparison decides how to treat each. Entries that
+are not measurements (a throughput of 0.0) or have no zoo model are excluded and listed in
+``df.attrs["excluded"]``; malformed values raise ``MeasurementError`` naming file, row or key, and
+field.
 
-* **Gavel** (OSDI'20), ``gavel_physical_cluster_throughputs.json``: training steps per second of
-  each job running alone on K80, P100 and V100 (the ``k80`` / ``p100`` / ``v100`` sections;
-  ``*_unconsolidated`` only differ for multi-server jobs). Seconds per iteration = 1 / steps per
-  second. A throughput of 0.0 means "not measured / did not fit" (K80 ResNet-50 batch 128): such
-  entries are excluded and listed in ``df.attrs["excluded"]``.
-* **Sia** (SOSP'23; the ``aws`` profiles are Pollux's, OSDI'21),
-  ``sia_placements/<model>/placements-<cluster>.csv``: ``step_time`` (seconds per iteration) at
-  ``placement == 1`` per local batch size, on T4 (aws), V100 (azure), A100 (dgx-ext), Quadro RTX
-  6000 (quad) and RTX 2080 Ti (rtx). ``dgx`` is skipped: the same A100 hardware as ``dgx-ext``
-  with fewer batch sizes.
-
-What the numbers include: both are wall-clock times of a training loop, so a step also pays the
-input pipeline (data loading, host-to-device copies) and the loss read-out / logging that a GPU
-execution trace of forward + backward + optimizer does not contain; at small batches this fixed
-overhead dominates (see the README's cross-checks). Sia's simulator additionally divides goodput
-by per-model slowdown factors "fitted to real-world data" (1.2-1.8), which we do not apply.
-
-Two more sources, read only when asked for (``load_measurements(dir, sources=...)``; the default
-stays Gavel + Sia, which the emulated GPUs are fitted to):
-
-* **NeuSight** (ASPLOS'25), ``neusight/labels/<GPU>/<model>-train-<seq>-<batch>.json``: one real
-  training iteration of a transformer LLM (BERT-large, GPT-2 large, GPT-3 XL / 2.7B, OPT-1.3B) on
-  A100-80GB PCIe and V100 PCIe 32GB, fp32. ``seconds`` = ``e2e_latency`` = forward + backward
-  (``fw_latency`` + ``bwall_latency``): **no optimizer step**, so compare it with the forward and
-  backward phases of a trace only. Extra columns ``forward_s``, ``backward_s`` and ``seq``. Multi-GPU
-  runs (``-dp4`` / ``-tp4`` / ``-pp4_1``) and Switch-XL (a mixture-of-experts encoder-decoder, no zoo
-  model) are excluded and listed. The per-op label CSVs: :mod:`predictor.emulator.devices.neusight_ops`.
-* **SPREAD** (ISCAS), ``spread/iterations.csv``: rows with ``world_size`` 1 and
-  ``computation_proportion`` 100 (one whole GPU), T4 and RTX 2080 Ti; ``seconds`` =
-  ``iter_ms_median`` / 1000, a wall-clock interval between DDP (gloo) iterations, so it includes
-  the input pipeline and DDP's gradient hooks. Input sizes are not recorded: see
-  ``SPREAD_CONFIGS`` for what we assume. YoloV5S (no zoo model) is excluded and listed.
-
-Table columns: ``source`` ("gavel" | "sia" | "neusight" | "spread"), ``device`` ("K80", "P100",
-"V100", "T4", "A100", "A100-80GB", "RTX6000", "RTX2080Ti"), ``workload`` (one of ``WORKLOADS``,
-``NEUSIGHT_WORKLOADS``, ``SPREAD_WORKLOADS``), ``batch`` (int, per GPU), ``seconds`` (float > 0,
-per iteration), ``origin`` (file and key / 1-based line it came from). Malformed values raise
-``MeasurementError`` naming the file, the row or key (a JSON file: the line of the key, line 1 when
-the key is missing), and the field.
+Sources, what their numbers include, and the table's columns: docs/gpus.md, 'Measured iteration
+times: sources and formats'.
 """
 
 from __future__ import annotations

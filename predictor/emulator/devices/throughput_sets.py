@@ -7,66 +7,16 @@ times; this module reads them into tables shaped like ``measurements``' (``sourc
 workload, batch, seconds, origin`` plus columns of their own), maps every kept row to the zoo
 config that rebuilds it (:func:`configs`) and to the phases its time covers (``phases`` column).
 
-**Lambda** (``lambda/lambda_runs.csv``, :func:`load_lambda`): throughput of NVIDIA
-DeepLearningExamples training recipes (forward, backward and optimizer: ``phases`` = all three of
-``op_trace.PHASES``) on ~30 GPU types; one row per run (per log file).
+Design decisions: **Lambda** (:func:`load_lambda`; training throughput, all three phases) and
+**pytorch-gpu-benchmark** (:func:`load_pytorch_gpu_benchmark`; forward + backward, no optimizer
+step) record different phases, hence the ``phases`` column. Doubtful rows are kept and flagged
+rather than guessed away (``batch_source``, ``config_version``, ``precision_in_config``,
+``duplicate``; :func:`saturated` keeps the largest-batch runs, where a wrong batch matters least),
+and rows without a faithful zoo model are excluded and listed in ``attrs["excluded"]``. Bad input
+raises ``MeasurementError`` naming the file, the line and the field.
 
-* Kept: ``num_gpu_config`` 1, a parsed ``throughput``, tasks the zoo rebuilds (``LAMBDA_TASKS``):
-  ``resnet50`` (ResNet-50 v1.5, 224x224, 1000 classes, SGD with momentum; throughput in images/s),
-  ``bert_base_squad`` / ``bert_large_squad`` (SQuAD v1.1 fine-tuning; sequences/s; the recipe's
-  ``scripts/run_squad.sh`` fixes ``--max_seq_length=384``; the per-GPU batch is its 3rd positional
-  argument, ``batch_source`` ``bert_pos4`` = index 4 of the config's parameter array).
-* ``seconds`` = ``batch_size_config`` / ``throughput`` (one GPU: the per-GPU batch is the batch).
-  The README warns that the 2020 (``config_v0``) logs may have run an older config than the one the
-  batch is read from: ``batch_source`` and ``config_version`` (``v0`` NGC 20.01 / 20.10, ``v1``
-  22.09, ``v2`` 24.10) are kept, ``origin`` names the CSV line and the log's path (which holds the
-  results directory). :func:`saturated` keeps the largest-batch runs, where throughput saturates and
-  a wrong batch matters least. Evidence that it matters: the system ``V100`` (2020) ran ResNet-50
-  FP32 at a configured batch of 296 and BERT-large at 12 — sizes of the 24-48 GB cards' configs,
-  impossible on 16 GB (Lambda's own 16 GB configs use 128-152 and 4-8) — and its 1-GPU run was
-  the first of a 1/2/4/8-GPU series run back to back on 8-9 March 2020 with the same batch, i.e.
-  one GPU of an 8-GPU NVLink server: so that box is taken to be a V100 SXM2 32 GB (``V100M32``:
-  the same GV100 chip and clocks as ``V100-SXM2``), not the "V100 16GB" of ``gpu_model_guess``.
-* ``precision`` = ``precision_dir`` lower-cased: ``fp32``, ``fp16`` or ``amp``. ResNet-50 ``fp16``
-  is the recipe's ``--fp16`` (the network in half precision, batch norm in fp32, fp32 master
-  weights, static loss scale) and ``amp`` its ``--amp`` (apex AMP: fp32 model, half-precision
-  convolutions / GEMMs); BERT has no AMP directory and its ``fp16`` is ``run_squad.py --fp16``
-  (apex AMP O2: fp16 model, fp32 master weights). ``tf32`` = an fp32 run on a GPU of compute
-  capability >= 8.0: NGC containers run fp32 convolutions and GEMMs in TF32 there (every Ampere+
-  run used NGC >= 20.10, which has TF32 on by default).
-* Excluded and listed in ``attrs["excluded"]`` (origins; ``attrs["excluded_counts"]`` counts
-  them by reason, together with the multi-GPU rows, which are not listed one by one): tasks
-  without a faithful zoo model (``LAMBDA_SKIPPED``: SSD300, GNMT, NCF, Transformer-XL base/large,
-  Tacotron2, WaveGlow, Mask R-CNN), runs without a parsed throughput (failed runs), and systems of
-  unknown GPU (``LAMBDA_UNPLACED``). ``load_lambda(root, all_tasks=True)`` keeps every task (the
-  unmapped ones with ``workload`` None): :func:`lambda_relative_time` compares throughputs and
-  needs no zoo config.
-* Several runs of one (device, task, precision, batch) are all kept (validation takes medians);
-  ``duplicate`` is True on a run whose throughput equals an earlier run's exactly.
-  ``precision_in_config`` is False where the config's argument list (``params_tokens``) does not
-  select the precision of the run's directory — the config may not be what ran (the 1080 Ti's
-  BERT-large "FP16" config lacks its ``fp16`` argument, so ``run_squad.sh`` would run fp32; two
-  ResNet-50 "FP16" configs say ``--amp``).
-
-**pytorch-gpu-benchmark** (``pytorch_gpu_benchmark/summary.csv``, :func:`load_pytorch_gpu_benchmark`):
-per-iteration times of 32 torchvision CNNs, input 3x224x224, 1000 classes, batch 12.
-
-* Kept: ``num_gpus`` 1, ``precision`` float32 / float16 (float64 is skipped: the zoo has no float64
-  models), ``mode`` train and inference (a ``mode`` column), ``batch_per_gpu`` recorded.
-* ``seconds`` = ``median_ms`` / 1000. A train iteration is ``zero_grad(); model(x); CE loss;
-  backward()`` between two ``cuda.synchronize()``: forward + backward, **no optimizer step**
-  (``phases`` ("forward", "backward")); inference is the forward under ``no_grad`` (``phases``
-  ("forward",)). Wall clock, including the copy of the input to the GPU; ``cudnn.benchmark=True``;
-  float16 = the whole model ``.half()`` (``precision`` "fp16"). A100 float32 ran TF32 (NGC 20.10).
-* Excluded and listed: rows without a batch (the 2019 runs, GTX 1080 Ti, TITAN V and one 2080 Ti
-  set) and models without a zoo model (``PGB_UNMAPPED``: ResNeXt-50 32x4d, ResNeXt-101 32x8d).
-  ``duplicate`` flags a row equal to an earlier one (``raw/new_results`` repeats the 2080 Ti files
-  of ``raw/results/2080ti(2)``).
-
-Bad input (missing file or column, a non-numeric or out-of-range value in a used row, an unknown
-system / device / task / model / precision) raises ``MeasurementError`` naming the file, the line
-and the field. Files are read through ``measurements.csv_rows`` (bounded, see
-:mod:`predictor.common.inputs`).
+Row selection, precision mapping and per-system evidence: docs/gpus.md, 'Out-of-sample sets:
+Lambda and pytorch-gpu-benchmark'.
 """
 
 from __future__ import annotations

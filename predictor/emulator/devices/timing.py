@@ -6,44 +6,16 @@ GPU types we do not have. A mechanism fitted to measurements (not a random overh
 the emulated traces honest: small kernels leave the GPU waiting on Python and the dispatcher,
 large ones hide the host entirely.
 
-Kernel time of an op (µs), op class from :func:`predictor.emulator.capture.costs.op_class`:
+Design decisions: ops of the classes the learned kernel model covers
+(:mod:`predictor.emulator.devices.kernels`, mapping in :mod:`predictor.emulator.devices.problems`)
+take its prediction, each kernel at least ``MIN_KERNEL_US``; a saturating roofline prices the rest
+(LSTM, embedding) and every op when no model ships. Host time per op comes from fitted per-phase,
+per-class tables (an eager ``no_grad`` forward: :mod:`predictor.emulator.devices.inference_host`).
+The timeline's recursion has a closed form per segment (s = D + cummax(H − D)), which keeps
+calibration (:mod:`predictor.emulator.devices.calibrate`) fast. Noise (``noise=True``) is seeded by
+(config_id, device, seed); calibration uses ``noise=False``.
 
-* compute: ``(flops + F½) / (rate × compute_eff)`` with F½ = ``compute_half_mflop``; that is
-  flops / (rate × compute_eff × flops / (flops + F½)): the efficiency grows with the kernel's
-  size and saturates at ``compute_eff``. rate: the FP16 tensor rate × ``tensor_eff`` for
-  half-precision conv / matmul / LSTM, and the TF32 rate × ``tensor_eff`` for float32
-  convolutions where the GPU has TF32 (cuDNN's default), else FP32.
-* memory: ``(bytes + B½) / (mem_gbs × memory_eff)``, the same form for bandwidth.
-* **learned kernels first**: ops of the classes the learned kernel model covers (conv, matmul,
-  element-wise, norm, softmax, pool; :mod:`predictor.emulator.devices.kernels`, mapping in
-  :mod:`predictor.emulator.devices.problems`) take its prediction, the sum over the op's kernels, each at
-  least ``MIN_KERNEL_US`` (about the shortest real ETS T4 kernels; docs/gpus.md);
-  each kernel in the arithmetic PyTorch picks for it on that GPU (TF32 for float32 convolutions on
-  Ampere and later, for float32 matmuls with ``allow_tf32``; FP16/BF16 for half ops, AMP included).
-  The roofline below prices the rest (LSTM, embedding) and every op when no model ships.
-* roofline kernel time = ``kernel_latency_us × kernels + max(compute, memory)``.
-* kernels per op (not recorded by the meta device): 0 for views and their backward nodes
-  (:data:`predictor.emulator.capture.costs.KERNEL_FREE`, ``AccumulateGrad`` included: under
-  ``set_to_none`` it hands the gradient over without a copy) and ops without FLOPs and bytes
-  (scalar bookkeeping), 2 for convolution backward (grad-input and grad-weight), 2 × sequence
-  length for LSTMs (a GEMM pair per step), else 1.
-
-Host time of an op = ``host_us[phase][op class]`` (else ``[phase]["default"]``) × ``host_scale``
-(a training step); an eager forward under ``no_grad`` pays a per-kernel host cost of its own
-(:mod:`predictor.emulator.devices.inference_host`).
-
-Timeline: the host issues op i at H_i = Σ_{j≤i} host_j; the GPU starts it at
-s_i = max(s_{i-1} + d_{i-1}, H_i). Synchronisation points: after the last forward op (loss
-read-out) the host waits for the GPU; the iteration ends when the GPU is done. Within a segment
-the recursion has the closed form s = D + cummax(H − D) (D the exclusive prefix sum of kernel
-times), which keeps calibration (:mod:`predictor.emulator.devices.calibrate`) fast.
-Output per ETS: ``duration_us`` = kernel time; ``gap_us`` =
-next kernel-running op's start − (this op's start + duration), 0 for the last one and for
-kernel-free ops; iteration = Σ(duration + gap).
-
-Noise (``noise=True``, the default for emitted traces): each kernel time × exp(0.02 z), each host
-time × exp(0.05 z), z standard normal from a generator seeded by (config_id, device, seed) — run
-to run jitter of the order real profiles show. Calibration uses ``noise=False``.
+Formulas, kernel counts, timeline and noise: docs/gpus.md, 'The emulated timing model'.
 """
 
 from __future__ import annotations

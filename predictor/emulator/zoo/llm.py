@@ -12,42 +12,13 @@ which used explicit matmul + softmax).
 
 Kind ``llm`` (its own entry in ``config.KINDS``): the models are not ``nlp.py``'s size-parametrised
 encoders — each model name fixes its architecture, so ``extra`` is empty for the real models and
-config ids stay short (``gpt2_large:b4:s1024:float32:adam:c50257``). ``extra`` only holds
-test/experiment overrides of the sizes (``layers``, ``d_model``, ``heads``, ``ff``, ``positions``);
-``num_classes`` is the vocabulary (as in ``nlp.py``).
+config ids stay short. Families (the unit of family-disjoint splits, see
+``predictor.common.families``): ``gpt2``, ``gpt3`` (GPT-2's architecture at other sizes, so a model
+trained on GPT-2 can be tested on an unseen GPT-3), ``opt``, ``bert``. Optimizer Adam by default
+(LLMs are trained with Adam). Where NeuSight's config differs from the paper's (its GPT-3 XL), we
+follow the measured config.
 
-Families (the unit of family-disjoint splits, see ``predictor.common.families``): ``gpt2`` (GPT-2 medium /
-large / XL), ``gpt3`` (GPT-3 XL / 2.7B: GPT-2's architecture at other sizes and 2,048 positions, so
-a model trained on GPT-2 can be tested on an unseen GPT-3), ``opt`` (OPT-1.3B), ``bert`` (BERT-large).
-``input_size`` = sequence
-length. Optimizer Adam by default (LLMs are trained with Adam).
-
-Architectures (as the HF originals NeuSight ran; dropout probabilities from the same configs):
-
-* GPT-2 / GPT-3 (``GPT2LMHeadModel``): learned token + position embeddings, dropout 0.1;
-  pre-LayerNorm decoder blocks: causal self-attention with one fused qkv ``Linear(d, 3d)``, scores
-  ``q @ k^T / sqrt(d_head)``, causal ``masked_fill``, softmax, dropout, ``@ v``, output projection,
-  dropout; MLP ``Linear(d, 4d)``, GELU (tanh approximation, HF's ``gelu_new``), ``Linear(4d, d)``,
-  dropout; final LayerNorm; LM head ``Linear(d, vocab, bias=False)`` **tied** to the token
-  embedding (as GPT2LMHeadModel), so the published parameter counts count that matrix once.
-  GPT-3 here is NeuSight's: ``GPT2LMHeadModel`` with GPT-3 sizes, dense attention (no sparse
-  layers). NOTE: NeuSight's ``gpt3_xl.json`` has ``n_embd`` 3072 (24 layers, 24 heads), not the
-  GPT-3 paper's XL (d 2048, 1.3B parameters); we follow the measured config: 2.88B parameters.
-* OPT (``OPTForCausalLM``, ``do_layer_norm_before``): like GPT, but separate q / k / v
-  projections (q scaled by ``d_head**-0.5``), attention as ``torch.bmm`` on (batch*heads, S, d_head)
-  with an additive causal mask, attention dropout 0.0, ReLU MLP of width ``ffn_dim``, learned
-  positions with OPT's offset of 2 (2050 rows); LM head tied to the token embedding. Left out:
-  HF's ``torch.max(scores, finfo.min)`` clamp (an element-wise op that changes no value here).
-* BERT-large (``bert_large.json``): post-LayerNorm encoder; token + position + token-type
-  embeddings (type ids all 0), LayerNorm, dropout; separate q / k / v, ``matmul`` / softmax /
-  ``matmul``; ``LayerNorm(x + dropout(dense(attn)))``; GELU (exact) MLP; MLM head (dense, GELU,
-  LayerNorm, decoder tied to the token embedding plus its own bias). No padding mask (inputs are
-  never padded) and no pooler / next-sentence head (NeuSight's BertForPreTraining-style graph has
-  them: 1M parameters and two small ops).
-
-Loss: cross-entropy over the vocabulary at every position (causal LM: the targets are the next
-tokens, drawn at random by the input factory, so no shift is needed; MLM: HF also computes the
-decoder for every position and ignores unmasked ones in the loss — same cost).
+Architectures, loss and config ids: docs/ets.md, 'The llm zoo's architectures'.
 """
 
 from __future__ import annotations

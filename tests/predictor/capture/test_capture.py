@@ -113,7 +113,7 @@ def test_exported_profile_reads_back_op_for_op(tmp_path):
     (the export re-bases and rounds timestamps)."""
     import torch
 
-    from predictor.emulator.capture import opseq, profile
+    from predictor.emulator.capture import kineto, opseq, profile
     from predictor.emulator.zoo.registry import build, make_optimizer
 
     workload = build(SMALL, "cpu")
@@ -129,13 +129,14 @@ def test_exported_profile_reads_back_op_for_op(tmp_path):
     chrome = str(tmp_path / "resnet18.json")
     tops = profile.run_profiled(step, 2, chrome_trace=chrome)
     measured = [profile.extract_ops(top, "float32") for top in tops]
-    for k, ops in enumerate(measured):
-        durations, gaps, kernels = opseq._kernel_timings(chrome, k, ops, SMALL.config_id)
+    tables = kineto.load_steps(chrome, list(range(len(measured))))  # one parse, every iteration
+    for k, (table, ops) in enumerate(zip(tables, measured)):
+        durations, gaps, kernels = opseq._kernel_timings(table, k, ops, SMALL.config_id)
         host_durations, host_gaps = profile.host_timings(ops)
         assert durations == pytest.approx(host_durations, abs=0.5)
         assert gaps == pytest.approx(host_gaps, abs=0.5) and kernels == [0] * len(ops)
     with pytest.raises(RuntimeError, match="first difference at op 0"):
-        opseq._kernel_timings(chrome, 0, measured[0][1:], SMALL.config_id)
+        opseq._kernel_timings(tables[0], 0, measured[0][1:], SMALL.config_id)
 
 
 def test_cuda_capture_without_a_gpu_names_the_config():

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictor.common.op_trace import COLUMNS
+from predictor.common.op_trace import COLUMNS, OpTraceFormatError
 from predictor.emulator.capture import kineto
 from tests.predictor.helpers import expect_error
 
@@ -76,6 +76,16 @@ def test_new_schema_other_step_and_overrides():
     assert set(df["config_id"]) == {"kineto:resnet18:2"}
     assert set(df["device"]) == {"A100"} and set(df["family"]) == {"resnet"}
     assert set(df["batch"]) == {8} and set(df["input_size"]) == {0}
+
+
+def test_steps_read_from_one_parse_are_the_steps_read_one_by_one():
+    """The capture reads every profiled iteration back from one parse of the trace (load_steps)."""
+    steps = [None, 2, 3]
+    for one, together in zip([kineto.load(NEW, step=k, device="A100") for k in steps],
+                             kineto.load_steps(NEW, steps, device="A100")):
+        pd.testing.assert_frame_equal(one, together)
+    with pytest.raises(OpTraceFormatError, match="step"):  # a bad step among good ones still names itself
+        kineto.load_steps(NEW, [2, 7])
 
 
 def test_old_schema_exact():
